@@ -1,0 +1,87 @@
+"""Gated full attention with q/k RMSNorm, partial rotate-half RoPE and GQA.
+
+Keys are rotated at their absolute positions and masked by position, not by index, so a cache may
+hold keys assembled out of order (HYPIC.md §3). For Qwen3.5's multi-axis RoPE, text-only positions
+make all three axes equal, which is exactly 1-D RoPE; that is the only case we serve.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import HybridCache
+from .config import HybridConfig
+from .layers import RMSNorm
+
+
+def rope_inv_freq(config: HybridConfig) -> torch.Tensor:
+    dim = config.rotary_dim
+    return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+
+
+def rope_cos_sin(
+    inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin ``[T, rotary_dim]`` for int positions ``[T]``."""
+    freqs = positions.float()[:, None] * inv_freq.to(positions.device)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first ``cos.shape[-1]`` dims of ``x [..., T, D]`` in the rotate-half layout."""
+    r = cos.shape[-1]
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    x1, x2 = x_rot[..., : r // 2], x_rot[..., r // 2 :]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
+
+
+class GatedAttention(nn.Module):
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = hd = config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * hd * 2, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * hd, config.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(hd, config.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: HybridCache | None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        hd = self.head_dim
+        q, gate = self.q_proj(x).view(b, t, self.num_heads, 2 * hd).chunk(2, dim=-1)
+        gate = gate.reshape(b, t, -1)
+        q = self.q_norm(q).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, hd)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)
+        cos, sin = rope
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+        mask = None
+        causal = True
+        if cache is not None:
+            kv = cache.append_kv(self.layer_idx, k, v, positions)
+            if kv.keys.shape[2] != t:
+                k, v = kv.keys, kv.values
+                causal = False
+                if t > 1 or bool((kv.positions > positions[-1]).any()):
+                    mask = kv.positions[None, :] <= positions[:, None]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and t > 1, scale=hd**-0.5, enable_gqa=True
+        )
+        out = out.transpose(1, 2).reshape(b, t, -1) * torch.sigmoid(gate)
+        return self.o_proj(out)

@@ -1,0 +1,85 @@
+"""The hybrid cache that carries a prompt's state from one forward to the next.
+
+Linear layers keep the conv tail (the last ``kernel - 1`` pre-conv inputs) and the fp32 recurrent
+state; attention layers keep K (after RoPE) and V with the absolute position of every key, so that
+keys assembled from elsewhere can sit at any position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import LINEAR, HybridConfig
+
+
+@dataclass
+class LinearLayerState:
+    conv: torch.Tensor  # [B, conv_dim, kernel - 1]
+    recurrent: torch.Tensor  # [B, H_v, d_k, d_v], fp32
+
+
+@dataclass
+class AttentionLayerKV:
+    keys: torch.Tensor  # [B, kv_heads, S, head_dim], rotated at `positions`
+    values: torch.Tensor  # [B, kv_heads, S, head_dim]
+    positions: torch.Tensor  # [S], int64
+
+
+class HybridCache:
+    """Per-layer state for incremental prefill and decode; ``seq_len`` counts the tokens it holds."""
+
+    def __init__(self, config: HybridConfig) -> None:
+        self.config = config
+        self.layers: list[LinearLayerState | AttentionLayerKV | None] = [None] * config.num_hidden_layers
+        self.seq_len = 0
+
+    def linear(self, idx: int) -> LinearLayerState | None:
+        state = self.layers[idx]
+        assert state is None or isinstance(state, LinearLayerState)
+        return state
+
+    def attention(self, idx: int) -> AttentionLayerKV | None:
+        kv = self.layers[idx]
+        assert kv is None or isinstance(kv, AttentionLayerKV)
+        return kv
+
+    def set_linear(self, idx: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
+        self.layers[idx] = LinearLayerState(conv=conv, recurrent=recurrent)
+
+    def append_kv(
+        self, idx: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+    ) -> AttentionLayerKV:
+        old = self.attention(idx)
+        if old is not None:
+            keys = torch.cat((old.keys, keys), dim=2)
+            values = torch.cat((old.values, values), dim=2)
+            positions = torch.cat((old.positions, positions))
+        kv = AttentionLayerKV(keys=keys, values=values, positions=positions)
+        self.layers[idx] = kv
+        return kv
+
+    def nbytes(self) -> int:
+        total = 0
+        for layer in self.layers:
+            if isinstance(layer, LinearLayerState):
+                total += layer.conv.nbytes + layer.recurrent.nbytes
+            elif isinstance(layer, AttentionLayerKV):
+                total += layer.keys.nbytes + layer.values.nbytes + layer.positions.nbytes
+        return total
+
+    def clone(self) -> HybridCache:
+        """A deep copy, so a snapshot stays valid while the original grows."""
+        other = HybridCache(self.config)
+        other.seq_len = self.seq_len
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer, LinearLayerState):
+                other.layers[i] = LinearLayerState(layer.conv.clone(), layer.recurrent.clone())
+            elif isinstance(layer, AttentionLayerKV):
+                other.layers[i] = AttentionLayerKV(layer.keys.clone(), layer.values.clone(), layer.positions.clone())
+        return other
+
+    @property
+    def linear_layer_ids(self) -> list[int]:
+        return [i for i, t in enumerate(self.config.layer_types) if t == LINEAR]

@@ -1,0 +1,151 @@
+"""Weights from (sharded) safetensors by their Hugging Face names.
+
+Checkpoints come in several spellings of the same tensors; each is mapped onto the runtime's one
+layout before loading, and anything missing, misshaped or unrecognised is a ``ValueError`` that
+names the tensor:
+
+- Qwen3.5 multimodal checkpoints nest the text model under ``model.language_model.``;
+- Qwen3-Next fuses and interleaves the Gated DeltaNet projections per key-head group;
+- MoE experts are stored one module each or already stacked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .attention import rope_inv_freq
+from .config import HybridConfig
+from .model import HybridModel
+
+_IGNORED_PREFIXES = ("mtp.", "model.visual.", "visual.", "model.mtp.")
+_EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def checkpoint_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise ValueError(f"{index} is not a valid safetensors index: {exc}") from exc
+        files = sorted({path / name for name in weight_map.values()})
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise ValueError(f"safetensors shards named in {index.name} are missing: {missing}")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"no *.safetensors weights in {path}")
+    return files
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for file in checkpoint_files(path):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():
+                    if not name.startswith(_IGNORED_PREFIXES):
+                        tensors[name] = f.get_tensor(name)
+        except Exception as exc:  # safetensors raises its own error types for a corrupt header
+            raise ValueError(f"cannot read weights from {file}: {exc}") from exc
+    return tensors
+
+
+def _split_qwen3_next_projections(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """``in_proj_qkvz``/``in_proj_ba`` are laid out per key-head group as [q | k | v | z] and [b | a]."""
+    nk, dk, dv = config.linear_num_key_heads, config.linear_key_head_dim, config.linear_value_head_dim
+    r = config.linear_num_value_heads // nk
+    for name in [n for n in tensors if n.endswith("linear_attn.in_proj_qkvz.weight")]:
+        prefix = name[: -len("in_proj_qkvz.weight")]
+        w = tensors.pop(name)
+        if w.dim() != 2 or w.shape[0] != nk * (2 * dk + 2 * r * dv):
+            raise ValueError(f"weight {name} has shape {tuple(w.shape)}, which does not fit the config")
+        q, k, v, z = w.view(nk, 2 * dk + 2 * r * dv, -1).split((dk, dk, r * dv, r * dv), dim=1)
+        hidden = w.shape[1]
+        tensors[prefix + "in_proj_qkv.weight"] = torch.cat(
+            (q.reshape(-1, hidden), k.reshape(-1, hidden), v.reshape(-1, hidden))
+        )
+        tensors[prefix + "in_proj_z.weight"] = z.reshape(-1, hidden)
+        ba_name = prefix + "in_proj_ba.weight"
+        if ba_name not in tensors:
+            raise ValueError(f"missing weight {ba_name}")
+        ba = tensors.pop(ba_name)
+        if ba.dim() != 2 or ba.shape[0] != 2 * nk * r:
+            raise ValueError(f"weight {ba_name} has shape {tuple(ba.shape)}, which does not fit the config")
+        b, a = ba.view(nk, 2 * r, -1).split((r, r), dim=1)
+        tensors[prefix + "in_proj_b.weight"] = b.reshape(-1, hidden)
+        tensors[prefix + "in_proj_a.weight"] = a.reshape(-1, hidden)
+
+
+def _stack_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    for name in [n for n in tensors if _EXPERT_RE.match(n)]:
+        m = _EXPERT_RE.match(name)
+        assert m is not None
+        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
+    for prefix, experts in groups.items():
+        ids = sorted(experts)
+        if ids != list(range(config.num_experts)):
+            raise ValueError(f"{prefix} holds experts {ids[:5]}..., expected 0..{config.num_experts - 1}")
+        for e in ids:
+            absent = {"gate_proj", "up_proj", "down_proj"} - experts[e].keys()
+            if absent:
+                raise ValueError(f"missing weight {prefix}.{e}.{sorted(absent)[0]}.weight")
+        tensors[prefix + ".gate_up_proj"] = torch.stack(
+            [torch.cat((experts[e]["gate_proj"], experts[e]["up_proj"])) for e in ids]
+        )
+        tensors[prefix + ".down_proj"] = torch.stack([experts[e]["down_proj"] for e in ids])
+
+
+def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
+    """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
+    out = {}
+    for name, t in tensors.items():
+        if name.startswith("model.language_model."):
+            name = "model." + name[len("model.language_model.") :]
+        out[name] = t
+    _split_qwen3_next_projections(out, config)
+    _stack_experts(out, config)
+    if config.tie_word_embeddings or "lm_head.weight" not in out:
+        if config.tie_word_embeddings and "model.embed_tokens.weight" in out:
+            out["lm_head.weight"] = out["model.embed_tokens.weight"]
+    return out
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> HybridModel:
+    """Build the runtime model for the checkpoint in ``path``."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"checkpoint directory {path} does not exist")
+    config = HybridConfig.from_file(path)
+    state = canonical_state_dict(read_tensors(path), config)
+    with torch.device("meta"):
+        model = HybridModel(config)
+    expected = {name: p.shape for name, p in model.named_parameters()}
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise ValueError(f"checkpoint {path} is missing weights: {', '.join(missing[:5])}{more}")
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        more = f" (and {len(unexpected) - 5} more)" if len(unexpected) > 5 else ""
+        raise ValueError(f"checkpoint {path} has weights this config does not use: {', '.join(unexpected[:5])}{more}")
+    for name, shape in expected.items():
+        if state[name].shape != shape:
+            raise ValueError(
+                f"weight {name} has shape {tuple(state[name].shape)}, expected {tuple(shape)} from the config"
+            )
+    params = {name: state[name].to(device=device, dtype=dtype) for name in expected}
+    if config.tie_word_embeddings:
+        params["lm_head.weight"] = params["model.embed_tokens.weight"]
+    model.load_state_dict(params, assign=True, strict=False)
+    model.inv_freq = rope_inv_freq(config).to(device)  # the buffer was built on meta
+    model.eval()
+    model.requires_grad_(False)
+    return model

@@ -1,0 +1,126 @@
+"""The hybrid decoder stack: embeddings, alternating Gated DeltaNet and gated-attention layers, LM head."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import GatedAttention, rope_cos_sin, rope_inv_freq
+from .cache import HybridCache
+from .config import LINEAR, HybridConfig
+from .deltanet import GatedDeltaNet
+from .layers import MLP, RMSNorm, SparseMoE
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        super().__init__()
+        self.is_linear = config.layer_types[idx] == LINEAR
+        if self.is_linear:
+            self.linear_attn = GatedDeltaNet(config, idx)
+        else:
+            self.self_attn = GatedAttention(config, idx)
+        if config.is_moe_layer(idx):
+            self.mlp: nn.Module = SparseMoE(config)
+        else:
+            self.mlp = MLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: HybridCache | None,
+    ) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.is_linear:
+            h = self.linear_attn(h, cache)
+        else:
+            h = self.self_attn(h, positions, rope, cache)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class HybridModel(nn.Module):
+    """``model(input_ids)`` is a plain causal forward returning logits ``[B, T, V]``.
+
+    With a ``cache`` it continues from the cached state and updates it; ``positions`` default to
+    ``cache.seq_len + arange(T)``.
+    """
+
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def new_cache(self) -> HybridCache:
+        return HybridCache(self.config)
+
+    def check_input_ids(self, input_ids: torch.Tensor, start: int = 0) -> None:
+        """Raise ``ValueError`` for ids the model cannot embed or positions past its context."""
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must be [batch, tokens] with tokens > 0, got {tuple(input_ids.shape)}")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = hi if hi >= self.config.vocab_size else lo
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+        end = start + input_ids.shape[1]
+        if end > self.config.max_position_embeddings:
+            raise ValueError(
+                f"prompt of {end} tokens is past max_position_embeddings={self.config.max_position_embeddings}"
+            )
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        cache: HybridCache | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-norm hidden states ``[B, T, H]``."""
+        start = cache.seq_len if cache is not None else 0
+        self.check_input_ids(input_ids, start)
+        t = input_ids.shape[1]
+        if positions is None:
+            positions = torch.arange(start, start + t, device=input_ids.device)
+        x = self.model.embed_tokens(input_ids)
+        rope = rope_cos_sin(self.inv_freq, positions, x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, positions, rope, cache)
+        if cache is not None:
+            cache.seq_len += t
+        return self.model.norm(x)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: HybridCache | None = None,
+        positions: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:
+        """Logits for every token, or for the last ``logits_to_keep`` when it is positive."""
+        h = self.hidden_states(input_ids, cache, positions)
+        if logits_to_keep > 0:
+            h = h[:, -logits_to_keep:]
+        return self.lm_head(h)

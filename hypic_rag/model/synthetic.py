@@ -1,0 +1,111 @@
+"""Random-weight checkpoints built with transformers' own model classes.
+
+Tests, the runtime benchmark and the demo need real Hugging Face checkpoints without a model hub,
+so they build one: transformers instantiates it, we redraw every weight at a scale that keeps
+activations O(1) (so parity checks compare logits of a meaningful size, and conventions such as
+RMSNorm's ``1 + w`` matter), and ``save_pretrained`` writes it. Needs ``transformers``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TINY: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=8,
+    linear_conv_kernel_dim=4,
+    max_position_embeddings=1024,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    eos_token_id=1,
+    pad_token_id=0,
+)
+
+TINY_MOE: dict[str, Any] = dict(
+    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48
+)
+
+# The layer shapes of Qwen3.5-0.8B (hidden 1024, Gated DeltaNet 16 x 128 heads, attention 8 q / 2 kv
+# heads of 256, FFN 3584, vocabulary 248320, tied embeddings), three linear layers to one full.
+QWEN3_5_0_8B_SHAPES: dict[str, Any] = dict(
+    vocab_size=248320,
+    hidden_size=1024,
+    intermediate_size=3584,
+    num_hidden_layers=4,
+    layer_types=["linear_attention"] * 3 + ["full_attention"],
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=256,
+    linear_num_key_heads=16,
+    linear_num_value_heads=16,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_conv_kernel_dim=4,
+    max_position_embeddings=262144,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+    tie_word_embeddings=True,
+)
+
+KINDS = ("qwen3_next", "qwen3_next_moe", "qwen3_5_text", "qwen3_5_moe_text")
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+    """Redraw every parameter: matrices ~ N(0, 1/fan_in), norm weights near their neutral value."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(-1.0, 1.0, generator=gen))
+            elif p.dim() == 1:
+                neutral = 1.0 if name.endswith("linear_attn.norm.weight") else 0.0
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + neutral)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+
+
+def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> torch.nn.Module:
+    """A randomised transformers model of ``kind`` (one of ``KINDS``) on tiny or overridden shapes."""
+    torch.manual_seed(seed)
+    params = {**TINY, **(overrides or {})}
+    if kind in ("qwen3_next", "qwen3_next_moe"):
+        from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+        extra = (
+            {**TINY_MOE, "norm_topk_prob": False, "mlp_only_layers": [1]}
+            if kind.endswith("moe")
+            else {"num_experts": 0}
+        )
+        model = Qwen3NextForCausalLM(Qwen3NextConfig(**{**params, **extra}))
+    elif kind == "qwen3_5_text":
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**{"tie_word_embeddings": True, **params}))
+    elif kind == "qwen3_5_moe_text":
+        from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+        params.pop("intermediate_size", None)
+        model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**{**params, **TINY_MOE}))
+    else:
+        raise ValueError(f"unknown checkpoint kind {kind!r}; expected one of {', '.join(KINDS)}")
+    randomize(model, seed)
+    return model.eval()
+
+
+def build_checkpoint(kind: str, out: str | Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """Build, randomise and ``save_pretrained`` one checkpoint; returns its directory."""
+    out = Path(out)
+    build_reference_model(kind, overrides, seed).save_pretrained(out)
+    return out

@@ -1,0 +1,78 @@
+"""Reading ``config.json`` for every supported model type, and rejecting what we cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hypic_rag.model import HybridConfig
+from hypic_rag.model.synthetic import KINDS, TINY
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_saved_configs_read_back(checkpoint, kind):
+    cfg = HybridConfig.from_file(checkpoint(kind))
+    assert cfg.layer_types == tuple(TINY["layer_types"])
+    assert (cfg.hidden_size, cfg.head_dim, cfg.rotary_dim) == (64, 16, 4)
+    assert (cfg.linear_num_key_heads, cfg.linear_num_value_heads) == (2, 4)
+    assert cfg.num_experts == (4 if "moe" in kind else 0)
+    if kind == "qwen3_next_moe":
+        assert not cfg.norm_topk_prob and not cfg.is_moe_layer(1) and cfg.is_moe_layer(0)
+
+
+def test_qwen3_5_wrapper_reads_text_config():
+    cfg = HybridConfig.from_dict(
+        {
+            "model_type": "qwen3_5",
+            "tie_word_embeddings": True,
+            "eos_token_id": 7,
+            "text_config": {"model_type": "qwen3_5_text", "num_hidden_layers": 8, "hidden_size": 128},
+        }
+    )
+    assert cfg.model_type == "qwen3_5_text" and cfg.tie_word_embeddings and cfg.eos_token_ids == (7,)
+    assert cfg.layer_types == ("linear_attention",) * 3 + ("full_attention",) + ("linear_attention",) * 3 + (
+        "full_attention",
+    )
+
+
+def test_qwen3_5_moe_wrapper():
+    cfg = HybridConfig.from_dict({"model_type": "qwen3_5_moe", "text_config": {"num_hidden_layers": 4}})
+    assert cfg.num_experts == 256 and cfg.norm_topk_prob and all(cfg.is_moe_layer(i) for i in range(4))
+
+
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ({"model_type": "llama"}, "unsupported model_type 'llama'"),
+        ({}, "unsupported model_type None"),
+        ({"model_type": "qwen3_5"}, "needs a 'text_config'"),
+        ({"model_type": "qwen3_next", "num_hidden_layers": 2, "layer_types": ["linear_attention"]}, "layer_types"),
+        ({"model_type": "qwen3_5_text", "rope_parameters": {"rope_type": "yarn"}}, "unsupported rope_type 'yarn'"),
+        ({"model_type": "qwen3_5_text", "num_key_value_heads": 3}, "multiple of num_key_value_heads"),
+    ],
+)
+def test_bad_configs_are_refused(data, message):
+    with pytest.raises(ValueError, match=message):
+        HybridConfig.from_dict(data)
+
+
+def test_invalid_json(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        HybridConfig.from_file(tmp_path)
+    with pytest.raises(ValueError, match="no config.json"):
+        HybridConfig.from_file(tmp_path / "nowhere")
+
+
+def test_unsupported_model_type_in_a_checkpoint(checkpoint, tmp_path):
+    import shutil
+
+    from hypic_rag import Engine
+
+    path = tmp_path / "ck"
+    shutil.copytree(checkpoint("qwen3_5_text"), path)
+    data = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**data, "model_type": "mamba2"}))
+    with pytest.raises(ValueError, match="unsupported model_type 'mamba2'"):
+        Engine.from_pretrained(path)
