@@ -1,0 +1,1 @@
+"""Evaluation harness and benchmarks, installed as ``hypic_rag.eval``."""

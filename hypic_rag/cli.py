@@ -1,0 +1,53 @@
+"""The ``hypic-rag`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("token counts must be positive")
+    return values
+
+
+def _write_json(data: dict, path: Path | None) -> None:
+    if path is not None:
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hypic-rag", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="the main job on the bundled default model, offline")
+    bench = sub.add_parser("bench", help="prefill speed of the runtime against transformers, side by side")
+    bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="prompt lengths, e.g. 4096,16384")
+    bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
+    bench.add_argument("--repeats", type=int, default=2, help="runs per length; the best is kept")
+    bench.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from .demo import run
+
+        return 0 if run() else 1
+    if args.command == "bench":
+        from hypic_rag.eval.runtime_bench import run as run_bench
+
+        if args.layers < 1 or args.repeats < 1:
+            parser.error("--layers and --repeats must be >= 1")
+        _write_json(run_bench(args.lengths, args.layers, args.repeats), args.json)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

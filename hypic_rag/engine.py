@@ -1,0 +1,248 @@
+"""The engine: loads a checkpoint and serves prompts made of segments.
+
+It orchestrates (tokenize, prefill, decode) and leaves the math to ``hypic_rag.model``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .decoding import Sampler
+from .model import HybridCache, HybridModel, load_model
+from .segments import Segment, as_query
+from .tokenizer import eos_token_ids, load_tokenizer
+
+MODES = ("full", "prefix", "pic", "hypic")
+AVAILABLE_MODES = ("full",)
+
+TokenCallback = Callable[[int, "str | None"], None]
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"unsupported dtype {dtype}; use float32, bfloat16 or float16")
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def default_model_path() -> Path:
+    """The checkpoint bundled inside the package."""
+    return Path(__file__).resolve().parent / "assets" / "default_model"
+
+
+@dataclass
+class GenerationOutput:
+    text: str | None
+    token_ids: list[int]
+    ttft_s: float
+    stats: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = "length"
+
+
+@dataclass
+class Prompt:
+    """A prompt's token ids, segment by segment; the query comes last."""
+
+    segments: list[list[int]]
+    query: list[int]
+
+    @property
+    def ids(self) -> list[int]:
+        return [i for seg in self.segments for i in seg] + self.query
+
+
+class Engine:
+    """A hybrid model, its tokenizer, and the prompt-serving logic around them."""
+
+    def __init__(
+        self,
+        model: HybridModel,
+        tokenizer: Any = None,
+        *,
+        eos_token_ids: Sequence[int] = (),
+        cache_dir: str | Path | None = None,
+        name: str = "model",
+    ) -> None:
+        self.model = model
+        self.config = model.config
+        self.tokenizer = tokenizer
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.name = name
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        cache_dir: str | Path | None = None,
+    ) -> Engine:
+        """Load a local Hugging Face checkpoint directory; ``None`` means the bundled default model."""
+        if path is None:
+            path = default_model_path()
+            if not (path / "config.json").is_file():
+                raise ValueError(
+                    "this build of hypic-rag ships no bundled default model yet; "
+                    "pass the path of a local Qwen3-Next or Qwen3.5 checkpoint"
+                )
+        path = Path(path)
+        model = load_model(path, device=device, dtype=resolve_dtype(dtype))
+        eos = eos_token_ids(path, model.config.eos_token_ids)
+        return cls(model, load_tokenizer(path), eos_token_ids=eos, cache_dir=cache_dir, name=path.name)
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def _require_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; pass token ids instead of text")
+        return self.tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._require_tokenizer().encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._require_tokenizer().decode(list(ids), skip_special_tokens=True)
+
+    def segment_ids(self, segment: Segment) -> list[int]:
+        ids = list(segment.token_ids) if segment.token_ids is not None else self.encode(segment.text or "")
+        bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
+        return ids
+
+    def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt:
+        """Tokenize each segment on its own; reject prompts the model cannot take."""
+        if isinstance(segments, Segment) or not all(isinstance(s, Segment) for s in segments):
+            raise ValueError("segments must be a list of Segment")
+        q = as_query(query)
+        seg_ids = [self.segment_ids(s) for s in segments]
+        query_ids = self.segment_ids(q)
+        empty = [i for i, ids in enumerate(seg_ids) if not ids]
+        if empty:
+            raise ValueError(f"segment {empty[0]} tokenizes to no tokens")
+        prompt = Prompt(seg_ids, query_ids)
+        n = len(prompt.ids)
+        if n == 0:
+            raise ValueError("the prompt is empty: give at least one segment or a non-empty query")
+        if not query_ids:
+            raise ValueError("the query tokenizes to no tokens")
+        if n > self.config.max_position_embeddings:
+            raise ValueError(
+                f"prompt of {n} tokens is past the model's context of {self.config.max_position_embeddings}"
+            )
+        return prompt
+
+    # -- serving ------------------------------------------------------------------------------
+
+    def _check_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        if mode not in AVAILABLE_MODES:
+            raise ValueError(f"mode {mode!r} is not implemented yet; available: {', '.join(AVAILABLE_MODES)}")
+
+    def _prefill(self, prompt: Prompt, mode: str) -> tuple[torch.Tensor, HybridCache, dict[str, Any]]:
+        """Run the prompt; return the next-token logits ``[V]``, the cache, and the request stats."""
+        cache = self.model.new_cache()
+        ids = torch.tensor([prompt.ids], dtype=torch.long, device=self.model.device)
+        with torch.inference_mode():
+            logits = self.model(ids, cache=cache, logits_to_keep=1)[0, -1]
+        stats = {
+            "mode": mode,
+            "prompt_tokens": len(prompt.ids),
+            "segments": len(prompt.segments),
+            "hit_segments": 0,
+            "miss_segments": len(prompt.segments),
+            "recomputed_tokens": len(prompt.ids),
+            "cache_bytes": 0,
+        }
+        return logits.float(), cache, stats
+
+    def prompt_logits(
+        self,
+        segments: Sequence[Segment],
+        query: str | Segment,
+        *,
+        mode: str = "hypic",
+        seam: int | float | None = None,
+    ) -> torch.Tensor:
+        """Next-token logits ``[V]`` at the end of the prompt."""
+        self._check_mode(mode)
+        logits, _, _ = self._prefill(self.build_prompt(segments, query), mode)
+        return logits
+
+    def generate(
+        self,
+        segments: Sequence[Segment],
+        query: str | Segment,
+        *,
+        mode: str = "hypic",
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seam: int | float | None = None,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> GenerationOutput:
+        """Answer a prompt of segments and a query.
+
+        Stops at ``max_new_tokens``, at an EOS or stop id (not included in the output), or at the
+        model's context. ``on_token(id, text_delta)`` streams each token as it is chosen.
+        """
+        self._check_mode(mode)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed)
+        prompt = self.build_prompt(segments, query)
+        stops = set(self.eos_token_ids) | set(stop_token_ids or ())
+        gen = sampler.generator(self.model.device)
+
+        start = time.perf_counter()
+        logits, cache, stats = self._prefill(prompt, mode)
+        token = sampler.pick(logits, gen)
+        ttft = time.perf_counter() - start
+
+        out: list[int] = []
+        text_so_far = ""
+        finish = "length"
+        with torch.inference_mode():
+            while True:
+                if token in stops:
+                    finish = "stop"
+                    break
+                out.append(token)
+                if on_token is not None:
+                    delta = None
+                    if self.tokenizer is not None:
+                        text = self.decode(out)
+                        delta, text_so_far = text[len(text_so_far) :], text
+                    on_token(token, delta)
+                if len(out) >= max_new_tokens:
+                    break
+                if cache.seq_len >= self.config.max_position_embeddings:
+                    finish = "context"
+                    break
+                step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
+                token = sampler.pick(self.model(step, cache=cache)[0, -1].float(), gen)
+        stats["generated_tokens"] = len(out)
+        text_out = self.decode(out) if self.tokenizer is not None else None
+        return GenerationOutput(text=text_out, token_ids=out, ttft_s=ttft, stats=stats, finish_reason=finish)

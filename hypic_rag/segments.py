@@ -1,0 +1,44 @@
+"""Prompt pieces: each segment is tokenized on its own, so its ids do not depend on its neighbours."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("system", "document", "tool", "memory", "turn", "query")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One recurring piece of a prompt: give exactly one of ``text`` and ``token_ids``."""
+
+    text: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    kind: str = "document"
+
+    def __init__(
+        self, text: str | None = None, *, token_ids: list[int] | tuple[int, ...] | None = None, kind: str = "document"
+    ) -> None:
+        if (text is None) == (token_ids is None):
+            raise ValueError("a Segment needs exactly one of text and token_ids")
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"Segment text must be a str, got {type(text).__name__}")
+        if kind not in KINDS:
+            raise ValueError(f"unknown segment kind {kind!r}; expected one of {', '.join(KINDS)}")
+        ids = None
+        if token_ids is not None:
+            if isinstance(token_ids, (str, bytes)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in token_ids
+            ):
+                raise ValueError("Segment token_ids must be a list of ints")
+            ids = tuple(token_ids)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "token_ids", ids)
+        object.__setattr__(self, "kind", kind)
+
+
+def as_query(query: str | Segment) -> Segment:
+    if isinstance(query, Segment):
+        return query
+    if isinstance(query, str):
+        return Segment(query, kind="query")
+    raise ValueError(f"query must be a str or a Segment, got {type(query).__name__}")

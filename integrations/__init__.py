@@ -1,0 +1,1 @@
+"""LangChain, LlamaIndex and agent-loop integrations, installed as ``hypic_rag.integrations``."""
