@@ -1,0 +1,32 @@
+# Each target creates or reuses the local venv. torch==2.13.0 (a CPU wheel) goes in first when no
+# torch is present, so that pip never resolves a multi-GB CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.hypic-installed
+
+.PHONY: demo test bench lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
+	$(PY) -m pip install -e ".[dev,eval]"
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/hypic-rag demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/hypic-rag bench --json bench-runtime.json
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info
