@@ -14,29 +14,7 @@ from torch import nn
 from .cache import HybridCache
 from .config import HybridConfig
 from .layers import RMSNorm
-
-
-def rope_inv_freq(config: HybridConfig) -> torch.Tensor:
-    dim = config.rotary_dim
-    return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-
-
-def rope_cos_sin(
-    inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin ``[T, rotary_dim]`` for int positions ``[T]``."""
-    freqs = positions.float()[:, None] * inv_freq.to(positions.device)[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first ``cos.shape[-1]`` dims of ``x [..., T, D]`` in the rotate-half layout."""
-    r = cos.shape[-1]
-    x_rot, x_pass = x[..., :r], x[..., r:]
-    x1, x2 = x_rot[..., : r // 2], x_rot[..., r // 2 :]
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
+from .rope import apply_rope
 
 
 class GatedAttention(nn.Module):
@@ -60,7 +38,9 @@ class GatedAttention(nn.Module):
         positions: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         cache: HybridCache | None,
+        pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``pad_mask [B, T]`` (True for real tokens) hides padding keys; it is for a fresh cache only."""
         b, t, _ = x.shape
         hd = self.head_dim
         q, gate = self.q_proj(x).view(b, t, self.num_heads, 2 * hd).chunk(2, dim=-1)
@@ -80,6 +60,13 @@ class GatedAttention(nn.Module):
                 causal = False
                 if t > 1 or bool((kv.positions > positions[-1]).any()):
                     mask = kv.positions[None, :] <= positions[:, None]
+        if pad_mask is not None:
+            if mask is not None:
+                raise ValueError("pad_mask needs a fresh cache")
+            eye = torch.eye(t, dtype=torch.bool, device=x.device)
+            # Each padding query sees itself, so no softmax row is empty (an empty row gives NaN).
+            mask = (torch.ones_like(eye).tril() & pad_mask[:, None, None, :]) | eye
+            causal = False
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal and t > 1, scale=hd**-0.5, enable_gqa=True
         )

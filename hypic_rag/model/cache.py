@@ -21,6 +21,16 @@ class LinearLayerState:
 
 
 @dataclass
+class Transition:
+    """What an isolated segment prefill captures per linear layer (HYPIC.md §3-§4): the transition
+    operator ``P [B, H, K, K]`` over the whole segment, and over its remainder after the seam."""
+
+    p: torch.Tensor
+    p_rest: torch.Tensor | None = None
+    b_rest: torch.Tensor | None = None
+
+
+@dataclass
 class AttentionLayerKV:
     keys: torch.Tensor  # [B, kv_heads, S, head_dim], rotated at `positions`
     values: torch.Tensor  # [B, kv_heads, S, head_dim]
@@ -34,6 +44,11 @@ class HybridCache:
         self.config = config
         self.layers: list[LinearLayerState | AttentionLayerKV | None] = [None] * config.num_hidden_layers
         self.seq_len = 0
+        # Set by an isolated segment prefill: linear layers then also record their transition
+        # operators, the remainder's from the tokens where ``rest_mask`` is True.
+        self.capture_transitions = False
+        self.rest_mask: torch.Tensor | None = None
+        self.transitions: dict[int, Transition] = {}
 
     def linear(self, idx: int) -> LinearLayerState | None:
         state = self.layers[idx]

@@ -11,7 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .cache import HybridCache
+from hypic_rag.kernels.algebra import transition
+
+from .cache import HybridCache, Transition
 from .config import HybridConfig
 from .delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from .layers import GatedRMSNorm
@@ -57,8 +59,12 @@ class GatedDeltaNet(nn.Module):
             out.addcmul_(full[:, j : j + t], w[j])
         return out, full[:, t:].transpose(1, 2).clone(memory_format=torch.contiguous_format)
 
-    def forward(self, x: torch.Tensor, cache: HybridCache | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: HybridCache | None, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``pad_mask [B, T]`` is True for real tokens. Padding is made an exact identity for the state
+        (zero input and zero decay), so left-padded rows end in the state of their real tokens."""
         b, t, _ = x.shape
+        if pad_mask is not None:
+            x = torch.where(pad_mask[..., None], x, 0.0)
         state = cache.linear(self.layer_idx) if cache is not None else None
         mixed, tail = self.conv(self.in_proj_qkv(x), state.conv if state else None)
         mixed = F.silu(mixed)
@@ -66,6 +72,8 @@ class GatedDeltaNet(nn.Module):
         z = self.in_proj_z(x)
         beta = torch.sigmoid(self.in_proj_b(x))
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+        if pad_mask is not None:
+            g = g * pad_mask[..., None]
 
         rep = self.num_v_heads // self.num_k_heads
         q = q.reshape(b, t, self.num_k_heads, self.dk)
@@ -77,7 +85,10 @@ class GatedDeltaNet(nn.Module):
         q = l2norm(q) * self.dk**-0.5
         k = l2norm(k)
         s0 = state.recurrent if state is not None else None
-        if s0 is not None and t == 1:
+        if cache is not None and cache.capture_transitions:
+            s_end, p, out = transition(k, v, g, beta, s0, q=q)
+            cache.transitions[self.layer_idx] = self._transition(p, k, v, g, beta, cache.rest_mask)
+        elif s0 is not None and t == 1:
             out, s_end = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
         else:
             out, s_end = chunk_gated_delta_rule(q, k, v, g, beta, s0)
@@ -86,3 +97,12 @@ class GatedDeltaNet(nn.Module):
         out = out.transpose(1, 2).to(x.dtype)
         out = self.norm(out, z.view(b, t, self.num_v_heads, self.dv))
         return self.out_proj(out.reshape(b, t, -1))
+
+    @staticmethod
+    def _transition(p, k, v, g, beta, rest_mask: torch.Tensor | None) -> Transition:
+        """The remainder's operator: tokens outside ``rest_mask`` become identities (k = v = g = 0)."""
+        if rest_mask is None:
+            return Transition(p=p)
+        keep = rest_mask[:, None, :].to(k.dtype)
+        b_rest, p_rest, _ = transition(k * keep[..., None], v * keep[..., None], g * keep, beta)
+        return Transition(p=p, p_rest=p_rest, b_rest=b_rest)

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .attention import rope_inv_freq
 from .config import HybridConfig
 from .model import HybridModel
+from .rope import rope_inv_freq
 
 _IGNORED_PREFIXES = ("mtp.", "model.visual.", "visual.", "model.mtp.")
 _EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")

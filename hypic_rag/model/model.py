@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import GatedAttention, rope_cos_sin, rope_inv_freq
+from .attention import GatedAttention
 from .cache import HybridCache
 from .config import LINEAR, HybridConfig
 from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
+from .rope import rope_cos_sin, rope_inv_freq
 
 
 class DecoderLayer(nn.Module):
@@ -33,12 +34,13 @@ class DecoderLayer(nn.Module):
         positions: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         cache: HybridCache | None,
+        pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         h = self.input_layernorm(x)
         if self.is_linear:
-            h = self.linear_attn(h, cache)
+            h = self.linear_attn(h, cache, pad_mask)
         else:
-            h = self.self_attn(h, positions, rope, cache)
+            h = self.self_attn(h, positions, rope, cache, pad_mask)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -97,17 +99,22 @@ class HybridModel(nn.Module):
         input_ids: torch.Tensor,
         cache: HybridCache | None = None,
         positions: torch.Tensor | None = None,
+        pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Final-norm hidden states ``[B, T, H]``."""
+        """Final-norm hidden states ``[B, T, H]``; ``pad_mask [B, T]`` marks real tokens of left-padded rows."""
         start = cache.seq_len if cache is not None else 0
         self.check_input_ids(input_ids, start)
         t = input_ids.shape[1]
         if positions is None:
             positions = torch.arange(start, start + t, device=input_ids.device)
+        elif positions.shape != (t,) or int(positions.max()) >= self.config.max_position_embeddings:
+            raise ValueError(
+                f"positions must be [{t}] ints below max_position_embeddings={self.config.max_position_embeddings}"
+            )
         x = self.model.embed_tokens(input_ids)
         rope = rope_cos_sin(self.inv_freq, positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, positions, rope, cache)
+            x = layer(x, positions, rope, cache, pad_mask)
         if cache is not None:
             cache.seq_len += t
         return self.model.norm(x)
@@ -118,9 +125,10 @@ class HybridModel(nn.Module):
         cache: HybridCache | None = None,
         positions: torch.Tensor | None = None,
         logits_to_keep: int = 0,
+        pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits for every token, or for the last ``logits_to_keep`` when it is positive."""
-        h = self.hidden_states(input_ids, cache, positions)
+        h = self.hidden_states(input_ids, cache, positions, pad_mask)
         if logits_to_keep > 0:
             h = h[:, -logits_to_keep:]
         return self.lm_head(h)

@@ -50,3 +50,12 @@ def test_greedy_decoding_matches_transformers_generate(checkpoint, kind):
     out = engine.generate([], Segment(token_ids=prompt, kind="query"), mode="full", max_new_tokens=20)
     assert len(out.token_ids) == 20
     assert out.token_ids == reference_greedy(load_reference(path), prompt, 20)
+
+
+def test_explicit_positions_are_checked(checkpoint):
+    model = load_model(checkpoint("qwen3_5_text"))
+    ids = torch.tensor([[3, 4]])
+    with pytest.raises(ValueError, match="positions must be"):
+        model(ids, positions=torch.tensor([0, model.config.max_position_embeddings]))
+    with pytest.raises(ValueError, match="positions must be"):
+        model(ids, positions=torch.tensor([0]))

@@ -1,0 +1,55 @@
+"""The state algebra of HYPIC (HYPIC.md §3), in torch: the reference every faster kernel must match.
+
+- ``transition``: a segment's zero-start end state ``B`` and transition operator ``P`` per value
+  head, so that ``S_end = P @ S_start + B``. One pass of the chunked delta rule computes both: run
+  it with values ``[v | 0]`` from the initial state ``[S0 | I]``; the end state is ``[P S0 + B | P]``.
+- ``compose``: chain cached segments left to right, ``S <- P_i S + B_i``.
+- ``rerotate``: move RoPE-rotated keys to new positions, ``R(p + d) = R(d) R(p)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hypic_rag.model.delta_rule import chunk_gated_delta_rule
+from hypic_rag.model.rope import apply_rope, rope_cos_sin
+
+
+def transition(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    *,
+    q: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """End state ``[B, H, K, V]`` (``P @ S0 + B``; ``B`` when ``initial_state`` is None) and ``P [B, H, K, K]``.
+
+    Inputs are ``[B, H, T, D]`` fp32, k L2-normalised, as for ``chunk_gated_delta_rule``. With ``q``
+    the outputs ``[B, H, T, V]`` of the ordinary rule come back too (else None)."""
+    b, h, t, dk = k.shape
+    dv = v.shape[-1]
+    values = torch.cat((v, v.new_zeros(b, h, t, dk)), dim=-1)
+    eye = torch.eye(dk, dtype=k.dtype, device=k.device).expand(b, h, dk, dk)
+    s0 = k.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(k)
+    q_in = q if q is not None else k.new_zeros(b, h, t, dk)
+    out, state = chunk_gated_delta_rule(q_in, k, values, g, beta, torch.cat((s0, eye), dim=-1), chunk_size)
+    return state[..., :dv], state[..., dv:], (out[..., :dv] if q is not None else None)
+
+
+def compose(p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor | None = None) -> torch.Tensor:
+    """States after each segment ``[S, ..., K, V]``: ``out[i] = P[i] @ out[i-1] + B[i]`` from ``s0`` or zero."""
+    state = torch.zeros_like(b[0]) if s0 is None else s0.to(b)
+    outs = []
+    for i in range(p.shape[0]):
+        state = p[i] @ state + b[i]
+        outs.append(state)
+    return torch.stack(outs)
+
+
+def rerotate(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Keys ``[..., T, D]`` rotated at positions ``p`` become keys rotated at ``p + delta`` (``delta [T]``)."""
+    cos, sin = rope_cos_sin(inv_freq, delta)
+    return apply_rope(keys.float(), cos, sin).to(keys.dtype)
