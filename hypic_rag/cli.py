@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="prefill speed of the runtime against transformers, side by side")
     bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="prompt lengths, e.g. 4096,16384")
     bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
-    bench.add_argument("--repeats", type=int, default=2, help="runs per length; the best is kept")
+    bench.add_argument("--repeats", type=int, default=3, help="runs per length; the best is kept")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
 

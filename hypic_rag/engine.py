@@ -13,13 +13,17 @@ from typing import Any
 
 import torch
 
+from .assembly import VARIANTS, install_segment, resolve_seam
+from .cache import DiskCacheTier, SegmentEntry, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
+from .cache.prefix import PrefixCache
 from .decoding import Sampler
 from .model import HybridCache, HybridModel, load_model
+from .prefill import prefill_isolated
 from .segments import Segment, as_query
 from .tokenizer import eos_token_ids, load_tokenizer
 
 MODES = ("full", "prefix", "pic", "hypic")
-AVAILABLE_MODES = ("full",)
+COLD_POLICIES = ("parallel", "exact")
 
 TokenCallback = Callable[[int, "str | None"], None]
 
@@ -80,13 +84,36 @@ class Engine:
         eos_token_ids: Sequence[int] = (),
         cache_dir: str | Path | None = None,
         name: str = "model",
+        fingerprint: str | None = None,
+        seam: int | float = 8,
+        seam_variant: str = "B",
+        cold_policy: str = "parallel",
+        min_cached_tokens: int = 0,
+        memory_bytes: int = 2 << 30,
     ) -> None:
+        """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
+        ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
+        filled: ``parallel`` prefills them in isolation at once, ``exact`` in context (and makes
+        their entries after the first token); segments under ``min_cached_tokens`` skip the cache."""
+        if seam_variant not in VARIANTS:
+            raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
+        if cold_policy not in COLD_POLICIES:
+            raise ValueError(f"unknown cold_policy {cold_policy!r}; expected one of {', '.join(COLD_POLICIES)}")
+        resolve_seam(seam, 1)
         self.model = model
         self.config = model.config
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.name = name
+        self.seam = seam
+        self.seam_variant = seam_variant
+        self.cold_policy = cold_policy
+        self.min_cached_tokens = min_cached_tokens
+        self.fingerprint = fingerprint or module_fingerprint(model)
+        disk = DiskCacheTier(self.cache_dir) if self.cache_dir is not None else None
+        self.store = SegmentStore(self.fingerprint, memory_bytes, disk)
+        self.prefix_cache = PrefixCache(self.fingerprint, memory_bytes)
 
     @classmethod
     def from_pretrained(
@@ -95,8 +122,11 @@ class Engine:
         device: str | torch.device = "cpu",
         dtype: torch.dtype | str = torch.float32,
         cache_dir: str | Path | None = None,
+        **options: Any,
     ) -> Engine:
-        """Load a local Hugging Face checkpoint directory; ``None`` means the bundled default model."""
+        """Load a local Hugging Face checkpoint directory; ``None`` means the bundled default model.
+
+        ``cache_dir`` adds a persistent segment tier there; ``options`` go to ``Engine``."""
         if path is None:
             path = default_model_path()
             if not (path / "config.json").is_file():
@@ -107,7 +137,15 @@ class Engine:
         path = Path(path)
         model = load_model(path, device=device, dtype=resolve_dtype(dtype))
         eos = eos_token_ids(path, model.config.eos_token_ids)
-        return cls(model, load_tokenizer(path), eos_token_ids=eos, cache_dir=cache_dir, name=path.name)
+        return cls(
+            model,
+            load_tokenizer(path),
+            eos_token_ids=eos,
+            cache_dir=cache_dir,
+            name=path.name,
+            fingerprint=checkpoint_fingerprint(path) + str(model.dtype),
+            **options,
+        )
 
     # -- text ---------------------------------------------------------------------------------
 
@@ -156,16 +194,14 @@ class Engine:
     def _check_mode(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        if mode not in AVAILABLE_MODES:
-            raise ValueError(f"mode {mode!r} is not implemented yet; available: {', '.join(AVAILABLE_MODES)}")
 
-    def _prefill(self, prompt: Prompt, mode: str) -> tuple[torch.Tensor, HybridCache, dict[str, Any]]:
-        """Run the prompt; return the next-token logits ``[V]``, the cache, and the request stats."""
+    def _prefill(
+        self, prompt: Prompt, mode: str, seam: int | float | None
+    ) -> tuple[torch.Tensor, HybridCache, dict[str, Any], Callable[[], None]]:
+        """Run the prompt in ``mode``: the next-token logits ``[V]``, the cache, the request stats, and
+        deferred work (entries for misses under the exact policy) to run once the first token is out."""
         cache = self.model.new_cache()
-        ids = torch.tensor([prompt.ids], dtype=torch.long, device=self.model.device)
-        with torch.inference_mode():
-            logits = self.model(ids, cache=cache, logits_to_keep=1)[0, -1]
-        stats = {
+        stats: dict[str, Any] = {
             "mode": mode,
             "prompt_tokens": len(prompt.ids),
             "segments": len(prompt.segments),
@@ -174,7 +210,92 @@ class Engine:
             "recomputed_tokens": len(prompt.ids),
             "cache_bytes": 0,
         }
-        return logits.float(), cache, stats
+        later: Callable[[], None] = lambda: None  # noqa: E731
+        with torch.inference_mode():
+            if mode == "full":  # one forward over the whole prompt
+                logits = self.model(self._tensor(prompt.ids), cache=cache, logits_to_keep=1)[0, -1]
+                return logits.float(), cache, stats, later
+            if mode == "prefix":
+                self._prefill_prefix(prompt, cache, stats)
+            else:
+                later = self._prefill_composed(prompt, cache, stats, 0 if mode == "pic" else seam)
+            logits = self.model(self._tensor(prompt.query), cache=cache, logits_to_keep=1)[0, -1]
+        return logits.float(), cache, stats, later
+
+    def _tensor(self, ids: Sequence[int]) -> torch.Tensor:
+        return torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)
+
+    def _run(self, ids: Sequence[int], cache: HybridCache) -> None:
+        if ids:
+            self.model.hidden_states(self._tensor(ids), cache)
+
+    def _prefill_prefix(self, prompt: Prompt, cache: HybridCache, stats: dict[str, Any]) -> None:
+        keys = self.prefix_cache.chain_keys(prompt.segments)
+        depth = self.prefix_cache.longest(keys)
+        if depth:
+            self.prefix_cache.restore(keys[:depth], cache)
+        for key, ids in zip(keys[depth:], prompt.segments[depth:], strict=True):
+            start = cache.seq_len
+            self._run(ids, cache)
+            self.prefix_cache.snapshot(key, cache, start)
+        stats.update(
+            hit_segments=depth,
+            miss_segments=len(keys) - depth,
+            recomputed_tokens=len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth]),
+        )
+
+    def _prefill_composed(
+        self, prompt: Prompt, cache: HybridCache, stats: dict[str, Any], seam: int | float | None
+    ) -> Callable[[], None]:
+        seam = self.seam if seam is None else seam
+        variant = self.seam_variant
+        widths = [resolve_seam(seam, len(ids)) for ids in prompt.segments]
+        splits = [w if variant == "B" else 0 for w in widths]
+        dtype = self.model.dtype
+        keys = [segment_key(ids, self.fingerprint, dtype, sp) for ids, sp in zip(prompt.segments, splits, strict=True)]
+        cacheable = [len(ids) >= max(1, self.min_cached_tokens) for ids in prompt.segments]
+        entries: list[SegmentEntry | None] = [
+            self.store.get(k, tuple(ids)) if ok else None
+            for k, ids, ok in zip(keys, prompt.segments, cacheable, strict=True)
+        ]
+        hits = sum(e is not None for e in entries)
+        misses = [i for i, e in enumerate(entries) if e is None and cacheable[i]]
+        recomputed = len(prompt.query)
+        if misses and self.cold_policy == "parallel":
+            fresh = prefill_isolated(self.model, [prompt.segments[i] for i in misses], [splits[i] for i in misses])
+            for i, entry in zip(misses, fresh, strict=True):
+                self.store.put(keys[i], entry)
+                entries[i] = entry
+                recomputed += len(entry)
+        for i, (ids, entry) in enumerate(zip(prompt.segments, entries, strict=True)):
+            if entry is None:  # too small to cache, or a miss under the exact policy
+                self._run(ids, cache)
+                recomputed += len(ids)
+            else:
+                recomputed += install_segment(self.model, cache, entry, widths[i] if i else 0, variant)
+        stats.update(
+            hit_segments=hits,
+            miss_segments=len(entries) - hits,
+            recomputed_tokens=recomputed,
+            cache_bytes=sum(e.nbytes for e in entries if e is not None),
+            seam=seam,
+            seam_variant=variant,
+            cold_policy=self.cold_policy,
+        )
+        if not misses or self.cold_policy == "parallel":
+            return lambda: None
+
+        def make_entries() -> None:
+            fresh = prefill_isolated(self.model, [prompt.segments[i] for i in misses], [splits[i] for i in misses])
+            for i, entry in zip(misses, fresh, strict=True):
+                self.store.put(keys[i], entry)
+
+        return make_entries
+
+    def clear_cache(self) -> None:
+        """Forget every cached segment and prefix, on disk too."""
+        self.store.clear()
+        self.prefix_cache.clear()
 
     def prompt_logits(
         self,
@@ -186,7 +307,8 @@ class Engine:
     ) -> torch.Tensor:
         """Next-token logits ``[V]`` at the end of the prompt."""
         self._check_mode(mode)
-        logits, _, _ = self._prefill(self.build_prompt(segments, query), mode)
+        logits, _, _, later = self._prefill(self.build_prompt(segments, query), mode, seam)
+        later()
         return logits
 
     def generate(
@@ -217,9 +339,10 @@ class Engine:
         gen = sampler.generator(self.model.device)
 
         start = time.perf_counter()
-        logits, cache, stats = self._prefill(prompt, mode)
+        logits, cache, stats, later = self._prefill(prompt, mode, seam)
         token = sampler.pick(logits, gen)
         ttft = time.perf_counter() - start
+        later()
 
         out: list[int] = []
         text_so_far = ""

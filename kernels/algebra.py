@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from hypic_rag.model.delta_rule import chunk_gated_delta_rule
-from hypic_rag.model.rope import apply_rope, rope_cos_sin
+from .delta_rule import chunk_gated_delta_rule
+from .rope import apply_rope, rope_cos_sin
 
 
 def transition(

@@ -11,10 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hypic_rag.kernels.rope import apply_rope
+
 from .cache import HybridCache
 from .config import HybridConfig
 from .layers import RMSNorm
-from .rope import apply_rope
 
 
 class GatedAttention(nn.Module):

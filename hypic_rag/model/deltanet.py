@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from hypic_rag.kernels.algebra import transition
+from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 
 from .cache import HybridCache, Transition
 from .config import HybridConfig
-from .delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from .layers import GatedRMSNorm
 
 

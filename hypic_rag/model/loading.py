@@ -18,9 +18,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from hypic_rag.kernels.rope import rope_inv_freq
+
 from .config import HybridConfig
 from .model import HybridModel
-from .rope import rope_inv_freq
 
 _IGNORED_PREFIXES = ("mtp.", "model.visual.", "visual.", "model.mtp.")
 _EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
@@ -145,7 +146,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     if config.tie_word_embeddings:
         params["lm_head.weight"] = params["model.embed_tokens.weight"]
     model.load_state_dict(params, assign=True, strict=False)
-    model.inv_freq = rope_inv_freq(config).to(device)  # the buffer was built on meta
+    model.inv_freq = rope_inv_freq(config.rotary_dim, config.rope_theta).to(device)  # the buffer was built on meta
     model.eval()
     model.requires_grad_(False)
     return model

@@ -5,12 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
+
 from .attention import GatedAttention
 from .cache import HybridCache
 from .config import LINEAR, HybridConfig
 from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
-from .rope import rope_cos_sin, rope_inv_freq
 
 
 class DecoderLayer(nn.Module):
@@ -65,7 +66,7 @@ class HybridModel(nn.Module):
         self.config = config
         self.model = Backbone(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        self.register_buffer("inv_freq", rope_inv_freq(config.rotary_dim, config.rope_theta), persistent=False)
 
     @property
     def device(self) -> torch.device:

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from .config import HybridConfig
 
-
-def rope_inv_freq(config: HybridConfig) -> torch.Tensor:
-    dim = config.rotary_dim
-    return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+def rope_inv_freq(rotary_dim: int, theta: float) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))
 
 
 def rope_cos_sin(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypic_rag.model.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
+from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 
 
 def _inputs(t: int, h: int = 3, dk: int = 16, dv: int = 8, seed: int = 0):

@@ -1,0 +1,99 @@
+"""Exact prefix caching at whole-segment boundaries: the baseline vLLM and SGLang offer for hybrids.
+
+A node per cached prefix of segments holds the linear states (conv tail + recurrent state) at its
+boundary and the KV of its own last segment; a prompt reuses the longest chain of nodes that matches
+its leading segments exactly, so reuse stops at the first segment that moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..model.cache import AttentionLayerKV, HybridCache, LinearLayerState
+
+
+@dataclass
+class PrefixNode:
+    seq_len: int
+    linear: dict[int, LinearLayerState]
+    kv: dict[int, AttentionLayerKV]  # this segment's tokens only
+
+    @property
+    def nbytes(self) -> int:
+        lin = sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
+        return lin + sum(k.keys.nbytes + k.values.nbytes + k.positions.nbytes for k in self.kv.values())
+
+
+class PrefixCache:
+    def __init__(self, fingerprint: str, memory_bytes: int = 1 << 30) -> None:
+        self.fingerprint = fingerprint
+        self.memory_bytes = memory_bytes
+        self._nodes: OrderedDict[str, PrefixNode] = OrderedDict()
+        self._used = 0
+
+    def chain_keys(self, segments: Sequence[Sequence[int]]) -> list[str]:
+        keys, h = [], hashlib.sha256(self.fingerprint.encode())
+        for ids in segments:
+            h = h.copy()
+            h.update(torch.tensor([len(ids), *ids], dtype=torch.int64).numpy().tobytes())
+            keys.append(h.hexdigest())
+        return keys
+
+    def longest(self, keys: Sequence[str]) -> int:
+        """How many leading segments are cached."""
+        depth = 0
+        while depth < len(keys) and keys[depth] in self._nodes:
+            depth += 1
+        return depth
+
+    def restore(self, keys: Sequence[str], cache: HybridCache) -> None:
+        """Load the chain ``keys`` (all cached) into an empty ``cache``."""
+        nodes = [self._nodes[k] for k in keys]
+        for k in keys:
+            self._nodes.move_to_end(k)
+        last = nodes[-1]
+        for i, state in last.linear.items():
+            cache.set_linear(i, state.conv.clone(), state.recurrent.clone())
+        for i in last.kv:
+            parts = [n.kv[i] for n in nodes]
+            cache.layers[i] = AttentionLayerKV(
+                torch.cat([p.keys for p in parts], dim=2),
+                torch.cat([p.values for p in parts], dim=2),
+                torch.cat([p.positions for p in parts]),
+            )
+        cache.seq_len = last.seq_len
+
+    def snapshot(self, key: str, cache: HybridCache, start: int) -> None:
+        """Record the boundary ``cache`` is at, with the KV of tokens from ``start`` on."""
+        if key in self._nodes:
+            self._nodes.move_to_end(key)
+            return
+        linear, kv = {}, {}
+        for i, layer in enumerate(cache.layers):
+            if isinstance(layer, LinearLayerState):
+                linear[i] = LinearLayerState(layer.conv.clone(), layer.recurrent.clone())
+            elif isinstance(layer, AttentionLayerKV):
+                sel = layer.positions >= start
+                kv[i] = AttentionLayerKV(
+                    layer.keys[:, :, sel].clone(), layer.values[:, :, sel].clone(), layer.positions[sel].clone()
+                )
+        node = PrefixNode(cache.seq_len, linear, kv)
+        if node.nbytes > self.memory_bytes:
+            return
+        self._nodes[key] = node
+        self._used += node.nbytes
+        while self._used > self.memory_bytes:
+            _, old = self._nodes.popitem(last=False)
+            self._used -= old.nbytes
+
+    def clear(self) -> None:
+        self._nodes.clear()
+        self._used = 0
+
+    def stats(self) -> dict[str, int]:
+        return {"prefix_nodes": len(self._nodes), "prefix_bytes": self._used}
