@@ -250,14 +250,19 @@ class Engine:
         seam = self.seam if seam is None else seam
         variant = self.seam_variant
         widths = [resolve_seam(seam, len(ids)) for ids in prompt.segments]
-        splits = [w if variant == "B" else 0 for w in widths]
-        dtype = self.model.dtype
-        keys = [segment_key(ids, self.fingerprint, dtype, sp) for ids, sp in zip(prompt.segments, splits, strict=True)]
+        # Entries serve every mode; under variant B they carry the remainder operator after the seam,
+        # for this request's seam or, in pic mode, the engine's default one.
+        split_seam = seam if seam else self.seam
+        splits = [resolve_seam(split_seam, len(ids)) if variant == "B" else 0 for ids in prompt.segments]
+        keys = [segment_key(ids, self.fingerprint, self.model.dtype) for ids in prompt.segments]
         cacheable = [len(ids) >= max(1, self.min_cached_tokens) for ids in prompt.segments]
-        entries: list[SegmentEntry | None] = [
-            self.store.get(k, tuple(ids)) if ok else None
-            for k, ids, ok in zip(keys, prompt.segments, cacheable, strict=True)
-        ]
+        entries: list[SegmentEntry | None] = []
+        for i, (key, ids) in enumerate(zip(keys, prompt.segments, strict=True)):
+            entry = self.store.get(key, tuple(ids)) if cacheable[i] else None
+            needs_rest = variant == "B" and 0 < widths[i] < len(ids) and i > 0
+            if entry is not None and needs_rest and entry.seam != widths[i]:
+                entry = None  # cached with another seam: recompute with this one
+            entries.append(entry)
         hits = sum(e is not None for e in entries)
         misses = [i for i, e in enumerate(entries) if e is None and cacheable[i]]
         recomputed = len(prompt.query)

@@ -1,5 +1,5 @@
-"""Cache keys (HYPIC.md §7): a hash of the segment's token ids, the model fingerprint, the dtype, the
-entry format and the seam split. Order and position are deliberately not part of the key."""
+"""Cache keys (HYPIC.md §7): a hash of the segment's token ids, the model fingerprint, the dtype and the
+entry format. Order and position are deliberately not part of the key."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def module_fingerprint(module: torch.nn.Module) -> str:
     return h.hexdigest()[:32]
 
 
-def segment_key(token_ids: list[int] | tuple[int, ...], fingerprint: str, dtype: torch.dtype, seam: int) -> str:
+def segment_key(token_ids: list[int] | tuple[int, ...], fingerprint: str, dtype: torch.dtype) -> str:
     h = hashlib.sha256()
-    h.update(f"v{FORMAT_VERSION}|{fingerprint}|{dtype}|seam={seam}|".encode())
+    h.update(f"v{FORMAT_VERSION}|{fingerprint}|{dtype}|".encode())
     h.update(torch.tensor(list(token_ids), dtype=torch.int64).numpy().tobytes())
     return h.hexdigest()

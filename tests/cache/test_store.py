@@ -1,0 +1,133 @@
+"""The memory and disk tiers: round trips, budgets, and what happens to bad entries."""
+
+from __future__ import annotations
+
+import pickle
+
+import diskcache
+import pytest
+import torch
+
+from hypic_rag import Engine, Segment
+from hypic_rag.cache import DiskCacheTier, PickledValue, SegmentStore, segment_key
+
+from .test_entry import assert_same, make_entry
+
+
+def test_memory_tier_returns_the_entry_it_was_given():
+    store = SegmentStore("fp")
+    entry = make_entry()
+    store.put("k", entry)
+    assert store.get("k", entry.token_ids) is entry
+    assert store.get("k", (1, 2)) is None  # same key, other ids: a collision is a miss
+    assert store.counters["corrupt"] == 1
+
+
+def test_memory_budget_evicts_least_recently_used():
+    a, b, c = make_entry(1), make_entry(2), make_entry(3)
+    store = SegmentStore("fp", memory_bytes=2 * a.nbytes)
+    store.put("a", a)
+    store.put("b", b)
+    store.get("a", a.token_ids)
+    store.put("c", c)
+    assert "a" in store and "c" in store and "b" not in store
+    assert store.stats()["memory_bytes"] <= 2 * a.nbytes and store.counters["evictions"] == 1
+
+
+def test_disk_tier_round_trip_is_bit_exact(tmp_path):
+    entry = make_entry()
+    SegmentStore("fp", disk=DiskCacheTier(tmp_path)).put("k", entry)
+    fresh = SegmentStore("fp", disk=DiskCacheTier(tmp_path))  # a new process would start like this
+    got = fresh.get("k", entry.token_ids)
+    assert got is not None and fresh.counters["disk_hits"] == 1
+    assert_same(got, entry)
+    assert fresh.get("k", entry.token_ids) is got  # promoted to memory
+
+
+def test_disk_tier_refuses_values_that_are_not_bytes(tmp_path):
+    tier = DiskCacheTier(tmp_path)
+    with pytest.raises(ValueError, match="bytes only"):
+        tier.set("k", {"not": "bytes"})  # type: ignore[arg-type]
+
+
+class Tripwire:
+    """Unpickling this would flip the flag: the store must never do it."""
+
+    fired = False
+
+    def __reduce__(self):
+        return (Tripwire._fire, ())
+
+    @staticmethod
+    def _fire():
+        Tripwire.fired = True
+        return "pwned"
+
+
+def test_a_pickled_value_in_the_disk_tier_is_refused_and_dropped(tmp_path):
+    with diskcache.Cache(str(tmp_path)) as plain:
+        plain.set("k", Tripwire())  # what a default diskcache.Cache writes: a pickle
+    tier = DiskCacheTier(tmp_path)
+    with pytest.raises(PickledValue):
+        tier.get("k")
+    store = SegmentStore("fp", disk=tier)
+    with diskcache.Cache(str(tmp_path)) as plain:
+        plain.set("k2", Tripwire())
+    assert store.get("k2", (1,)) is None and store.counters["corrupt"] == 1
+    assert not Tripwire.fired
+    assert tier.get("k2") is None  # deleted
+    assert pickle.dumps(1)  # pickle itself is untouched; only the tier refuses it
+
+
+def test_a_corrupted_disk_entry_is_recomputed_and_the_answer_is_still_right(checkpoint, tmp_path):
+    path = checkpoint("qwen3_next")
+    segs = [Segment(token_ids=list(range(10 + 7 * i, 50 + 7 * i))) for i in range(3)]
+    query = Segment(token_ids=[3, 4, 5], kind="query")
+    writer = Engine.from_pretrained(path, cache_dir=tmp_path)
+    expected = writer.prompt_logits(segs, query, mode="hypic")
+    tier = DiskCacheTier(tmp_path)
+    key = segment_key(segs[1].token_ids, writer.fingerprint, torch.float32)
+    data = tier.get(key)
+    assert data is not None
+    tier.set(key, data[:-100] + bytes(100))  # zero the tail of one entry
+    reader = Engine.from_pretrained(path, cache_dir=tmp_path)
+    out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
+    assert reader.store.counters["corrupt"] == 1 and reader.store.counters["disk_hits"] == 2
+    assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
+    assert torch.equal(reader.prompt_logits(segs, query, mode="hypic"), expected)
+
+
+_WORKER = """
+import sys, torch
+from hypic_rag.cache import AttentionEntry, DiskCacheTier, SegmentEntry, SegmentStore
+
+def entry(seed):
+    gen = torch.Generator().manual_seed(seed)
+    e = SegmentEntry((seed, 1, 2), seam=0)
+    e.attention[1] = AttentionEntry(torch.randn(2, 64, 16, generator=gen), torch.randn(2, 64, 16, generator=gen))
+    return e
+
+directory, worker = sys.argv[1], int(sys.argv[2])
+tier = DiskCacheTier(directory)
+for r in range(20):
+    SegmentStore("fp", disk=tier).put(f"k{r % 4}", entry(r % 4))
+    seed = (r + worker) % 4
+    got = SegmentStore("fp", disk=tier).get(f"k{seed}", (seed, 1, 2))
+    if got is not None and not torch.equal(got.attention[1].keys, entry(seed).attention[1].keys):
+        sys.exit(3)
+"""
+
+
+def test_several_processes_share_the_disk_tier(tmp_path):
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(tmp_path), str(w)]) for w in range(3)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+    store = SegmentStore("fp", disk=DiskCacheTier(tmp_path))
+    for seed in range(4):
+        got = store.get(f"k{seed}", (seed, 1, 2))
+        assert got is not None
+        gen = torch.Generator().manual_seed(seed)
+        assert torch.equal(got.attention[1].keys, torch.randn(2, 64, 16, generator=gen))
+    assert store.counters["corrupt"] == 0

@@ -1,0 +1,174 @@
+"""HYPIC.md §6: the modes and the invariants that pin them, on tiny random checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hypic_rag import Engine, Segment
+
+KINDS = ["qwen3_next", "qwen3_5_text"]
+TOL = 1e-4
+
+
+def _segments(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [Segment(token_ids=torch.randint(3, 320, (n,), generator=gen).tolist()) for n in lengths]
+
+
+def _query(seed=50):
+    return Segment(
+        token_ids=torch.randint(3, 320, (9,), generator=torch.Generator().manual_seed(seed)).tolist(), kind="query"
+    )
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+@pytest.fixture(params=KINDS)
+def engine(request, checkpoint) -> Engine:
+    return Engine.from_pretrained(checkpoint(request.param))
+
+
+def test_one_segment_prompts_are_exact_in_every_mode(engine):
+    segs, q = _segments([45]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    for mode in ("pic", "hypic", "prefix"):
+        assert _diff(engine.prompt_logits(segs, q, mode=mode), full) < TOL, mode
+        assert _diff(engine.prompt_logits(segs, q, mode=mode), full) < TOL, mode  # warm
+
+
+def test_prefix_equals_full_cold_and_warm(engine):
+    segs, q = _segments([30, 41, 17, 64]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    cold = engine.generate(segs, q, mode="prefix", max_new_tokens=1)
+    warm = engine.generate(segs, q, mode="prefix", max_new_tokens=1)
+    assert cold.stats["hit_segments"] == 0 and warm.stats["hit_segments"] == 4
+    assert warm.stats["recomputed_tokens"] == len(q.token_ids)
+    assert _diff(engine.prompt_logits(segs, q, mode="prefix"), full) < TOL
+    # A shared leading segment is reused; reuse stops at the first segment that moved.
+    moved = [segs[0], segs[2], segs[1], segs[3]]
+    out = engine.generate(moved, q, mode="prefix", max_new_tokens=1)
+    assert out.stats["hit_segments"] == 1
+    assert _diff(engine.prompt_logits(moved, q, mode="prefix"), engine.prompt_logits(moved, q, mode="full")) < TOL
+
+
+@pytest.mark.parametrize("variant", ["A", "B"])
+def test_a_seam_covering_whole_segments_equals_full(checkpoint, variant):
+    engine = Engine.from_pretrained(checkpoint("qwen3_next"), seam_variant=variant)
+    segs, q = _segments([20, 33, 12]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    assert _diff(engine.prompt_logits(segs, q, mode="hypic", seam=1.0), full) < TOL
+    assert _diff(engine.prompt_logits(segs, q, mode="hypic", seam=40), full) < TOL
+
+
+def test_pic_and_hypic_approximate_full_and_the_seam_helps(engine):
+    segs, q = _segments([40, 52, 36, 48], seed=3), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    pic = engine.prompt_logits(segs, q, mode="pic")
+    hypic = engine.prompt_logits(segs, q, mode="hypic", seam=16)
+    assert _diff(pic, full) > 1e-3  # composing is an approximation past the first layer...
+    assert _diff(hypic, full) < _diff(pic, full)  # ...that the seam repairs
+    assert _diff(engine.prompt_logits(segs, q, mode="hypic", seam=0), pic) < 1e-5
+
+
+def _first_linear_state(engine: Engine, segs, q, mode: str, seam=None) -> torch.Tensor:
+    prompt = engine.build_prompt(segs, q)
+    _, cache, _, _ = engine._prefill(prompt, mode, seam)
+    first = cache.linear_layer_ids[0]
+    return cache.linear(first).recurrent[0]
+
+
+def test_variant_b_first_linear_layer_is_exact(checkpoint):
+    """Layer 0 sees token embeddings; with the seam past the conv boundary nothing it reads changed."""
+    engine = Engine.from_pretrained(checkpoint("qwen3_next"), seam_variant="B")
+    assert engine.config.layer_types[0] == "linear_attention"
+    segs, q = _segments([40, 52, 36], seed=4), _query()
+    full = _first_linear_state(engine, segs, q, "full")
+    for seam in (engine.config.linear_conv_kernel_dim - 1, 8):
+        assert _diff(_first_linear_state(engine, segs, q, "hypic", seam), full) < 1e-5
+
+
+def test_variant_a_first_linear_layer_differs_only_through_the_conv_boundary(checkpoint):
+    """Under (A) each cached segment's operator was computed from a zeroed conv history: layer 0 must
+    equal a run in which exactly that happens. The last boundary sits a few tokens from the end, where
+    the decay has not yet washed its effect out, so the difference from full is visible there."""
+    engine = Engine.from_pretrained(checkpoint("qwen3_next"), seam_variant="A")
+    segs, q = _segments([40, 52, 6], seed=4), Segment(token_ids=[5, 6, 7], kind="query")
+    layer = engine.model.model.layers[0]
+    state, tail = None, None
+    with torch.inference_mode():
+        for i, ids in enumerate([s.token_ids for s in segs] + [q.token_ids]):
+            x = layer.input_layernorm(engine.model.model.embed_tokens(torch.tensor([ids])))
+            cache = engine.model.new_cache()
+            if state is not None:
+                # Cached segments restart the conv from zeros; the query reads the true tail.
+                cache.set_linear(0, tail if i == len(segs) else torch.zeros_like(tail), state)
+            layer.linear_attn(x, cache)
+            state, tail = cache.linear(0).recurrent, cache.linear(0).conv
+    hypic = _first_linear_state(engine, segs, q, "hypic", 4)
+    full = _first_linear_state(engine, segs, q, "full")
+    assert _diff(hypic, state[0]) < 1e-5
+    assert _diff(hypic, full) > 1e-3
+    assert _diff(_first_linear_state(engine, segs, q, "pic"), state[0]) < 1e-5
+
+
+def test_a_reordered_warm_prompt_hits_every_segment_and_recomputes_only_seams_and_query(engine):
+    segs, q = _segments([40, 52, 36, 48], seed=5), _query()
+    cold = engine.generate(segs, q, mode="hypic", max_new_tokens=2, seam=8)
+    assert cold.stats["hit_segments"] == 0 and cold.stats["miss_segments"] == 4
+    warm = engine.generate(segs[::-1], q, mode="hypic", max_new_tokens=2, seam=8)
+    assert warm.stats["hit_segments"] == 4 and warm.stats["miss_segments"] == 0
+    assert warm.stats["recomputed_tokens"] == 3 * 8 + len(q.token_ids)
+    assert warm.stats["cache_bytes"] > 0
+    pic = engine.generate(segs[1:], q, mode="pic", max_new_tokens=1)
+    assert pic.stats["recomputed_tokens"] == len(q.token_ids)
+
+
+def test_cold_parallel_equals_warm(engine):
+    segs, q = _segments([40, 52, 36], seed=6), _query()
+    cold = engine.prompt_logits(segs, q, mode="hypic")
+    warm = engine.prompt_logits(segs, q, mode="hypic")
+    assert torch.equal(cold, warm)
+
+
+def test_exact_cold_policy_is_full_then_makes_entries(checkpoint):
+    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), cold_policy="exact")
+    segs, q = _segments([40, 52, 36], seed=7), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    assert _diff(engine.prompt_logits(segs, q, mode="hypic"), full) < TOL  # every miss ran in context
+    other = _segments([30, 25], seed=9)
+    cold = engine.generate(other, q, mode="hypic", max_new_tokens=1)
+    assert cold.stats["recomputed_tokens"] == cold.stats["prompt_tokens"] and cold.stats["hit_segments"] == 0
+    warm = engine.generate(segs, q, mode="hypic", max_new_tokens=1)
+    assert warm.stats["hit_segments"] == 3  # the entries made after the first request
+
+
+def test_small_segments_skip_the_cache(checkpoint):
+    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), min_cached_tokens=20)
+    segs, q = _segments([40, 10, 36], seed=8), _query()
+    engine.generate(segs, q, mode="hypic", max_new_tokens=1)
+    warm = engine.generate(segs, q, mode="hypic", max_new_tokens=1)
+    assert warm.stats["hit_segments"] == 2 and warm.stats["miss_segments"] == 1
+    assert warm.stats["recomputed_tokens"] == 10 + 8 + len(q.token_ids)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"seam_variant": "C"}, "unknown seam_variant 'C'"),
+        ({"cold_policy": "lazy"}, "unknown cold_policy 'lazy'"),
+        ({"seam": -1}, "seam must be"),
+        ({"seam": 1.5}, "fractional seam"),
+    ],
+)
+def test_bad_engine_options(checkpoint, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Engine.from_pretrained(checkpoint("qwen3_5_text"), **kwargs)
+
+
+def test_bad_seam_per_request(checkpoint):
+    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"))
+    with pytest.raises(ValueError, match="seam must be"):
+        engine.prompt_logits(_segments([10, 10]), _query(), mode="hypic", seam="wide")
