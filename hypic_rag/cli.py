@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
     bench.add_argument("--repeats", type=int, default=3, help="runs per length; the best is kept")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
+    cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
+    cache.add_argument("action", choices=["stats", "clear"])
+    cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -45,6 +48,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.layers < 1 or args.repeats < 1:
             parser.error("--layers and --repeats must be >= 1")
         _write_json(run_bench(args.lengths, args.layers, args.repeats), args.json)
+        return 0
+    if args.command == "cache":
+        from .cache import DiskCacheTier, default_cache_dir
+
+        directory = args.cache_dir or default_cache_dir()
+        if not directory.is_dir():
+            parser.error(f"no segment cache at {directory}")
+        tier = DiskCacheTier(directory)
+        if args.action == "clear":
+            print(f"removed {tier.clear()} entries from {directory}")
+        else:
+            print(json.dumps(tier.stats(), indent=2))
+        tier.close()
         return 0
     return 2
 

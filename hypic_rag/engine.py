@@ -302,6 +302,20 @@ class Engine:
         self.store.clear()
         self.prefix_cache.clear()
 
+    def prefill(
+        self,
+        segments: Sequence[Segment],
+        query: str | Segment,
+        *,
+        mode: str = "hypic",
+        seam: int | float | None = None,
+    ) -> tuple[torch.Tensor, HybridCache]:
+        """The next-token logits ``[V]`` and the cache positioned after the prompt, to continue from."""
+        self._check_mode(mode)
+        logits, cache, _, later = self._prefill(self.build_prompt(segments, query), mode, seam)
+        later()
+        return logits, cache
+
     def prompt_logits(
         self,
         segments: Sequence[Segment],
@@ -311,10 +325,7 @@ class Engine:
         seam: int | float | None = None,
     ) -> torch.Tensor:
         """Next-token logits ``[V]`` at the end of the prompt."""
-        self._check_mode(mode)
-        logits, _, _, later = self._prefill(self.build_prompt(segments, query), mode, seam)
-        later()
-        return logits
+        return self.prefill(segments, query, mode=mode, seam=seam)[0]
 
     def generate(
         self,

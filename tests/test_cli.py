@@ -19,3 +19,26 @@ def test_bad_bench_arguments_are_refused(capsys):
     assert "comma-separated token counts" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "--layers", "0"])
+
+
+def test_cache_stats_and_clear(tmp_path, capsys):
+    import json
+
+    from hypic_rag.cache import DiskCacheTier
+
+    tier = DiskCacheTier(tmp_path)
+    tier.set("a", b"x" * 100)
+    tier.set("b", b"y" * 50_000)
+    tier.close()
+    assert main(["cache", "stats", "--cache-dir", str(tmp_path)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["entries"] == 2 and stats["bytes"] >= 50_100
+    assert main(["cache", "clear", "--cache-dir", str(tmp_path)]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out
+    assert DiskCacheTier(tmp_path).stats()["entries"] == 0
+
+
+def test_cache_command_needs_an_existing_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["cache", "stats", "--cache-dir", str(tmp_path / "missing")])
+    assert "no segment cache at" in capsys.readouterr().err
