@@ -63,12 +63,16 @@ KINDS = ("qwen3_next", "qwen3_next_moe", "qwen3_5_text", "qwen3_5_moe_text")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
-    """Redraw every parameter: matrices ~ N(0, 1/fan_in), norm weights near their neutral value."""
+    """Redraw every parameter: matrices ~ N(0, 1/fan_in), norm weights near their neutral value, and
+    the Gated DeltaNet decay slow enough that states carry information across segments."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(-1.0, 1.0, generator=gen))
+                p.copy_(torch.empty(p.shape).uniform_(-2.0, 1.0, generator=gen))
+            elif name.endswith("dt_bias"):
+                # Trained models forget slowly: exp(g) mostly 0.7-0.99 per token, not ~e^-1.
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5 - 2.0)
             elif p.dim() == 1:
                 neutral = 1.0 if name.endswith("linear_attn.norm.weight") else 0.0
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + neutral)

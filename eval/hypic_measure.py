@@ -1,0 +1,236 @@
+"""HYPIC's fidelity and speed on random-weight checkpoints, all measured in one run.
+
+    python -m hypic_rag.eval.hypic_measure --json hypic-measure.json
+
+1. Fidelity: KL(full ‖ mode) and top-1 agreement at the end of the prompt for ``pic`` and for
+   ``hypic`` with seam w in {0, 4, 8, 16, 32}, variants A and B, on a small random Qwen3.5-style
+   model (8 layers, 3 linear : 1 full) and prompts of 8 random-token segments.
+2. Bytes per cached token, per layer type, on Qwen3.5-0.8B layer shapes.
+3. TTFT on Qwen3.5-0.8B layer shapes (4 layers), 8 segments x 1k tokens + a 64-token query: warm
+   (every segment cached by an earlier request in another order) and cold (nothing cached), for
+   ``full``, ``prefix`` and ``hypic`` under both cold policies.
+4. The small-segment threshold: warm TTFT of many short segments composed from the cache against
+   the same segments prefilled in context.
+
+Times are best-of-``repeats`` wall clock in one process; compare them as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hypic_rag import Engine, Segment
+from hypic_rag.fidelity import kl_divergence, top1_agreement
+from hypic_rag.model import load_model
+from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model
+
+FIDELITY_SHAPES: dict[str, Any] = {
+    **TINY,
+    "vocab_size": 2048,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 8,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "max_position_embeddings": 8192,
+}
+
+
+def _model(shapes: dict[str, Any], seed: int = 0):
+    with tempfile.TemporaryDirectory() as tmp:
+        build_reference_model("qwen3_5_text", shapes, seed).save_pretrained(tmp)
+        return load_model(tmp)
+
+
+def _segments(n: int, length: int, vocab: int, gen: torch.Generator) -> list[Segment]:
+    return [Segment(token_ids=torch.randint(3, vocab, (length,), generator=gen).tolist()) for _ in range(n)]
+
+
+def fidelity(prompts: int, seams: list[int], log: Callable[[str], None]) -> list[dict[str, Any]]:
+    model = _model(FIDELITY_SHAPES)
+    gen = torch.Generator().manual_seed(1)
+    vocab = FIDELITY_SHAPES["vocab_size"]
+    cases = [
+        (_segments(8, 128, vocab, gen), Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist()))
+        for _ in range(prompts)
+    ]
+    rows = []
+    engines = {v: Engine(model, seam_variant=v) for v in ("A", "B")}
+    fulls = [engines["A"].prompt_logits(s, q, mode="full") for s, q in cases]
+    configs = [("pic", "A", 0)] + [("hypic", v, w) for v in ("A", "B") for w in seams]
+    for mode, variant, w in configs:
+        kls, agree = [], []
+        for (segs, q), full in zip(cases, fulls, strict=True):
+            logits = engines[variant].prompt_logits(segs, q, mode=mode, seam=w)
+            kls.append(kl_divergence(full, logits))
+            agree.append(top1_agreement(full, logits))
+        row = {
+            "mode": mode,
+            "variant": variant if mode == "hypic" else "-",
+            "seam": w,
+            "kl_mean": sum(kls) / len(kls),
+            "kl_max": max(kls),
+            "top1": sum(agree) / len(agree),
+        }
+        rows.append(row)
+        log(f"  {mode:<5} variant {row['variant']} seam {w:>2}: KL {row['kl_mean']:.2e} top-1 {row['top1']:.2f}")
+    return rows
+
+
+def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
+    from hypic_rag.prefill import prefill_isolated
+
+    rows = []
+    for n in lengths:
+        entry = prefill_isolated(model, [list(range(3, 3 + n))], [8])[0]
+        linear = sum(
+            e.b.nbytes + e.p.nbytes + e.conv_tail.nbytes + e.p_rest.nbytes + e.b_rest.nbytes
+            for e in entry.linear.values()
+        )
+        attention = sum(e.keys.nbytes + e.values.nbytes for e in entry.attention.values())
+        rows.append(
+            {
+                "tokens": n,
+                "bytes": entry.nbytes,
+                "bytes_per_token": entry.nbytes / n,
+                "linear_bytes": linear,
+                "attention_bytes": attention,
+                "linear_layers": len(entry.linear),
+                "attention_layers": len(entry.attention),
+            }
+        )
+    return rows
+
+
+def _ttft(
+    engine: Engine, segs: list[Segment], q: Segment, mode: str, repeats: int, prepare: Callable[[], None] = lambda: None
+) -> tuple[float, dict[str, Any]]:
+    best, stats = float("inf"), {}
+    for _ in range(repeats):
+        prepare()
+        out = engine.generate(segs, q, mode=mode, max_new_tokens=1)
+        if out.ttft_s < best:
+            best, stats = out.ttft_s, out.stats
+    return best, stats
+
+
+def ttft(model, segments: int, length: int, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    gen = torch.Generator().manual_seed(2)
+    vocab = model.config.vocab_size
+    segs = _segments(segments, length, vocab, gen)
+    q = Segment(token_ids=torch.randint(3, vocab, (64,), generator=gen).tolist(), kind="query")
+    shuffled = [segs[i] for i in torch.randperm(segments, generator=gen).tolist()]
+    rows = []
+
+    def record(case: str, mode: str, t: float, stats: dict[str, Any]) -> None:
+        rows.append(
+            {
+                "case": case,
+                "mode": mode,
+                "ttft_s": t,
+                **{k: stats[k] for k in ("prompt_tokens", "hit_segments", "recomputed_tokens")},
+            }
+        )
+        log(
+            f"  {case:<5} {mode:<15} TTFT {t:7.2f}s  hits {stats['hit_segments']}  "
+            f"recomputed {stats['recomputed_tokens']}"
+        )
+
+    for policy in ("parallel", "exact"):
+        engine = Engine(model, cold_policy=policy)
+        t, stats = _ttft(engine, segs, q, "hypic", repeats, engine.clear_cache)
+        record("cold", f"hypic/{policy}", t, stats)
+    engine = Engine(model)
+    t, stats = _ttft(engine, segs, q, "full", repeats)
+    record("cold", "full", t, stats)
+    record("warm", "full", t, stats)
+    engine.generate(shuffled, q, mode="hypic", max_new_tokens=1)  # an earlier request, another order
+    engine.generate(shuffled, q, mode="prefix", max_new_tokens=1)
+    for mode in ("prefix", "hypic"):
+        t, stats = _ttft(engine, segs, q, mode, repeats)
+        record("warm", mode, t, stats)
+    return rows
+
+
+def threshold(model, lengths: list[int], repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    rows = []
+    gen = torch.Generator().manual_seed(3)
+    vocab = model.config.vocab_size
+    q = Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist(), kind="query")
+    for n in lengths:
+        segs = _segments(max(4, 2048 // n), n, vocab, gen)
+        times = {}
+        for label, min_tokens in (("cached", 0), ("in_context", n + 1)):
+            engine = Engine(model, min_cached_tokens=min_tokens)
+            engine.generate(segs[::-1], q, mode="hypic", max_new_tokens=1)
+            times[label], _ = _ttft(engine, segs, q, "hypic", repeats)
+        rows.append(
+            {
+                "segment_tokens": n,
+                "segments": len(segs),
+                **{f"ttft_{k}_s": v for k, v in times.items()},
+                "cached_speedup": times["in_context"] / times["cached"],
+            }
+        )
+        log(f"  {len(segs)} x {n}-token segments: cached {times['cached']:.3f}s, in context {times['in_context']:.3f}s")
+    return rows
+
+
+def run(
+    prompts: int = 6, repeats: int = 2, segments: int = 8, length: int = 1024, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    log("fidelity on a random 8-layer model, 8 segments x 128 tokens + 16-token query:")
+    fid = fidelity(prompts, [0, 4, 8, 16, 32], log)
+    log("building Qwen3.5-0.8B-shaped random model, 4 layers")
+    big = _model({**QWEN3_5_0_8B_SHAPES, "max_position_embeddings": 65536})
+    log(f"TTFT, {segments} segments x {length} tokens + 64-token query:")
+    times = ttft(big, segments, length, repeats, log)
+    log("bytes per cached token:")
+    sizes = bytes_per_token(big, [64, 256, 1024])
+    for r in sizes:
+        log(f"  {r['tokens']:>5} tokens: {r['bytes_per_token'] / 1024:.1f} KiB/token")
+    log("small-segment threshold (warm, seam 8):")
+    small = threshold(big, [8, 16, 32, 64, 128], repeats, log)
+    warm = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "warm"}
+    cold = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "cold"}
+    return {
+        "fidelity": fid,
+        "ttft": times,
+        "warm_speedup_vs_full": {m: warm["full"] / t for m, t in warm.items()},
+        "cold_speedup_vs_full": {m: cold["full"] / t for m, t in cold.items()},
+        "bytes_per_token": sizes,
+        "threshold": small,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--segments", type=int, default=8)
+    parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    report = run(args.prompts, args.repeats, args.segments, args.length)
+    print(json.dumps({k: report[k] for k in ("warm_speedup_vs_full", "cold_speedup_vs_full")}, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
