@@ -51,11 +51,15 @@ def _prefill_batch(
     cache = model.new_cache()
     cache.capture_transitions = True
     splits = [seams[i] if 0 < seams[i] < len(segments[i]) else 0 for i in rows]
-    if any(splits):
+    starts = [pads[r] + splits[r] for r in range(len(rows))]
+    if all(splits) and len(set(starts)) == 1:
+        cache.rest_split = starts[0]
+    elif any(splits):
         col = torch.arange(width, device=device)[None, :]
-        starts = torch.tensor([pads[r] + (splits[r] or width) for r in range(len(rows))], device=device)
-        cache.rest_mask = col >= starts[:, None]
-    model.hidden_states(ids, cache, pad_mask=pad_mask)
+        first = torch.tensor([s if sp else width for s, sp in zip(starts, splits, strict=True)], device=device)
+        cache.rest_mask = col >= first[:, None]
+    # Without padding the batch runs the plain causal path.
+    model.hidden_states(ids, cache, pad_mask=None if not any(pads) else pad_mask)
 
     for r, i in enumerate(rows):
         entry = SegmentEntry(tuple(segments[i]), splits[r])

@@ -45,8 +45,10 @@ class HybridCache:
         self.layers: list[LinearLayerState | AttentionLayerKV | None] = [None] * config.num_hidden_layers
         self.seq_len = 0
         # Set by an isolated segment prefill: linear layers then also record their transition
-        # operators, the remainder's from the tokens where ``rest_mask`` is True.
+        # operators, and the remainder's: from column ``rest_split`` on when every row splits there,
+        # else from the tokens where ``rest_mask`` is True.
         self.capture_transitions = False
+        self.rest_split: int | None = None
         self.rest_mask: torch.Tensor | None = None
         self.transitions: dict[int, Transition] = {}
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hypic_rag.kernels.algebra import transition
+from hypic_rag.kernels.algebra import split_transition, transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 
 from .cache import HybridCache, Transition
@@ -86,8 +86,14 @@ class GatedDeltaNet(nn.Module):
         k = l2norm(k)
         s0 = state.recurrent if state is not None else None
         if cache is not None and cache.capture_transitions:
-            s_end, p, out = transition(k, v, g, beta, s0, q=q)
-            cache.transitions[self.layer_idx] = self._transition(p, k, v, g, beta, cache.rest_mask)
+            if s0 is not None:
+                raise ValueError("transitions are captured from a zero start only")
+            if cache.rest_split is not None and 0 < cache.rest_split < t:
+                s_end, p, out, b_rest, p_rest = split_transition(q, k, v, g, beta, cache.rest_split)
+                cache.transitions[self.layer_idx] = Transition(p, p_rest, b_rest)
+            else:
+                s_end, p, out, _ = transition(k, v, g, beta, q=q)
+                cache.transitions[self.layer_idx] = self._masked_rest(p, k, v, g, beta, cache.rest_mask)
         elif s0 is not None and t == 1:
             out, s_end = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
         else:
@@ -99,10 +105,11 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(out.reshape(b, t, -1))
 
     @staticmethod
-    def _transition(p, k, v, g, beta, rest_mask: torch.Tensor | None) -> Transition:
-        """The remainder's operator: tokens outside ``rest_mask`` become identities (k = v = g = 0)."""
+    def _masked_rest(p, k, v, g, beta, rest_mask: torch.Tensor | None) -> Transition:
+        """The remainder's operator when rows split at different columns: tokens outside
+        ``rest_mask`` become identities (k = v = g = 0) in a second pass."""
         if rest_mask is None:
             return Transition(p=p)
         keep = rest_mask[:, None, :].to(k.dtype)
-        b_rest, p_rest, _ = transition(k * keep[..., None], v * keep[..., None], g * keep, beta)
+        b_rest, p_rest, _, _ = transition(k * keep[..., None], v * keep[..., None], g * keep, beta)
         return Transition(p=p, p_rest=p_rest, b_rest=b_rest)

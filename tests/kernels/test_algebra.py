@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypic_rag.kernels.algebra import compose, rerotate, transition
+from hypic_rag.kernels.algebra import compose, rerotate, split_transition, transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from hypic_rag.kernels.rope import apply_rope, rope_cos_sin, rope_inv_freq
 
@@ -23,19 +23,35 @@ def _inputs(t: int, seed: int, h: int = 2, dk: int = 16, dv: int = 8):
 def test_transition_is_affine_in_the_start_state(t):
     k, v, g, beta = _inputs(t, seed=t)
     s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(99))
-    end, p, _ = transition(k, v, g, beta)
+    end, p, _, _ = transition(k, v, g, beta)
     _, expected = recurrent_gated_delta_rule(torch.zeros_like(k), k, v, g, beta, s0)
     assert (p @ s0 + end - expected).abs().max() < 1e-5
-    started, p_again, _ = transition(k, v, g, beta, s0)
+    started, p_again, _, _ = transition(k, v, g, beta, s0)
     assert (started - expected).abs().max() < 1e-5 and torch.equal(p, p_again)
 
 
 def test_transition_with_queries_returns_the_ordinary_outputs():
     k, v, g, beta = _inputs(70, seed=3)
     q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(4))) * 0.25
-    _, _, out = transition(k, v, g, beta, q=q)
+    _, _, out, q_tilde = transition(k, v, g, beta, q=q)
     expected, _ = chunk_gated_delta_rule(q, k, v, g, beta)
     assert (out - expected).abs().max() < 1e-5
+    # The correction vectors move zero-start outputs to any start state.
+    s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(5))
+    from_s0, _ = chunk_gated_delta_rule(q, k, v, g, beta, s0)
+    assert (out + q_tilde @ s0 - from_s0).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("t,split", [(70, 8), (64, 63), (130, 64)])
+def test_split_transition_equals_a_whole_pass_and_a_rest_pass(t, split):
+    k, v, g, beta = _inputs(t, seed=t + split)
+    q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(6))) * 0.25
+    b, p, out, b_rest, p_rest = split_transition(q, k, v, g, beta, split)
+    whole_b, whole_p, whole_out, _ = transition(k, v, g, beta, q=q)
+    rest = slice(split, None)
+    exp_b_rest, exp_p_rest, _, _ = transition(k[:, :, rest], v[:, :, rest], g[:, :, rest], beta[:, :, rest])
+    for got, want in ((b, whole_b), (p, whole_p), (out, whole_out), (b_rest, exp_b_rest), (p_rest, exp_p_rest)):
+        assert (got - want).abs().max() < 1e-5
 
 
 def test_composed_segments_equal_one_run_over_their_concatenation():
