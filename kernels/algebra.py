@@ -1,18 +1,62 @@
-"""The state algebra of HYPIC (HYPIC.md §3), in torch: the reference every faster kernel must match.
+"""The state algebra of HYPIC (HYPIC.md §3): each operation's torch reference with its Triton kernel.
 
-- ``transition``: a segment's zero-start end state ``B`` and transition operator ``P`` per value
-  head, so that ``S_end = P @ S_start + B``. One pass of the chunked delta rule computes both: run
-  it with values ``[v | 0]`` from the initial state ``[S0 | I]``; the end state is ``[P S0 + B | P]``.
+- ``transition``: a segment's end state and transition operator ``P`` per value head, with
+  ``state = P @ S0 + B`` (``B`` the zero-start end state). One pass of the chunked (UT/WY) delta rule
+  gives both: run it with values ``[v | 0]`` from the initial state ``[S0 | I]``; the end state is
+  ``[P S0 + B | P]``. Per chunk it solves one C x C triangular system; no d x d matrix per token.
 - ``compose``: chain cached segments left to right, ``S <- P_i S + B_i``.
 - ``rerotate``: move RoPE-rotated keys to new positions, ``R(p + d) = R(d) R(p)``.
+
+Convention (transformers' and fla's): ``S_t = exp(g_t)(I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``.
+Public shapes follow fla: ``k [N, T, H, K]``, ``v [N, T, H, V]``, ``g, beta [N, T, H]``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .backend import HAS_TRITON, resolve
 from .delta_rule import chunk_gated_delta_rule
 from .rope import apply_rope, rope_cos_sin
+
+# -- transition ---------------------------------------------------------------------------------
+
+
+def _check_transition(k, v, g, beta, initial_state, q) -> None:
+    if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must be [N, T, H, D] with matching N, T, H; got {tuple(k.shape)}, {tuple(v.shape)}")
+    if g.shape != k.shape[:3] or beta.shape != k.shape[:3]:
+        raise ValueError(f"g and beta must be [N, T, H] = {tuple(k.shape[:3])}")
+    n, _, h, dk = k.shape
+    if initial_state is not None and initial_state.shape != (n, h, dk, v.shape[-1]):
+        raise ValueError(f"initial_state must be [N, H, K, V] = {(n, h, dk, v.shape[-1])}")
+    if q is not None and q.shape != k.shape:
+        raise ValueError("q must have k's shape")
+
+
+def transition_reference(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    *,
+    q: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, ...]:
+    """Torch reference of ``transition``; same arguments and results."""
+    k_, v_, g_, b_ = (x.transpose(1, 2).float() for x in (k, v, g, beta))
+    n, h, t, dk = k_.shape
+    dv = v_.shape[-1]
+    values = torch.cat((v_, v_.new_zeros(n, h, t, dk)), dim=-1)
+    eye = torch.eye(dk, dtype=torch.float32, device=k.device).expand(n, h, dk, dk)
+    s0 = k_.new_zeros(n, h, dk, dv) if initial_state is None else initial_state.float()
+    q_ = q.transpose(1, 2).float() if q is not None else k_.new_zeros(n, h, t, dk)
+    out, state = chunk_gated_delta_rule(q_, k_, values, g_, b_, torch.cat((s0, eye), dim=-1), chunk_size)
+    if q is None:
+        return state[..., :dv], state[..., dv:]
+    out = out.transpose(1, 2)
+    return state[..., :dv], state[..., dv:], out[..., :dv], out[..., dv:]
 
 
 def transition(
@@ -22,55 +66,189 @@ def transition(
     beta: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     *,
-    q: torch.Tensor | None = None,
     chunk_size: int = 64,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """End state ``[B, H, K, V]`` (``P @ S0 + B``; ``B`` when ``initial_state`` is None), ``P [B, H, K, K]``,
-    and, with ``q``, the ordinary outputs ``[B, H, T, V]`` and the correction vectors ``P_t^T q_t``
-    ``[B, H, T, K]`` that turn zero-start outputs into outputs from any start: ``o_t(S) = o_t(0) + S^T q~_t``.
+    backend: str = "auto",
+    q: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """``(state [N, H, K, V], P [N, H, K, K])``, fp32; ``state = P @ S0 + B``.
 
-    Inputs are ``[B, H, T, D]`` fp32, k L2-normalised, as for ``chunk_gated_delta_rule``."""
-    b, h, t, dk = k.shape
-    dv = v.shape[-1]
-    values = torch.cat((v, v.new_zeros(b, h, t, dk)), dim=-1)
-    eye = torch.eye(dk, dtype=k.dtype, device=k.device).expand(b, h, dk, dk)
-    s0 = k.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(k)
-    q_in = q if q is not None else k.new_zeros(b, h, t, dk)
-    out, state = chunk_gated_delta_rule(q_in, k, values, g, beta, torch.cat((s0, eye), dim=-1), chunk_size)
-    if q is None:
-        return state[..., :dv], state[..., dv:], None, None
-    return state[..., :dv], state[..., dv:], out[..., :dv], out[..., dv:]
+    With ``q [N, T, H, K]`` (scaled, L2-normalised) it also returns the ordinary outputs
+    ``[N, T, H, V]`` and the correction vectors ``P_t^T q_t`` ``[N, T, H, K]``, which move zero-start
+    outputs to any start: ``o_t(S) = o_t(0) + S^T q~_t``."""
+    _check_transition(k, v, g, beta, initial_state, q)
+    if resolve(backend, k) == "triton":
+        return _transition_triton(k, v, g, beta, initial_state, q, chunk_size)
+    return transition_reference(k, v, g, beta, initial_state, q=q, chunk_size=chunk_size)
 
 
 def split_transition(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, split: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A zero-start segment's ``(B, P, outputs, B_rest, P_rest)`` with the operator of tokens ``[split, T)``
-    too, in one augmented pass: the head and the rest run separately and compose, and the rest's
-    outputs are corrected to start from the head's end state."""
-    sl_h, sl_r = slice(None, split), slice(split, None)
-    b_head, p_head, o_head, _ = transition(
-        k[:, :, sl_h], v[:, :, sl_h], g[:, :, sl_h], beta[:, :, sl_h], q=q[:, :, sl_h]
-    )
-    b_rest, p_rest, o_rest, q_tilde = transition(
-        k[:, :, sl_r], v[:, :, sl_r], g[:, :, sl_r], beta[:, :, sl_r], q=q[:, :, sl_r]
-    )
-    assert o_head is not None and o_rest is not None and q_tilde is not None
-    out = torch.cat((o_head, o_rest + q_tilde @ b_head), dim=2)
-    return p_rest @ b_head + b_rest, p_rest @ p_head, out, b_rest, p_rest
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, split: int, **kw
+) -> tuple[torch.Tensor, ...]:
+    """A zero-start segment's ``(B, P, outputs, B_rest, P_rest)``, with the operator of tokens
+    ``[split, T)`` as well, at the cost of one pass: head and rest run apart and compose, and the
+    rest's outputs are moved to start from the head's end state."""
+    head, rest = slice(None, split), slice(split, None)
+    b_head, p_head, o_head, _ = transition(k[:, head], v[:, head], g[:, head], beta[:, head], q=q[:, head], **kw)
+    b_rest, p_rest, o_rest, q_tilde = transition(k[:, rest], v[:, rest], g[:, rest], beta[:, rest], q=q[:, rest], **kw)
+    moved = o_rest + torch.einsum("nthk,nhkv->nthv", q_tilde, b_head)
+    return p_rest @ b_head + b_rest, p_rest @ p_head, torch.cat((o_head, moved), dim=1), b_rest, p_rest
 
 
-def compose(p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor | None = None) -> torch.Tensor:
-    """States after each segment ``[S, ..., K, V]``: ``out[i] = P[i] @ out[i-1] + B[i]`` from ``s0`` or zero."""
-    state = torch.zeros_like(b[0]) if s0 is None else s0.to(b)
+# -- compose ------------------------------------------------------------------------------------
+
+
+def compose_reference(p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor | None = None) -> torch.Tensor:
+    """Torch reference of ``compose``."""
+    state = torch.zeros_like(b[0], dtype=torch.float32) if s0 is None else s0.float()
     outs = []
     for i in range(p.shape[0]):
-        state = p[i] @ state + b[i]
+        state = p[i].float() @ state + b[i].float()
         outs.append(state)
     return torch.stack(outs)
+
+
+def compose(p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:
+    """States after each segment, ``[S, H, K, V]`` fp32: ``out[i] = P[i] @ out[i-1] + B[i]``, from ``s0``
+    ``[H, K, V]`` or zero. ``P`` is ``[S, H, K, K]``, ``B`` is ``[S, H, K, V]``."""
+    if p.dim() != 4 or b.dim() != 4 or p.shape[:3] != b.shape[:3] or p.shape[-1] != p.shape[-2]:
+        raise ValueError(f"P must be [S, H, K, K] and B [S, H, K, V]; got {tuple(p.shape)}, {tuple(b.shape)}")
+    if s0 is not None and s0.shape != b.shape[1:]:
+        raise ValueError(f"s0 must be [H, K, V] = {tuple(b.shape[1:])}")
+    if resolve(backend, p) == "triton":
+        return _compose_triton(p, b, s0)
+    return compose_reference(p, b, s0)
+
+
+# -- rerotate -----------------------------------------------------------------------------------
 
 
 def rerotate(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     """Keys ``[..., T, D]`` rotated at positions ``p`` become keys rotated at ``p + delta`` (``delta [T]``)."""
     cos, sin = rope_cos_sin(inv_freq, delta)
     return apply_rope(keys.float(), cos, sin).to(keys.dtype)
+
+
+# -- Triton -------------------------------------------------------------------------------------
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _transition_kernel(
+        Q, K, V, G, BETA, S0, STATE, P, O,
+        T, H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+        HAS_S0: tl.constexpr, HAS_Q: tl.constexpr,
+    ):  # fmt: skip
+        """One (sequence, head) and one block of BV augmented columns ``[v | 0]`` per program; the
+        state block ``[BK, BV]`` stays in registers while the chunks stream past."""
+        nh = tl.program_id(0)
+        n = nh // H
+        h = nh % H
+        rt = tl.arange(0, BT)
+        rk = tl.arange(0, BK)
+        cols = tl.program_id(1) * BV + tl.arange(0, BV)
+        mk = rk < DK
+        is_val = cols < DV
+        is_id = (cols >= DV) & (cols < DV + DK)
+        eye_cols = (rk[:, None] == (cols - DV)[None, :]) & is_id[None, :]
+        state = tl.where(eye_cols, 1.0, 0.0)
+        if HAS_S0:
+            s0_ptr = S0 + ((n * H + h) * DK + rk[:, None]) * DV + cols[None, :]
+            state += tl.load(s0_ptr, mask=mk[:, None] & is_val[None, :], other=0.0).to(tl.float32)
+        lower = rt[:, None] >= rt[None, :]
+        strict = rt[:, None] > rt[None, :]
+        for c in range(0, T, BT):
+            t_idx = c + rt
+            mt = t_idx < T
+            tok = (n * T + t_idx) * H + h
+            kc = tl.load(K + tok[:, None] * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0).to(tl.float32)
+            vc = tl.load(V + tok[:, None] * DV + cols[None, :], mask=mt[:, None] & is_val[None, :], other=0.0)
+            vc = vc.to(tl.float32)
+            gc = tl.load(G + tok, mask=mt, other=0.0).to(tl.float32)
+            bc = tl.load(BETA + tok, mask=mt, other=0.0).to(tl.float32)
+            gcum = tl.cumsum(gc, axis=0)
+            diff = tl.where(lower, gcum[:, None] - gcum[None, :], 0.0)
+            decay = tl.where(lower, tl.exp(diff), 0.0)
+            kb = kc * bc[:, None]
+            a = tl.where(strict, tl.dot(kb, tl.trans(kc), input_precision="ieee") * decay, 0.0)
+            # (I + A)^-1 by forward substitution, a row at a time: rows above i are final.
+            tinv = tl.where(rt[:, None] == rt[None, :], 1.0, 0.0)
+            for i in range(1, BT):
+                a_i = tl.sum(tl.where(rt[:, None] == i, a, 0.0), axis=0)
+                row = -tl.sum(a_i[:, None] * tinv, axis=0)
+                tinv = tl.where(rt[:, None] == i, tinv + row[None, :], tinv)
+            u = tl.dot(tinv, vc * bc[:, None], input_precision="ieee")
+            w = tl.dot(tinv, kb * tl.exp(gcum)[:, None], input_precision="ieee")
+            v_new = u - tl.dot(w, state, input_precision="ieee")
+            if HAS_Q:
+                qc = tl.load(Q + tok[:, None] * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
+                qc = qc.to(tl.float32)
+                intra = tl.dot(qc, tl.trans(kc), input_precision="ieee") * decay
+                o = tl.dot(qc * tl.exp(gcum)[:, None], state, input_precision="ieee")
+                o += tl.dot(intra, v_new, input_precision="ieee")
+                o_cols = DV + DK
+                tl.store(O + tok[:, None] * o_cols + cols[None, :], o, mask=mt[:, None] & (cols < o_cols)[None, :])
+            g_last = tl.sum(tl.where(rt == BT - 1, gcum, 0.0), axis=0)
+            k_end = kc * tl.exp(g_last - gcum)[:, None]
+            state = state * tl.exp(g_last) + tl.dot(tl.trans(k_end), v_new, input_precision="ieee")
+        base = (n * H + h) * DK + rk[:, None]
+        tl.store(STATE + base * DV + cols[None, :], state, mask=mk[:, None] & is_val[None, :])
+        tl.store(P + base * DK + (cols - DV)[None, :], state, mask=mk[:, None] & is_id[None, :])
+
+    @triton.jit
+    def _compose_kernel(
+        P, B, S0, OUT, S, H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+        BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr,
+    ):  # fmt: skip
+        h = tl.program_id(0)
+        rk = tl.arange(0, BK)
+        rv = tl.program_id(1) * BV + tl.arange(0, BV)
+        mk = rk < DK
+        mv = rv < DV
+        kv_mask = mk[:, None] & mv[None, :]
+        kv_off = (h * DK + rk[:, None]) * DV + rv[None, :]
+        if HAS_S0:
+            state = tl.load(S0 + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+        else:
+            state = tl.zeros([BK, BV], dtype=tl.float32)
+        for i in range(S):
+            p_off = ((i * H + h) * DK + rk[:, None]) * DK + rk[None, :]
+            p = tl.load(P + p_off, mask=mk[:, None] & mk[None, :], other=0.0).to(tl.float32)
+            b = tl.load(B + i * H * DK * DV + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+            state = tl.dot(p, state, input_precision="ieee") + b
+            tl.store(OUT + i * H * DK * DV + kv_off, state, mask=kv_mask)
+
+
+def _block(dim: int) -> int:
+    return max(16, triton.next_power_of_2(dim))
+
+
+def _transition_triton(k, v, g, beta, initial_state, q, chunk_size):
+    n, t, h, dk = k.shape
+    dv = v.shape[-1]
+    k, v, g, beta = (x.contiguous() for x in (k, v, g, beta))
+    state = torch.empty(n, h, dk, dv, dtype=torch.float32, device=k.device)
+    p = torch.empty(n, h, dk, dk, dtype=torch.float32, device=k.device)
+    out = torch.empty(n, t, h, dv + dk, dtype=torch.float32, device=k.device) if q is not None else state
+    bv = min(64, _block(dv + dk))
+    grid = (n * h, triton.cdiv(dv + dk, bv))
+    s0 = initial_state.float().contiguous() if initial_state is not None else state
+    _transition_kernel[grid](
+        q.contiguous() if q is not None else k, k, v, g, beta, s0, state, p, out,
+        t, h, dk, dv, max(16, chunk_size), _block(dk), bv, initial_state is not None, q is not None,
+    )  # fmt: skip
+    if q is None:
+        return state, p
+    return state, p, out[..., :dv], out[..., dv:]
+
+
+def _compose_triton(p, b, s0):
+    s, h, dk, dv = b.shape
+    out = torch.empty(s, h, dk, dv, dtype=torch.float32, device=b.device)
+    bv = min(64, _block(dv))
+    p, b = p.contiguous(), b.contiguous()
+    start = s0.contiguous() if s0 is not None else out
+    _compose_kernel[(h, triton.cdiv(dv, bv))](p, b, start, out, s, h, dk, dv, _block(dk), bv, s0 is not None)
+    return out

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-import pytest
-import torch
+# Triton kernels read this when they are decorated, so it is set before anything imports them; the
+# kernels run only where a test forces backend="triton".
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from hypic_rag.model.synthetic import build_checkpoint
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from hypic_rag.model.synthetic import build_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")

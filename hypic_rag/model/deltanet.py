@@ -81,9 +81,9 @@ class GatedDeltaNet(nn.Module):
         if rep > 1:
             q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
         v = v.reshape(b, t, self.num_v_heads, self.dv)
-        q, k, v, g, beta = (y.transpose(1, 2).float() for y in (q, k, v, g, beta))
-        q = l2norm(q) * self.dk**-0.5
-        k = l2norm(k)
+        q = l2norm(q.float()) * self.dk**-0.5
+        k = l2norm(k.float())
+        v, g, beta = v.float(), g.float(), beta.float()
         s0 = state.recurrent if state is not None else None
         if cache is not None and cache.capture_transitions:
             if s0 is not None:
@@ -94,13 +94,16 @@ class GatedDeltaNet(nn.Module):
             else:
                 s_end, p, out, _ = transition(k, v, g, beta, q=q)
                 cache.transitions[self.layer_idx] = self._masked_rest(p, k, v, g, beta, cache.rest_mask)
-        elif s0 is not None and t == 1:
-            out, s_end = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
         else:
-            out, s_end = chunk_gated_delta_rule(q, k, v, g, beta, s0)
+            q, k, v, g, beta = (y.transpose(1, 2) for y in (q, k, v, g, beta))
+            if s0 is not None and t == 1:
+                out, s_end = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
+            else:
+                out, s_end = chunk_gated_delta_rule(q, k, v, g, beta, s0)
+            out = out.transpose(1, 2)
         if cache is not None:
             cache.set_linear(self.layer_idx, tail, s_end)
-        out = out.transpose(1, 2).to(x.dtype)
+        out = out.to(x.dtype)
         out = self.norm(out, z.view(b, t, self.num_v_heads, self.dv))
         return self.out_proj(out.reshape(b, t, -1))
 
@@ -110,6 +113,6 @@ class GatedDeltaNet(nn.Module):
         ``rest_mask`` become identities (k = v = g = 0) in a second pass."""
         if rest_mask is None:
             return Transition(p=p)
-        keep = rest_mask[:, None, :].to(k.dtype)
-        b_rest, p_rest, _, _ = transition(k * keep[..., None], v * keep[..., None], g * keep, beta)
+        keep = rest_mask[:, :, None].to(k.dtype)
+        b_rest, p_rest = transition(k * keep[..., None], v * keep[..., None], g * keep, beta)
         return Transition(p=p, p_rest=p_rest, b_rest=b_rest)

@@ -1,45 +1,75 @@
-"""The state algebra against the token recurrence it stands for (HYPIC.md §3), fp32."""
+"""The state algebra against the token recurrence it stands for (HYPIC.md §3), on both backends.
+
+Triton runs under TRITON_INTERPRET=1 on CPU tensors (set in conftest before the kernels load)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hypic_rag.kernels.algebra import compose, rerotate, split_transition, transition
+from hypic_rag.kernels.algebra import compose, compose_reference, rerotate, split_transition, transition
+from hypic_rag.kernels.backend import HAS_TRITON
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from hypic_rag.kernels.rope import apply_rope, rope_cos_sin, rope_inv_freq
 
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="needs triton"))]
 
-def _inputs(t: int, seed: int, h: int = 2, dk: int = 16, dv: int = 8):
+
+def _inputs(t: int, seed: int, h: int = 2, dk: int = 16, dv: int = 8, dtype=torch.float32):
+    """fla layout: k [N, T, H, K], v [N, T, H, V], g and beta [N, T, H]."""
     gen = torch.Generator().manual_seed(seed)
-    k = l2norm(torch.randn(1, h, t, dk, generator=gen))
-    v = torch.randn(1, h, t, dv, generator=gen)
-    g = -torch.rand(1, h, t, generator=gen) * 0.3
-    beta = torch.rand(1, h, t, generator=gen)
-    return k, v, g, beta
+    k = l2norm(torch.randn(1, t, h, dk, generator=gen))
+    v = torch.randn(1, t, h, dv, generator=gen)
+    g = -torch.rand(1, t, h, generator=gen) * 0.3
+    beta = torch.rand(1, t, h, generator=gen)
+    return tuple(x.to(dtype) for x in (k, v, g, beta))
 
 
-@pytest.mark.parametrize("t", [1, 50, 64, 130])
-def test_transition_is_affine_in_the_start_state(t):
+def _token_recurrence(k, v, g, beta, s0=None):
+    """The documented update, token by token, in the [N, H, T, D] layout the recurrence uses."""
+    k_, v_, g_, b_ = (x.transpose(1, 2).float() for x in (k, v, g, beta))
+    return recurrent_gated_delta_rule(torch.zeros_like(k_), k_, v_, g_, b_, s0)[1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t,chunk", [(1, 16), (50, 16), (64, 64), (130, 64)])
+def test_transition_is_affine_in_the_start_state(backend, t, chunk):
     k, v, g, beta = _inputs(t, seed=t)
     s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(99))
-    end, p, _, _ = transition(k, v, g, beta)
-    _, expected = recurrent_gated_delta_rule(torch.zeros_like(k), k, v, g, beta, s0)
-    assert (p @ s0 + end - expected).abs().max() < 1e-5
-    started, p_again, _, _ = transition(k, v, g, beta, s0)
-    assert (started - expected).abs().max() < 1e-5 and torch.equal(p, p_again)
+    end, p = transition(k, v, g, beta, chunk_size=chunk, backend=backend)
+    assert (p @ s0 + end - _token_recurrence(k, v, g, beta, s0)).abs().max() < 1e-5
+    started, p_again = transition(k, v, g, beta, s0, chunk_size=chunk, backend=backend)
+    assert (started - _token_recurrence(k, v, g, beta, s0)).abs().max() < 1e-5
+    assert (p - p_again).abs().max() < 1e-6
 
 
-def test_transition_with_queries_returns_the_ordinary_outputs():
+@pytest.mark.skipif(not HAS_TRITON, reason="needs triton")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("h,dk,dv,t", [(3, 16, 32, 77), (1, 32, 16, 40), (2, 20, 12, 33)])
+def test_triton_transition_agrees_with_torch(dtype, h, dk, dv, t):
+    k, v, g, beta = _inputs(t, seed=h * t, h=h, dk=dk, dv=dv, dtype=dtype)
+    q = (l2norm(torch.randn(1, t, h, dk, generator=torch.Generator().manual_seed(1))) * dk**-0.5).to(dtype)
+    s0 = torch.randn(1, h, dk, dv, generator=torch.Generator().manual_seed(2))
+    ref = transition(k, v, g, beta, s0, q=q, chunk_size=32, backend="torch")
+    tri = transition(k, v, g, beta, s0, q=q, chunk_size=32, backend="triton")
+    for a, b in zip(ref, tri, strict=True):
+        assert a.dtype == b.dtype == torch.float32
+        assert (a - b).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transition_with_queries_returns_the_ordinary_outputs(backend):
     k, v, g, beta = _inputs(70, seed=3)
     q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(4))) * 0.25
-    _, _, out, q_tilde = transition(k, v, g, beta, q=q)
-    expected, _ = chunk_gated_delta_rule(q, k, v, g, beta)
-    assert (out - expected).abs().max() < 1e-5
+    _, _, out, q_tilde = transition(k, v, g, beta, q=q, chunk_size=32, backend=backend)
+    qt, kt, vt, gt, bt = (x.transpose(1, 2) for x in (q, k, v, g, beta))
+    expected, _ = chunk_gated_delta_rule(qt, kt, vt, gt, bt)
+    assert (out - expected.transpose(1, 2)).abs().max() < 1e-5
     # The correction vectors move zero-start outputs to any start state.
     s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(5))
-    from_s0, _ = chunk_gated_delta_rule(q, k, v, g, beta, s0)
-    assert (out + q_tilde @ s0 - from_s0).abs().max() < 1e-5
+    from_s0, _ = chunk_gated_delta_rule(qt, kt, vt, gt, bt, s0)
+    moved = out + torch.einsum("nthk,nhkv->nthv", q_tilde, s0)
+    assert (moved - from_s0.transpose(1, 2)).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("t,split", [(70, 8), (64, 63), (130, 64)])
@@ -48,28 +78,42 @@ def test_split_transition_equals_a_whole_pass_and_a_rest_pass(t, split):
     q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(6))) * 0.25
     b, p, out, b_rest, p_rest = split_transition(q, k, v, g, beta, split)
     whole_b, whole_p, whole_out, _ = transition(k, v, g, beta, q=q)
-    rest = slice(split, None)
-    exp_b_rest, exp_p_rest, _, _ = transition(k[:, :, rest], v[:, :, rest], g[:, :, rest], beta[:, :, rest])
+    exp_b_rest, exp_p_rest = transition(k[:, split:], v[:, split:], g[:, split:], beta[:, split:])
     for got, want in ((b, whole_b), (p, whole_p), (out, whole_out), (b_rest, exp_b_rest), (p_rest, exp_p_rest)):
         assert (got - want).abs().max() < 1e-5
 
 
-def test_composed_segments_equal_one_run_over_their_concatenation():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_composed_segments_equal_one_run_over_their_concatenation(backend):
     parts = [_inputs(t, seed=10 + t) for t in (23, 64, 41)]
-    ps, bs = zip(*[transition(*x)[1::-1] for x in parts], strict=True)
-    states = compose(torch.stack(ps), torch.stack(bs))
-    k, v, g, beta = (torch.cat(xs, dim=2 if xs[0].dim() == 4 else 2) for xs in zip(*parts, strict=True))
-    _, whole = recurrent_gated_delta_rule(torch.zeros_like(k), k, v, g, beta)
-    assert states.shape[0] == 3
-    assert (states[-1] - whole).abs().max() < 1e-5
+    ends, ps = zip(*[transition(*x, backend=backend) for x in parts], strict=True)
+    states = compose(torch.cat(ps), torch.cat(ends), backend=backend)
+    whole = _token_recurrence(*(torch.cat(xs, dim=1) for xs in zip(*parts, strict=True)))
+    assert states.shape == (3, 2, 16, 8)
+    assert (states[-1] - whole[0]).abs().max() < 1e-5
 
 
-def test_compose_from_a_start_state():
-    p = torch.randn(2, 3, 4, 4) * 0.5
-    b = torch.randn(2, 3, 4, 5)
-    s0 = torch.randn(3, 4, 5)
-    out = compose(p, b, s0)
-    assert torch.allclose(out[1], p[1] @ (p[0] @ s0 + b[0]) + b[1], atol=1e-6)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compose_from_a_start_state(backend):
+    gen = torch.Generator().manual_seed(0)
+    p = torch.randn(3, 2, 20, 20, generator=gen) * 0.3
+    b = torch.randn(3, 2, 20, 12, generator=gen)
+    s0 = torch.randn(2, 20, 12, generator=gen)
+    out = compose(p, b, s0, backend=backend)
+    assert torch.allclose(out[1], p[1] @ (p[0] @ s0 + b[0]) + b[1], atol=1e-5)
+    assert (out - compose_reference(p, b, s0)).abs().max() < 1e-5
+
+
+def test_bad_shapes_and_backends():
+    k, v, g, beta = _inputs(10, seed=0)
+    with pytest.raises(ValueError, match=r"g and beta must be \[N, T, H\]"):
+        transition(k, v, g[:, :5], beta)
+    with pytest.raises(ValueError, match="initial_state must be"):
+        transition(k, v, g, beta, torch.zeros(1, 2, 16, 16))
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        transition(k, v, g, beta, backend="cuda")
+    with pytest.raises(ValueError, match=r"P must be \[S, H, K, K\]"):
+        compose(torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, 5))
 
 
 def test_rerotation_moves_keys_to_new_positions():
