@@ -1,9 +1,10 @@
 """Continuing a prompt's cache through a cached segment (HYPIC.md §3-§4).
 
 The first ``seam`` tokens run through every layer in context; the rest of the segment comes from
-its entry: linear states composed with its operator, conv tail copied, K re-rotated to the new
-positions. Variant ``"A"`` composes the whole segment's operator onto the state before the seam;
-``"B"`` composes the remainder's operator onto the fresh state after it.
+its entry: linear states composed with its operator, conv tail copied, K placed at the new
+positions with the rotation it still owes (``stitch`` applies it). Variant ``"A"`` composes the
+whole segment's operator onto the state before the seam; ``"B"`` composes the remainder's operator
+onto the fresh state after it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .cache.entry import SegmentEntry
-from .kernels.algebra import compose, rerotate
+from .kernels.algebra import compose
 from .model import HybridModel
 from .model.cache import HybridCache
 
@@ -60,9 +61,7 @@ def install_segment(model: HybridModel, cache: HybridCache, entry: SegmentEntry,
         cache.set_linear(i, lin.conv_tail[None].to(model.dtype), state[None])
     positions = torch.arange(offset + w, offset + n, device=device)
     shift = torch.full((n - w,), offset, device=device)
-    for i, att in entry.attention.items():
-        keys = att.keys[:, w:]
-        keys = rerotate(keys, shift, model.inv_freq) if offset else keys
-        cache.append_kv(i, keys[None], att.values[None, :, w:], positions)
+    for i, att in entry.attention.items():  # keys stay at 0..L-1; stitch moves them by `shift`
+        cache.append_kv(i, att.keys[None, :, w:], att.values[None, :, w:], positions, shift)
     cache.seq_len = offset + n
     return w

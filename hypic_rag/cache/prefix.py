@@ -26,7 +26,7 @@ class PrefixNode:
     @property
     def nbytes(self) -> int:
         lin = sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
-        return lin + sum(k.keys.nbytes + k.values.nbytes + k.positions.nbytes for k in self.kv.values())
+        return lin + sum(k.keys.nbytes + k.values.nbytes + k.positions.nbytes * 2 for k in self.kv.values())
 
 
 class PrefixCache:
@@ -65,6 +65,7 @@ class PrefixCache:
                 torch.cat([p.keys for p in parts], dim=2),
                 torch.cat([p.values for p in parts], dim=2),
                 torch.cat([p.positions for p in parts]),
+                torch.cat([p.shift for p in parts]),
             )
         cache.seq_len = last.seq_len
 
@@ -80,7 +81,10 @@ class PrefixCache:
             elif isinstance(layer, AttentionLayerKV):
                 sel = layer.positions >= start
                 kv[i] = AttentionLayerKV(
-                    layer.keys[:, :, sel].clone(), layer.values[:, :, sel].clone(), layer.positions[sel].clone()
+                    layer.keys[:, :, sel].clone(),
+                    layer.values[:, :, sel].clone(),
+                    layer.positions[sel].clone(),
+                    layer.shift[sel].clone(),
                 )
         node = PrefixNode(cache.seq_len, linear, kv)
         if node.nbytes > self.memory_bytes:

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hypic_rag.kernels.rope import apply_rope
+from hypic_rag.kernels.stitch import stitch
 
 from .cache import HybridCache
 from .config import HybridConfig
@@ -37,11 +38,12 @@ class GatedAttention(nn.Module):
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         cache: HybridCache | None,
         pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``pad_mask [B, T]`` (True for real tokens) hides padding keys; it is for a fresh cache only."""
+        """``rope`` is (cos, sin) at ``positions`` and the inverse frequencies. ``pad_mask [B, T]``
+        (True for real tokens) hides padding keys; it is for a fresh cache only."""
         b, t, _ = x.shape
         hd = self.head_dim
         q, gate = self.q_proj(x).view(b, t, self.num_heads, 2 * hd).chunk(2, dim=-1)
@@ -49,27 +51,27 @@ class GatedAttention(nn.Module):
         q = self.q_norm(q).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, hd)).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)
-        cos, sin = rope
+        cos, sin, inv_freq = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
-        mask = None
-        causal = True
         if cache is not None:
             kv = cache.append_kv(self.layer_idx, k, v, positions)
-            if kv.keys.shape[2] != t:
-                k, v = kv.keys, kv.values
-                causal = False
-                if t > 1 or bool((kv.positions > positions[-1]).any()):
-                    mask = kv.positions[None, :] <= positions[:, None]
+            if kv.keys.shape[2] != t:  # earlier tokens are cached: attend over the reassembled KV
+                if pad_mask is not None:
+                    raise ValueError("pad_mask needs a fresh cache")
+                out = stitch(q, kv.keys, kv.values, positions, kv.positions, kv.shift, inv_freq, scale=hd**-0.5)
+                return self._output(out, gate)
+        mask = None
         if pad_mask is not None:
-            if mask is not None:
-                raise ValueError("pad_mask needs a fresh cache")
             eye = torch.eye(t, dtype=torch.bool, device=x.device)
             # Each padding query sees itself, so no softmax row is empty (an empty row gives NaN).
             mask = (torch.ones_like(eye).tril() & pad_mask[:, None, None, :]) | eye
-            causal = False
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal and t > 1, scale=hd**-0.5, enable_gqa=True
+            q, k, v, attn_mask=mask, is_causal=mask is None and t > 1, scale=hd**-0.5, enable_gqa=True
         )
+        return self._output(out, gate)
+
+    def _output(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, -1) * torch.sigmoid(gate)
         return self.o_proj(out)

@@ -32,9 +32,10 @@ class Transition:
 
 @dataclass
 class AttentionLayerKV:
-    keys: torch.Tensor  # [B, kv_heads, S, head_dim], rotated at `positions`
+    keys: torch.Tensor  # [B, kv_heads, S, head_dim], rotated at `positions - shift`
     values: torch.Tensor  # [B, kv_heads, S, head_dim]
-    positions: torch.Tensor  # [S], int64
+    positions: torch.Tensor  # [S] int64: where each key sits in the prompt
+    shift: torch.Tensor  # [S] int64: the rotation still owed to reach `positions` (0 for fresh keys)
 
 
 class HybridCache:
@@ -66,14 +67,23 @@ class HybridCache:
         self.layers[idx] = LinearLayerState(conv=conv, recurrent=recurrent)
 
     def append_kv(
-        self, idx: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+        self,
+        idx: int,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        positions: torch.Tensor,
+        shift: torch.Tensor | None = None,
     ) -> AttentionLayerKV:
+        """Add keys rotated at ``positions - shift`` (``shift`` None: already at ``positions``)."""
+        if shift is None:
+            shift = torch.zeros_like(positions)
         old = self.attention(idx)
         if old is not None:
             keys = torch.cat((old.keys, keys), dim=2)
             values = torch.cat((old.values, values), dim=2)
             positions = torch.cat((old.positions, positions))
-        kv = AttentionLayerKV(keys=keys, values=values, positions=positions)
+            shift = torch.cat((old.shift, shift))
+        kv = AttentionLayerKV(keys=keys, values=values, positions=positions, shift=shift)
         self.layers[idx] = kv
         return kv
 
@@ -83,7 +93,7 @@ class HybridCache:
             if isinstance(layer, LinearLayerState):
                 total += layer.conv.nbytes + layer.recurrent.nbytes
             elif isinstance(layer, AttentionLayerKV):
-                total += layer.keys.nbytes + layer.values.nbytes + layer.positions.nbytes
+                total += layer.keys.nbytes + layer.values.nbytes + layer.positions.nbytes + layer.shift.nbytes
         return total
 
     def clone(self) -> HybridCache:
@@ -94,7 +104,9 @@ class HybridCache:
             if isinstance(layer, LinearLayerState):
                 other.layers[i] = LinearLayerState(layer.conv.clone(), layer.recurrent.clone())
             elif isinstance(layer, AttentionLayerKV):
-                other.layers[i] = AttentionLayerKV(layer.keys.clone(), layer.values.clone(), layer.positions.clone())
+                other.layers[i] = AttentionLayerKV(
+                    layer.keys.clone(), layer.values.clone(), layer.positions.clone(), layer.shift.clone()
+                )
         return other
 
     @property

@@ -33,7 +33,7 @@ class DecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         cache: HybridCache | None,
         pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -113,7 +113,7 @@ class HybridModel(nn.Module):
                 f"positions must be [{t}] ints below max_position_embeddings={self.config.max_position_embeddings}"
             )
         x = self.model.embed_tokens(input_ids)
-        rope = rope_cos_sin(self.inv_freq, positions, x.dtype)
+        rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
         for layer in self.model.layers:
             x = layer(x, positions, rope, cache, pad_mask)
         if cache is not None:
