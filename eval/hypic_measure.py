@@ -194,32 +194,44 @@ def threshold(model, lengths: list[int], repeats: int, log: Callable[[str], None
     return rows
 
 
+PARTS = ("fidelity", "ttft", "bytes", "threshold")
+
+
 def run(
-    prompts: int = 6, repeats: int = 2, segments: int = 8, length: int = 1024, log: Callable[[str], None] = print
+    prompts: int = 6,
+    repeats: int = 2,
+    segments: int = 8,
+    length: int = 1024,
+    parts: tuple[str, ...] = PARTS,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    log("fidelity on a random 8-layer model, 8 segments x 128 tokens + 16-token query:")
-    fid = fidelity(prompts, [0, 4, 8, 16, 32], log)
-    log("building Qwen3.5-0.8B-shaped random model, 4 layers")
-    big = _model({**QWEN3_5_0_8B_SHAPES, "max_position_embeddings": 65536})
-    log(f"TTFT, {segments} segments x {length} tokens + 64-token query:")
-    times = ttft(big, segments, length, repeats, log)
-    log("bytes per cached token:")
-    sizes = bytes_per_token(big, [64, 256, 1024])
-    for r in sizes:
-        log(f"  {r['tokens']:>5} tokens: {r['bytes_per_token'] / 1024:.1f} KiB/token")
-    log("small-segment threshold (warm, seam 8):")
-    small = threshold(big, [8, 16, 32, 64, 128], repeats, log)
-    warm = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "warm"}
-    cold = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "cold"}
-    return {
-        "fidelity": fid,
-        "ttft": times,
-        "warm_speedup_vs_full": {m: warm["full"] / t for m, t in warm.items()},
-        "cold_speedup_vs_full": {m: cold["full"] / t for m, t in cold.items()},
-        "bytes_per_token": sizes,
-        "threshold": small,
-        "threads": torch.get_num_threads(),
-    }
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; expected some of {', '.join(PARTS)}")
+    report: dict[str, Any] = {"threads": torch.get_num_threads()}
+    if "fidelity" in parts:
+        log("fidelity on a random 8-layer model, 8 segments x 128 tokens + 16-token query:")
+        report["fidelity"] = fidelity(prompts, [0, 4, 8, 16, 32], log)
+    if set(parts) - {"fidelity"}:
+        log("building Qwen3.5-0.8B-shaped random model, 4 layers")
+        big = _model({**QWEN3_5_0_8B_SHAPES, "max_position_embeddings": 65536})
+    if "ttft" in parts:
+        log(f"TTFT, {segments} segments x {length} tokens + 64-token query:")
+        times = ttft(big, segments, length, repeats, log)
+        warm = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "warm"}
+        cold = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "cold"}
+        report["ttft"] = times
+        report["warm_speedup_vs_full"] = {m: warm["full"] / t for m, t in warm.items()}
+        report["cold_speedup_vs_full"] = {m: cold["full"] / t for m, t in cold.items()}
+    if "bytes" in parts:
+        log("bytes per cached token:")
+        report["bytes_per_token"] = bytes_per_token(big, [64, 256, 1024])
+        for r in report["bytes_per_token"]:
+            log(f"  {r['tokens']:>5} tokens: {r['bytes_per_token'] / 1024:.1f} KiB/token")
+    if "threshold" in parts:
+        log("small-segment threshold (warm, seam 8):")
+        report["threshold"] = threshold(big, [8, 16, 32, 64, 128], repeats, log)
+    return report
 
 
 def main() -> None:
@@ -228,10 +240,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--segments", type=int, default=8)
     parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    report = run(args.prompts, args.repeats, args.segments, args.length)
-    print(json.dumps({k: report[k] for k in ("warm_speedup_vs_full", "cold_speedup_vs_full")}, indent=2))
+    report = run(args.prompts, args.repeats, args.segments, args.length, tuple(args.only.split(",")))
+    for key in ("warm_speedup_vs_full", "cold_speedup_vs_full"):
+        if key in report:
+            print(key, json.dumps(report[key]))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -112,7 +112,7 @@ class Engine:
         self.min_cached_tokens = min_cached_tokens
         self.fingerprint = fingerprint or module_fingerprint(model)
         disk = DiskCacheTier(self.cache_dir) if self.cache_dir is not None else None
-        self.store = SegmentStore(self.fingerprint, memory_bytes, disk)
+        self.store = SegmentStore(self.fingerprint, memory_bytes, disk, device=model.device)
         self.prefix_cache = PrefixCache(self.fingerprint, memory_bytes)
 
     @classmethod
@@ -272,12 +272,19 @@ class Engine:
                 self.store.put(keys[i], entry)
                 entries[i] = entry
                 recomputed += len(entry)
+        # Segments computed in context (uncached, exact-policy misses, or wholly inside their seam)
+        # run as one forward per consecutive stretch, not one per segment.
+        stretch: list[int] = []
         for i, (ids, entry) in enumerate(zip(prompt.segments, entries, strict=True)):
-            if entry is None:  # too small to cache, or a miss under the exact policy
-                self._run(ids, cache)
+            width = widths[i] if i else 0
+            if entry is None or width >= len(ids):
+                stretch.extend(ids)
                 recomputed += len(ids)
-            else:
-                recomputed += install_segment(self.model, cache, entry, widths[i] if i else 0, variant)
+                continue
+            self._run(stretch, cache)
+            stretch = []
+            recomputed += install_segment(self.model, cache, entry, width, variant)
+        self._run(stretch, cache)
         stats.update(
             hit_segments=hits,
             miss_segments=len(entries) - hits,

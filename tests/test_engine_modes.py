@@ -172,3 +172,12 @@ def test_bad_seam_per_request(checkpoint):
     engine = Engine.from_pretrained(checkpoint("qwen3_5_text"))
     with pytest.raises(ValueError, match="seam must be"):
         engine.prompt_logits(_segments([10, 10]), _query(), mode="hypic", seam="wide")
+
+
+def test_uncached_segments_run_in_context_exactly(checkpoint):
+    """Segments under min_cached_tokens run in context, in one stretch: hypic is then full."""
+    engine = Engine.from_pretrained(checkpoint("qwen3_next"), min_cached_tokens=1000)
+    segs, q = _segments([40, 10, 36], seed=8), _query()
+    out = engine.generate(segs, q, mode="hypic", max_new_tokens=1)
+    assert out.stats["hit_segments"] == 0 and out.stats["recomputed_tokens"] == out.stats["prompt_tokens"]
+    assert _diff(engine.prompt_logits(segs, q, mode="hypic"), engine.prompt_logits(segs, q, mode="full")) < TOL

@@ -9,14 +9,24 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+import torch
+
 from .disk import BytesTier, PickledValue
 from .entry import CorruptEntry, SegmentEntry
 
 
 class SegmentStore:
-    def __init__(self, fingerprint: str, memory_bytes: int = 2 << 30, disk: BytesTier | None = None) -> None:
+    def __init__(
+        self,
+        fingerprint: str,
+        memory_bytes: int = 2 << 30,
+        disk: BytesTier | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        """Entries read from ``disk`` are placed on ``device``, the model's."""
         if memory_bytes < 0:
             raise ValueError("memory_bytes must be >= 0")
+        self.device = torch.device(device)
         self.fingerprint = fingerprint
         self.memory_bytes = memory_bytes
         self.disk = disk
@@ -51,7 +61,7 @@ class SegmentStore:
             entry = SegmentEntry.from_bytes(data, self.fingerprint)
             if entry.token_ids != token_ids:
                 raise CorruptEntry("token ids differ: a key collision")
-            return entry
+            return entry.to(self.device) if self.device.type != "cpu" else entry
         except (CorruptEntry, PickledValue):
             self.counters["corrupt"] += 1
             self.disk.delete(key)
