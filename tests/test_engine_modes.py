@@ -26,9 +26,14 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
 
 
+def _engine(path, **options) -> Engine:
+    """The segments here are short: cache every one unless a test says otherwise."""
+    return Engine.from_pretrained(path, **{"min_cached_tokens": 0, **options})
+
+
 @pytest.fixture(params=KINDS)
 def engine(request, checkpoint) -> Engine:
-    return Engine.from_pretrained(checkpoint(request.param))
+    return _engine(checkpoint(request.param))
 
 
 def test_one_segment_prompts_are_exact_in_every_mode(engine):
@@ -56,7 +61,7 @@ def test_prefix_equals_full_cold_and_warm(engine):
 
 @pytest.mark.parametrize("variant", ["A", "B"])
 def test_a_seam_covering_whole_segments_equals_full(checkpoint, variant):
-    engine = Engine.from_pretrained(checkpoint("qwen3_next"), seam_variant=variant)
+    engine = _engine(checkpoint("qwen3_next"), seam_variant=variant)
     segs, q = _segments([20, 33, 12]), _query()
     full = engine.prompt_logits(segs, q, mode="full")
     assert _diff(engine.prompt_logits(segs, q, mode="hypic", seam=1.0), full) < TOL
@@ -82,7 +87,7 @@ def _first_linear_state(engine: Engine, segs, q, mode: str, seam=None) -> torch.
 
 def test_variant_b_first_linear_layer_is_exact(checkpoint):
     """Layer 0 sees token embeddings; with the seam past the conv boundary nothing it reads changed."""
-    engine = Engine.from_pretrained(checkpoint("qwen3_next"), seam_variant="B")
+    engine = _engine(checkpoint("qwen3_next"), seam_variant="B")
     assert engine.config.layer_types[0] == "linear_attention"
     segs, q = _segments([40, 52, 36], seed=4), _query()
     full = _first_linear_state(engine, segs, q, "full")
@@ -94,7 +99,7 @@ def test_variant_a_first_linear_layer_differs_only_through_the_conv_boundary(che
     """Under (A) each cached segment's operator was computed from a zeroed conv history: layer 0 must
     equal a run in which exactly that happens. The last boundary sits a few tokens from the end, where
     the decay has not yet washed its effect out, so the difference from full is visible there."""
-    engine = Engine.from_pretrained(checkpoint("qwen3_next"), seam_variant="A")
+    engine = _engine(checkpoint("qwen3_next"), seam_variant="A")
     segs, q = _segments([40, 52, 6], seed=4), Segment(token_ids=[5, 6, 7], kind="query")
     layer = engine.model.model.layers[0]
     state, tail = None, None
@@ -134,7 +139,7 @@ def test_cold_parallel_equals_warm(engine):
 
 
 def test_exact_cold_policy_is_full_then_makes_entries(checkpoint):
-    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), cold_policy="exact")
+    engine = _engine(checkpoint("qwen3_5_text"), cold_policy="exact")
     segs, q = _segments([40, 52, 36], seed=7), _query()
     full = engine.prompt_logits(segs, q, mode="full")
     assert _diff(engine.prompt_logits(segs, q, mode="hypic"), full) < TOL  # every miss ran in context
@@ -146,7 +151,7 @@ def test_exact_cold_policy_is_full_then_makes_entries(checkpoint):
 
 
 def test_small_segments_skip_the_cache(checkpoint):
-    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), min_cached_tokens=20)
+    engine = _engine(checkpoint("qwen3_5_text"), min_cached_tokens=20)
     segs, q = _segments([40, 10, 36], seed=8), _query()
     engine.generate(segs, q, mode="hypic", max_new_tokens=1)
     warm = engine.generate(segs, q, mode="hypic", max_new_tokens=1)
@@ -165,18 +170,18 @@ def test_small_segments_skip_the_cache(checkpoint):
 )
 def test_bad_engine_options(checkpoint, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        Engine.from_pretrained(checkpoint("qwen3_5_text"), **kwargs)
+        _engine(checkpoint("qwen3_5_text"), **kwargs)
 
 
 def test_bad_seam_per_request(checkpoint):
-    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"))
+    engine = _engine(checkpoint("qwen3_5_text"))
     with pytest.raises(ValueError, match="seam must be"):
         engine.prompt_logits(_segments([10, 10]), _query(), mode="hypic", seam="wide")
 
 
 def test_uncached_segments_run_in_context_exactly(checkpoint):
     """Segments under min_cached_tokens run in context, in one stretch: hypic is then full."""
-    engine = Engine.from_pretrained(checkpoint("qwen3_next"), min_cached_tokens=1000)
+    engine = _engine(checkpoint("qwen3_next"), min_cached_tokens=1000)
     segs, q = _segments([40, 10, 36], seed=8), _query()
     out = engine.generate(segs, q, mode="hypic", max_new_tokens=1)
     assert out.stats["hit_segments"] == 0 and out.stats["recomputed_tokens"] == out.stats["prompt_tokens"]

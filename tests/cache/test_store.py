@@ -83,14 +83,14 @@ def test_a_corrupted_disk_entry_is_recomputed_and_the_answer_is_still_right(chec
     path = checkpoint("qwen3_next")
     segs = [Segment(token_ids=list(range(10 + 7 * i, 50 + 7 * i))) for i in range(3)]
     query = Segment(token_ids=[3, 4, 5], kind="query")
-    writer = Engine.from_pretrained(path, cache_dir=tmp_path)
+    writer = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0)
     expected = writer.prompt_logits(segs, query, mode="hypic")
     tier = DiskCacheTier(tmp_path)
     key = segment_key(segs[1].token_ids, writer.fingerprint, torch.float32)
     data = tier.get(key)
     assert data is not None
     tier.set(key, data[:-100] + bytes(100))  # zero the tail of one entry
-    reader = Engine.from_pretrained(path, cache_dir=tmp_path)
+    reader = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0)
     out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
     assert reader.store.counters["corrupt"] == 1 and reader.store.counters["disk_hits"] == 2
     assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
