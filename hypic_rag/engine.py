@@ -1,6 +1,7 @@
 """The engine: loads a checkpoint and serves prompts made of segments.
 
-It orchestrates (tokenize, prefill, decode) and leaves the math to ``hypic_rag.model``.
+It orchestrates (plan, look up, prefill cold segments, compose, recompute seams, run the query,
+decode) and leaves the math to ``hypic_rag.model`` and ``hypic_rag.kernels``.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class Engine:
         self.config = model.config
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.name = name
         self.seam = seam
         self.seam_variant = seam_variant
@@ -269,9 +270,7 @@ class Engine:
         misses = [i for i, e in enumerate(entries) if e is None and cacheable[i]]
         recomputed = len(prompt.query)
         if misses and self.cold_policy == "parallel":
-            fresh = prefill_isolated(self.model, [prompt.segments[i] for i in misses], [splits[i] for i in misses])
-            for i, entry in zip(misses, fresh, strict=True):
-                self.store.put(keys[i], entry)
+            for i, entry in zip(misses, self._make_entries(prompt, misses, splits, keys), strict=True):
                 entries[i] = entry
                 recomputed += len(entry)
         # Segments computed in context (uncached, exact-policy misses, or wholly inside their seam)
@@ -299,12 +298,19 @@ class Engine:
         if not misses or self.cold_policy == "parallel":
             return lambda: None
 
-        def make_entries() -> None:
-            fresh = prefill_isolated(self.model, [prompt.segments[i] for i in misses], [splits[i] for i in misses])
-            for i, entry in zip(misses, fresh, strict=True):
-                self.store.put(keys[i], entry)
+        def later() -> None:  # exact policy: the misses' entries, once the first token is out
+            self._make_entries(prompt, misses, splits, keys)
 
-        return make_entries
+        return later
+
+    def _make_entries(
+        self, prompt: Prompt, misses: list[int], splits: list[int], keys: list[str]
+    ) -> list[SegmentEntry]:
+        """Prefill the missed segments in isolation, all at once, and store their entries."""
+        fresh = prefill_isolated(self.model, [prompt.segments[i] for i in misses], [splits[i] for i in misses])
+        for i, entry in zip(misses, fresh, strict=True):
+            self.store.put(keys[i], entry)
+        return fresh
 
     def clear_cache(self) -> None:
         """Forget every cached segment and prefix, on disk too."""
