@@ -1,0 +1,325 @@
+"""Five synthetic RAG and agent workloads over a fictional world, deterministic per seed.
+
+    make("single_doc", n=200, seed=1) -> list[Example]
+
+Every example draws fresh fictional people, places, organisations and products, so answers can only
+come from the prompt's segments, never from memory. Segment texts carry their prompt-format wrappers
+(``hypic_rag.prompt_format``), so the same segment is the same tokens wherever it appears.
+
+- ``single_doc``: one of 4-12 documents states the answer (F1).
+- ``multi_hop``: a fact in one document leads to the answer in another (F1).
+- ``aggregate``: a list gathered over several documents (F1).
+- ``tool_call``: 4-8 OpenAI-format tool schemas; the query needs exactly one call, whose arguments
+  come from the query or a document; the answer is the call as JSON (exact match of the parsed call).
+- ``memory``: memory entries and earlier turns; the query needs one remembered fact (F1).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypic_rag.prompt_format import wrap
+from hypic_rag.segments import Segment
+
+WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory")
+METRICS = {"single_doc": "f1", "multi_hop": "f1", "aggregate": "f1", "tool_call": "tool_call", "memory": "f1"}
+
+_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "tr"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
+_CODAS = ["", "n", "r", "l", "s", "th", "m"]
+_ROLES = ["engineer", "pilot", "chemist", "teacher", "architect", "nurse", "editor", "lawyer", "baker"]
+_ORG_KINDS = ["Labs", "Group", "Systems", "Works", "Partners", "Foundry", "Dynamics"]
+_PRODUCT_KINDS = ["lamp", "drone", "kettle", "scanner", "bicycle", "speaker", "router", "tent"]
+_COLORS = ["red", "blue", "green", "amber", "violet", "silver", "teal", "orange"]
+_PETS = ["dog", "cat", "parrot", "rabbit", "turtle"]
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+
+@dataclass
+class Example:
+    segments: list[Segment]
+    query: str
+    answers: list[str]
+    metric: str
+    workload: str = ""
+    meta: dict = field(default_factory=dict)
+
+
+class World:
+    """Fresh fictional names, each unique within one example."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.used: set[str] = set()
+
+    def _word(self, syllables: int) -> str:
+        while True:
+            w = "".join(
+                self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) + self.rng.choice(_CODAS) for _ in range(syllables)
+            ).capitalize()
+            if w not in self.used:
+                self.used.add(w)
+                return w
+
+    def person(self) -> str:
+        return f"{self._word(2)} {self._word(2)}"
+
+    def city(self) -> str:
+        return self._word(2) + self.rng.choice(["ford", "ville", "holm", "port", "dale", "burg"])
+
+    def org(self) -> str:
+        return f"{self._word(2)} {self.rng.choice(_ORG_KINDS)}"
+
+    def product(self) -> str:
+        return f"{self._word(2)} {self.rng.choice(_PRODUCT_KINDS)}"
+
+
+def _person_doc(w: World, rng: random.Random) -> dict:
+    return {
+        "name": w.person(),
+        "city": w.city(),
+        "org": w.org(),
+        "role": rng.choice(_ROLES),
+        "age": rng.randint(21, 79),
+    }
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def _describe_person(p: dict, rng: random.Random) -> str:
+    name, role = p["name"], p["role"]
+    forms = [
+        f"{name} lives in {p['city']} and works at {p['org']} as {_a(role)}. {name} is {p['age']} years old.",
+        f"{name} is {_a(role)} at {p['org']}. Age: {p['age']}. Home city: {p['city']}.",
+        f"Profile of {name}: {p['age']} years old, {role} at {p['org']}, based in {p['city']}.",
+    ]
+    return rng.choice(forms)
+
+
+_PERSON_QUESTIONS = [
+    ("city", "Where does {name} live?"),
+    ("org", "Which company does {name} work for?"),
+    ("role", "What is the job of {name}?"),
+    ("age", "How old is {name}?"),
+]
+
+
+def _single_doc(rng: random.Random) -> Example:
+    w = World(rng)
+    people = [_person_doc(w, rng) for _ in range(rng.randint(4, 12))]
+    target = rng.choice(people)
+    key, question = rng.choice(_PERSON_QUESTIONS)
+    docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
+    return Example(docs, question.format(name=target["name"]), [str(target[key])], "f1")
+
+
+def _multi_hop(rng: random.Random) -> Example:
+    w = World(rng)
+    people = [_person_doc(w, rng) for _ in range(rng.randint(3, 6))]
+    hq = {p["org"]: w.city() for p in people}
+    texts = [_describe_person(p, rng) for p in people]
+    texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
+    rng.shuffle(texts)
+    target = rng.choice(people)
+    query = f"In which city is the company that employs {target['name']} headquartered?"
+    return Example([Segment(wrap("document", t), kind="document") for t in texts], query, [hq[target["org"]]], "f1")
+
+
+def _aggregate(rng: random.Random) -> Example:
+    w = World(rng)
+    cities = [w.city() for _ in range(3)]
+    people = []
+    for _ in range(rng.randint(5, 10)):
+        p = _person_doc(w, rng)
+        p["city"] = rng.choice(cities)
+        people.append(p)
+    city = rng.choice([p["city"] for p in people])
+    members = [p["name"] for p in people if p["city"] == city]
+    docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
+    return Example(docs, f"Who lives in {city}? List every name.", [", ".join(members)], "f1")
+
+
+def _tool(name: str, description: str, params: dict[str, str]) -> dict:
+    props = {
+        k: {"type": "integer" if t == "int" else "string", "description": t if t != "int" else "a number"}
+        for k, t in params.items()
+    }
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": list(params)},
+        },
+    }
+
+
+TOOLS = [
+    _tool("get_weather", "Current weather in a city.", {"city": "city name"}),
+    _tool("lookup_employee", "Employee record by full name.", {"name": "full name"}),
+    _tool(
+        "convert_currency",
+        "Convert an amount between currencies.",
+        {"amount": "int", "from_currency": "code", "to_currency": "code"},
+    ),
+    _tool("book_room", "Book a meeting room for an hour of the day.", {"room": "room name", "hour": "int"}),
+    _tool("set_timer", "Start a timer.", {"minutes": "int"}),
+    _tool("get_stock_price", "Latest price of a company's stock.", {"company": "company name"}),
+    _tool("send_email", "Send an email.", {"to": "full name", "subject": "subject line"}),
+    _tool("find_product", "Search the catalogue for a product.", {"product": "product name"}),
+    _tool("translate", "Translate a word.", {"word": "the word", "language": "target language"}),
+]
+_CURRENCIES = ["EUR", "USD", "JPY", "GBP", "CHF", "SEK"]
+_LANGUAGES = ["French", "Swahili", "Korean", "Finnish", "Portuguese"]
+
+
+def _tool_call(rng: random.Random) -> Example:
+    w = World(rng)
+    calls: list[Callable[[], tuple[str, dict, str, list[str]]]] = [
+        lambda: (lambda c: ("get_weather", {"city": c}, f"What is the weather in {c} right now?", []))(w.city()),
+        lambda: (
+            lambda p: (
+                "get_weather",
+                {"city": p["city"]},
+                f"What is the weather where {p['name']} lives?",
+                [_describe_person(p, rng)],
+            )
+        )(_person_doc(w, rng)),
+        lambda: (lambda n: ("lookup_employee", {"name": n}, f"Pull up the employee record of {n}.", []))(w.person()),
+        lambda: (
+            lambda a, f, t: (
+                "convert_currency",
+                {"amount": a, "from_currency": f, "to_currency": t},
+                f"Convert {a} {f} to {t}.",
+                [],
+            )
+        )(rng.randint(2, 900), *rng.sample(_CURRENCIES, 2)),
+        lambda: (lambda r, h: ("book_room", {"room": r, "hour": h}, f"Book the {r} room at {h} o'clock.", []))(
+            w.city(), rng.randint(8, 18)
+        ),
+        lambda: (lambda m: ("set_timer", {"minutes": m}, f"Set a timer for {m} minutes.", []))(rng.randint(1, 90)),
+        lambda: (
+            lambda p: (
+                "get_stock_price",
+                {"company": p["org"]},
+                f"What is the stock price of {p['name']}'s employer?",
+                [_describe_person(p, rng)],
+            )
+        )(_person_doc(w, rng)),
+        lambda: (lambda n: ("send_email", {"to": n, "subject": "Lunch"}, f"Email {n} with the subject Lunch.", []))(
+            w.person()
+        ),
+        lambda: (lambda pr: ("find_product", {"product": pr}, f"Find the {pr} in the catalogue.", []))(w.product()),
+        lambda: (lambda wd, lang: ("translate", {"word": wd, "language": lang}, f"Translate {wd} into {lang}.", []))(
+            rng.choice(["river", "window", "garden", "candle"]), rng.choice(_LANGUAGES)
+        ),
+    ]
+    name, args, query, doc_texts = rng.choice(calls)()
+    others = [t for t in TOOLS if t["function"]["name"] != name]
+    tools = rng.sample(others, rng.randint(3, 7)) + [t for t in TOOLS if t["function"]["name"] == name]
+    rng.shuffle(tools)
+    segs = [Segment(wrap("tool", json.dumps(t, separators=(",", ":"))), kind="tool") for t in tools]
+    for _ in range(rng.randint(0, 2)):  # distractor documents
+        doc_texts.append(_describe_person(_person_doc(w, rng), rng))
+    rng.shuffle(doc_texts)
+    segs += [Segment(wrap("document", t), kind="document") for t in doc_texts]
+    answer = json.dumps({"name": name, "arguments": args}, separators=(",", ":"), sort_keys=True)
+    return Example(segs, query, [answer], "tool_call")
+
+
+def _memory(rng: random.Random) -> Example:
+    w = World(rng)
+    pet, pet_name, color = rng.choice(_PETS), w._word(2), rng.choice(_COLORS)
+    town, day, manager = w.city(), rng.choice(_DAYS), w.person()
+    facts = {  # (memory entry, question, answer)
+        "pet": (f"The user's {pet} is called {pet_name}.", "What is my pet called?", pet_name),
+        "color": (f"The user's favourite colour is {color}.", "What is my favourite colour?", color),
+        "hometown": (f"The user grew up in {town}.", "Where did I grow up?", town),
+        "day": (f"The user's weekly team meeting is on {day}.", "On which day is my team meeting?", day),
+        "manager": (f"The user's manager is {manager}.", "Who is my manager?", manager),
+    }
+    keys = rng.sample(list(facts), rng.randint(3, 5))
+    segs = [Segment(wrap("memory", facts[k][0]), kind="memory") for k in keys]
+    for _ in range(rng.randint(1, 3)):
+        topic = rng.choice(["the weather", "a recipe", "train times", "a book"])
+        turn = f"user: Tell me about {topic}.\nassistant: Here is a short note on {topic}."
+        segs.append(Segment(wrap("turn", turn), kind="turn"))
+    rng.shuffle(segs)
+    _, question, answer = facts[rng.choice(keys)]
+    return Example(segs, question, [answer], "f1")
+
+
+_MAKERS = {
+    "single_doc": _single_doc,
+    "multi_hop": _multi_hop,
+    "aggregate": _aggregate,
+    "tool_call": _tool_call,
+    "memory": _memory,
+}
+
+
+def make(workload: str, n: int, seed: int) -> list[Example]:
+    """``n`` examples of ``workload``; the same (workload, n, seed) always gives the same examples."""
+    if workload not in _MAKERS:
+        raise ValueError(f"unknown workload {workload!r}; expected one of {', '.join(WORKLOADS)}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    rng = random.Random(f"{workload}:{seed}")
+    out = []
+    for i in range(n):
+        ex = _MAKERS[workload](rng)
+        ex.workload = workload
+        ex.meta = {"id": f"{workload}-{seed}-{i}"}
+        out.append(ex)
+    return out
+
+
+# -- LongBench schema -----------------------------------------------------------------------------
+
+PASSAGE_SEPARATOR = "\n\n"
+
+
+def write_longbench_jsonl(examples: Iterable[Example], path: str | Path) -> int:
+    """Write examples in LongBench's schema (``input, context, answers, length, dataset, _id``)."""
+    count = 0
+    with Path(path).open("w") as f:
+        for ex in examples:
+            context = PASSAGE_SEPARATOR.join(s.text or "" for s in ex.segments)
+            row = {
+                "input": ex.query,
+                "context": context,
+                "answers": ex.answers,
+                "length": len(context.split()),
+                "dataset": ex.workload,
+                "all_classes": None,
+                "_id": ex.meta.get("id", str(count)),
+            }
+            f.write(json.dumps(row) + "\n")
+            count += 1
+    return count
+
+
+def read_longbench_jsonl(path: str | Path) -> list[Example]:
+    """Read LongBench-schema JSONL; each passage of ``context`` (blank-line separated) is a segment."""
+    out = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            passages = [p for p in row["context"].split(PASSAGE_SEPARATOR) if p.strip()]
+            answers = [str(a) for a in row["answers"]]
+            query = str(row["input"])
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}:{lineno} is not a LongBench-schema row: {exc}") from exc
+        dataset = str(row.get("dataset", ""))
+        metric = METRICS.get(dataset, "f1")
+        segs = [Segment(p if p.endswith("\n") else p + PASSAGE_SEPARATOR, kind="document") for p in passages]
+        out.append(Example(segs, query, answers, metric, dataset, {"id": str(row.get("_id", lineno))}))
+    return out

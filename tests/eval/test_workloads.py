@@ -1,0 +1,69 @@
+"""The synthetic workloads: deterministic, answerable from their own segments, well-formed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hypic_rag.eval.metrics import parse_call
+from hypic_rag.eval.workloads import WORKLOADS, make, read_longbench_jsonl, write_longbench_jsonl
+from hypic_rag.prompt_format import TAGS
+
+
+def _fingerprint(examples):
+    return [(ex.query, ex.answers, [(s.kind, s.text) for s in ex.segments]) for ex in examples]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_deterministic_per_seed(workload):
+    assert _fingerprint(make(workload, 20, 7)) == _fingerprint(make(workload, 20, 7))
+    assert _fingerprint(make(workload, 20, 7)) != _fingerprint(make(workload, 20, 8))
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_answer_comes_from_the_prompt(workload):
+    for ex in make(workload, 100, 3):
+        context = "".join(s.text for s in ex.segments)
+        assert all(s.text.startswith(f"<{TAGS[s.kind]}>") for s in ex.segments)
+        if workload == "tool_call":
+            call = parse_call(ex.answers[0])
+            tools = [json.loads(s.text[len("<tool>") : -len("</tool>\n")]) for s in ex.segments if s.kind == "tool"]
+            assert 4 <= len(tools) <= 8
+            assert all(
+                t["type"] == "function" and set(t["function"]) == {"name", "description", "parameters"} for t in tools
+            )
+            assert call["name"] in {t["function"]["name"] for t in tools}
+            for value in call["arguments"].values():
+                assert str(value) in ex.query or str(value) in context
+        elif workload == "aggregate":
+            assert all(name in context for name in ex.answers[0].split(", "))
+        else:
+            assert ex.answers[0] in context
+        if workload == "single_doc":
+            assert 4 <= len(ex.segments) <= 12
+
+
+def test_unknown_workload_and_bad_n():
+    with pytest.raises(ValueError, match="unknown workload 'qa'"):
+        make("qa", 1, 0)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        make("memory", 0, 0)
+
+
+def test_longbench_jsonl_round_trip(tmp_path):
+    examples = make("multi_hop", 5, 1)
+    path = tmp_path / "multi_hop.jsonl"
+    assert write_longbench_jsonl(examples, path) == 5
+    row = json.loads(path.read_text().splitlines()[0])
+    assert set(row) >= {"input", "context", "answers", "length", "dataset", "_id"}
+    back = read_longbench_jsonl(path)
+    assert [b.query for b in back] == [e.query for e in examples]
+    assert [b.answers for b in back] == [e.answers for e in examples]
+    assert [b.metric for b in back] == ["f1"] * 5
+    assert [[s.text.strip() for s in b.segments] for b in back] == [
+        [s.text.strip() for s in e.segments] for e in examples
+    ]
+    (tmp_path / "bad.jsonl").write_text('{"input": "q"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1 is not a LongBench-schema row"):
+        read_longbench_jsonl(tmp_path / "bad.jsonl")
