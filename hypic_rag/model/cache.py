@@ -87,28 +87,6 @@ class HybridCache:
         self.layers[idx] = kv
         return kv
 
-    def nbytes(self) -> int:
-        total = 0
-        for layer in self.layers:
-            if isinstance(layer, LinearLayerState):
-                total += layer.conv.nbytes + layer.recurrent.nbytes
-            elif isinstance(layer, AttentionLayerKV):
-                total += layer.keys.nbytes + layer.values.nbytes + layer.positions.nbytes + layer.shift.nbytes
-        return total
-
-    def clone(self) -> HybridCache:
-        """A deep copy, so a snapshot stays valid while the original grows."""
-        other = HybridCache(self.config)
-        other.seq_len = self.seq_len
-        for i, layer in enumerate(self.layers):
-            if isinstance(layer, LinearLayerState):
-                other.layers[i] = LinearLayerState(layer.conv.clone(), layer.recurrent.clone())
-            elif isinstance(layer, AttentionLayerKV):
-                other.layers[i] = AttentionLayerKV(
-                    layer.keys.clone(), layer.values.clone(), layer.positions.clone(), layer.shift.clone()
-                )
-        return other
-
     @property
     def linear_layer_ids(self) -> list[int]:
         return [i for i, t in enumerate(self.config.layer_types) if t == LINEAR]
