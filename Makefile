@@ -23,7 +23,8 @@ test: $(STAMP)
 	$(VENV)/bin/pytest
 
 bench: $(STAMP)
-	$(VENV)/bin/hypic-rag bench --json bench-runtime.json
+	$(VENV)/bin/hypic-rag bench --runtime --json bench-runtime.json
+	$(VENV)/bin/hypic-rag bench --json bench-ttft.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

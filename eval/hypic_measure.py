@@ -49,22 +49,22 @@ FIDELITY_SHAPES: dict[str, Any] = {
 }
 
 
-def _model(shapes: dict[str, Any], seed: int = 0):
+def random_model(shapes: dict[str, Any], seed: int = 0):
     with tempfile.TemporaryDirectory() as tmp:
         build_reference_model("qwen3_5_text", shapes, seed).save_pretrained(tmp)
         return load_model(tmp)
 
 
-def _segments(n: int, length: int, vocab: int, gen: torch.Generator) -> list[Segment]:
+def random_segments(n: int, length: int, vocab: int, gen: torch.Generator) -> list[Segment]:
     return [Segment(token_ids=torch.randint(3, vocab, (length,), generator=gen).tolist()) for _ in range(n)]
 
 
 def fidelity(prompts: int, seams: list[int], log: Callable[[str], None]) -> list[dict[str, Any]]:
-    model = _model(FIDELITY_SHAPES)
+    model = random_model(FIDELITY_SHAPES)
     gen = torch.Generator().manual_seed(1)
     vocab = FIDELITY_SHAPES["vocab_size"]
     cases = [
-        (_segments(8, 128, vocab, gen), Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist()))
+        (random_segments(8, 128, vocab, gen), Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist()))
         for _ in range(prompts)
     ]
     rows = []
@@ -130,7 +130,7 @@ def _ttft(
 def ttft(model, segments: int, length: int, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(2)
     vocab = model.config.vocab_size
-    segs = _segments(segments, length, vocab, gen)
+    segs = random_segments(segments, length, vocab, gen)
     q = Segment(token_ids=torch.randint(3, vocab, (64,), generator=gen).tolist(), kind="query")
     shuffled = [segs[i] for i in torch.randperm(segments, generator=gen).tolist()]
     rows = []
@@ -176,7 +176,7 @@ def threshold(model, lengths: list[int], repeats: int, log: Callable[[str], None
     vocab = model.config.vocab_size
     q = Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist(), kind="query")
     for n in lengths:
-        segs = _segments(max(4, 2048 // n), n, vocab, gen)
+        segs = random_segments(max(4, 2048 // n), n, vocab, gen)
         times = {}
         for label, min_tokens in (("cached", 0), ("in_context", n + 1)):
             engine = Engine(model, min_cached_tokens=min_tokens)
@@ -214,7 +214,7 @@ def run(
         report["fidelity"] = fidelity(prompts, [0, 4, 8, 16, 32], log)
     if set(parts) - {"fidelity"}:
         log("building Qwen3.5-0.8B-shaped random model, 4 layers")
-        big = _model({**QWEN3_5_0_8B_SHAPES, "max_position_embeddings": 65536})
+        big = random_model({**QWEN3_5_0_8B_SHAPES, "max_position_embeddings": 65536})
     if "ttft" in parts:
         log(f"TTFT, {segments} segments x {length} tokens + 64-token query:")
         times = ttft(big, segments, length, repeats, log)

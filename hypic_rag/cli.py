@@ -28,10 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hypic-rag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="the main job on the bundled default model, offline")
-    bench = sub.add_parser("bench", help="prefill speed of the runtime against transformers, side by side")
-    bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="prompt lengths, e.g. 4096,16384")
+    bench = sub.add_parser(
+        "bench",
+        help="TTFT of each mode and of transformers on one checkpoint, side by side",
+        description="Without --runtime: TTFT of the modes on a warm, reordered prompt (the standard case). "
+        "With --runtime: our plain prefill against transformers' forward at --lengths.",
+    )
+    bench.add_argument("--runtime", action="store_true", help="compare the runtime's prefill with transformers")
+    bench.add_argument("--modes", default="full,prefix,hypic,transformers", help="comma-separated; must include full")
+    bench.add_argument("--segments", type=int, default=8)
+    bench.add_argument("--segment-tokens", type=int, default=1024)
+    bench.add_argument("--query-tokens", type=int, default=64)
+    bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="--runtime prompt lengths")
     bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
-    bench.add_argument("--repeats", type=int, default=3, help="runs per length; the best is kept")
+    bench.add_argument("--repeats", type=int, default=None, help="runs per case, the best kept (default 3; 2)")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
@@ -43,11 +53,27 @@ def main(argv: list[str] | None = None) -> int:
 
         return 0 if run() else 1
     if args.command == "bench":
-        from hypic_rag.eval.runtime_bench import run as run_bench
-
-        if args.layers < 1 or args.repeats < 1:
+        if args.layers < 1 or (args.repeats is not None and args.repeats < 1):
             parser.error("--layers and --repeats must be >= 1")
-        _write_json(run_bench(args.lengths, args.layers, args.repeats), args.json)
+        if args.runtime:
+            from hypic_rag.eval.runtime_bench import run as run_runtime
+
+            _write_json(run_runtime(args.lengths, args.layers, args.repeats or 3), args.json)
+            return 0
+        from hypic_rag.eval.ttft_bench import run as run_ttft
+
+        try:
+            report = run_ttft(
+                args.segments,
+                args.segment_tokens,
+                args.query_tokens,
+                args.modes.split(","),
+                args.repeats or 2,
+                args.layers,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+        _write_json(report, args.json)
         return 0
     if args.command == "cache":
         from .cache import DiskCacheTier, default_cache_dir
