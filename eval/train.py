@@ -52,14 +52,19 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
     return tok
 
 
-def encode(tok, ex: Example) -> tuple[list[int], list[int]]:
-    """Token ids and labels (-100 outside the answer): each segment encoded on its own, as served."""
+def encode(tok, ex: Example, questions: int = 1) -> tuple[list[int], list[int]]:
+    """Token ids and labels (-100 outside the answers): each segment encoded on its own, as served,
+    then up to ``questions`` question-answer pairs that the segments support (the example's own first)."""
     ids: list[int] = []
     for seg in ex.segments:
         ids += tok.encode(seg.text, add_special_tokens=False).ids
-    ids += tok.encode(wrap("query", ex.query), add_special_tokens=False).ids
-    answer = tok.encode(answer_text(ex.answers[0]), add_special_tokens=False).ids
-    return ids + answer, [-100] * len(ids) + answer
+    labels = [-100] * len(ids)
+    for question, answer in ex.meta.get("qa", [(ex.query, ex.answers[0])])[:questions]:
+        q = tok.encode(wrap("query", question), add_special_tokens=False).ids
+        a = tok.encode(answer_text(answer), add_special_tokens=False).ids
+        ids += q + a
+        labels += [-100] * len(q) + a
+    return ids, labels
 
 
 def model_config(vocab_size: int, hidden: int, layers: list[str], max_len: int) -> dict[str, Any]:
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in WORKLOADS}
     tok = train_tokenizer(train, args.vocab)
     pad = tok.token_to_id("<pad>")
-    encoded = [encode(tok, ex) for ex in train]
+    encoded = [encode(tok, ex, args.questions) for ex in train]
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     layers = args.layers.split(",")
     cfg = Qwen3_5TextConfig(
@@ -180,6 +185,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--questions", type=int, default=1, help="question-answer pairs per training example")
     run(parser.parse_args())
 
 

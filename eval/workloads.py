@@ -46,7 +46,7 @@ class Example:
     answers: list[str]
     metric: str
     workload: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # "id"; "qa": every (question, answer) the segments support
 
 
 class World:
@@ -113,10 +113,10 @@ _PERSON_QUESTIONS = [
 def _single_doc(rng: random.Random) -> Example:
     w = World(rng)
     people = [_person_doc(w, rng) for _ in range(rng.randint(4, 12))]
-    target = rng.choice(people)
-    key, question = rng.choice(_PERSON_QUESTIONS)
+    qa = [(q.format(name=p["name"]), str(p[k])) for p in people for k, q in _PERSON_QUESTIONS]
+    rng.shuffle(qa)
     docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
-    return Example(docs, question.format(name=target["name"]), [str(target[key])], "f1")
+    return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _multi_hop(rng: random.Random) -> Example:
@@ -126,9 +126,10 @@ def _multi_hop(rng: random.Random) -> Example:
     texts = [_describe_person(p, rng) for p in people]
     texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
     rng.shuffle(texts)
-    target = rng.choice(people)
-    query = f"In which city is the company that employs {target['name']} headquartered?"
-    return Example([Segment(wrap("document", t), kind="document") for t in texts], query, [hq[target["org"]]], "f1")
+    qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
+    rng.shuffle(qa)
+    docs = [Segment(wrap("document", t), kind="document") for t in texts]
+    return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _aggregate(rng: random.Random) -> Example:
@@ -139,10 +140,13 @@ def _aggregate(rng: random.Random) -> Example:
         p = _person_doc(w, rng)
         p["city"] = rng.choice(cities)
         people.append(p)
-    city = rng.choice([p["city"] for p in people])
-    members = [p["name"] for p in people if p["city"] == city]
+    qa = [
+        (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
+        for city in dict.fromkeys(p["city"] for p in people)
+    ]
+    rng.shuffle(qa)
     docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
-    return Example(docs, f"Who lives in {city}? List every name.", [", ".join(members)], "f1")
+    return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _tool(name: str, description: str, params: dict[str, str]) -> dict:
@@ -251,8 +255,9 @@ def _memory(rng: random.Random) -> Example:
         turn = f"user: Tell me about {topic}.\nassistant: Here is a short note on {topic}."
         segs.append(Segment(wrap("turn", turn), kind="turn"))
     rng.shuffle(segs)
-    _, question, answer = facts[rng.choice(keys)]
-    return Example(segs, question, [answer], "f1")
+    qa = [facts[k][1:] for k in keys]
+    rng.shuffle(qa)
+    return Example(segs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 _MAKERS = {
@@ -275,7 +280,7 @@ def make(workload: str, n: int, seed: int) -> list[Example]:
     for i in range(n):
         ex = _MAKERS[workload](rng)
         ex.workload = workload
-        ex.meta = {"id": f"{workload}-{seed}-{i}"}
+        ex.meta["id"] = f"{workload}-{seed}-{i}"
         out.append(ex)
     return out
 
