@@ -43,7 +43,7 @@ def run(
     shapes = {**(shapes or QWEN3_5_0_8B_SHAPES), "num_hidden_layers": layers, "max_position_embeddings": 262144}
     shapes["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
     log(
-        f"random qwen3_5_text, Qwen3.5-0.8B layer shapes, {layers} layers; "
+        f"random qwen3_5_text, hidden {shapes['hidden_size']}, {layers} layers; "
         f"{segments} segments x {segment_tokens} tokens + {query_tokens}-token query"
     )
     reference = build_reference_model("qwen3_5_text", shapes)
