@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,48 +183,70 @@ _CURRENCIES = ["EUR", "USD", "JPY", "GBP", "CHF", "SEK"]
 _LANGUAGES = ["French", "Swahili", "Korean", "Finnish", "Portuguese"]
 
 
+Call = tuple[str, dict, str, list[str]]  # tool name, arguments, query, documents the query relies on
+
+
+def _weather(w: World, rng: random.Random) -> Call:
+    if rng.random() < 0.5:
+        city = w.city()
+        return "get_weather", {"city": city}, f"What is the weather in {city} right now?", []
+    p = _person_doc(w, rng)  # the argument comes from a document
+    return (
+        "get_weather",
+        {"city": p["city"]},
+        f"What is the weather where {p['name']} lives?",
+        [_describe_person(p, rng)],
+    )
+
+
+def _stock(w: World, rng: random.Random) -> Call:
+    p = _person_doc(w, rng)
+    query = f"What is the stock price of {p['name']}'s employer?"
+    return "get_stock_price", {"company": p["org"]}, query, [_describe_person(p, rng)]
+
+
+def _employee(w: World, rng: random.Random) -> Call:
+    name = w.person()
+    return "lookup_employee", {"name": name}, f"Pull up the employee record of {name}.", []
+
+
+def _currency(w: World, rng: random.Random) -> Call:
+    amount, src, dst = rng.randint(2, 900), *rng.sample(_CURRENCIES, 2)
+    args = {"amount": amount, "from_currency": src, "to_currency": dst}
+    return "convert_currency", args, f"Convert {amount} {src} to {dst}.", []
+
+
+def _room(w: World, rng: random.Random) -> Call:
+    room, hour = w.city(), rng.randint(8, 18)
+    return "book_room", {"room": room, "hour": hour}, f"Book the {room} room at {hour} o'clock.", []
+
+
+def _timer(w: World, rng: random.Random) -> Call:
+    minutes = rng.randint(1, 90)
+    return "set_timer", {"minutes": minutes}, f"Set a timer for {minutes} minutes.", []
+
+
+def _email(w: World, rng: random.Random) -> Call:
+    name = w.person()
+    return "send_email", {"to": name, "subject": "Lunch"}, f"Email {name} with the subject Lunch.", []
+
+
+def _product(w: World, rng: random.Random) -> Call:
+    product = w.product()
+    return "find_product", {"product": product}, f"Find the {product} in the catalogue.", []
+
+
+def _translate(w: World, rng: random.Random) -> Call:
+    word, language = rng.choice(["river", "window", "garden", "candle"]), rng.choice(_LANGUAGES)
+    return "translate", {"word": word, "language": language}, f"Translate {word} into {language}.", []
+
+
+_CALLS = [_weather, _stock, _employee, _currency, _room, _timer, _email, _product, _translate]
+
+
 def _tool_call(rng: random.Random) -> Example:
     w = World(rng)
-    calls: list[Callable[[], tuple[str, dict, str, list[str]]]] = [
-        lambda: (lambda c: ("get_weather", {"city": c}, f"What is the weather in {c} right now?", []))(w.city()),
-        lambda: (
-            lambda p: (
-                "get_weather",
-                {"city": p["city"]},
-                f"What is the weather where {p['name']} lives?",
-                [_describe_person(p, rng)],
-            )
-        )(_person_doc(w, rng)),
-        lambda: (lambda n: ("lookup_employee", {"name": n}, f"Pull up the employee record of {n}.", []))(w.person()),
-        lambda: (
-            lambda a, f, t: (
-                "convert_currency",
-                {"amount": a, "from_currency": f, "to_currency": t},
-                f"Convert {a} {f} to {t}.",
-                [],
-            )
-        )(rng.randint(2, 900), *rng.sample(_CURRENCIES, 2)),
-        lambda: (lambda r, h: ("book_room", {"room": r, "hour": h}, f"Book the {r} room at {h} o'clock.", []))(
-            w.city(), rng.randint(8, 18)
-        ),
-        lambda: (lambda m: ("set_timer", {"minutes": m}, f"Set a timer for {m} minutes.", []))(rng.randint(1, 90)),
-        lambda: (
-            lambda p: (
-                "get_stock_price",
-                {"company": p["org"]},
-                f"What is the stock price of {p['name']}'s employer?",
-                [_describe_person(p, rng)],
-            )
-        )(_person_doc(w, rng)),
-        lambda: (lambda n: ("send_email", {"to": n, "subject": "Lunch"}, f"Email {n} with the subject Lunch.", []))(
-            w.person()
-        ),
-        lambda: (lambda pr: ("find_product", {"product": pr}, f"Find the {pr} in the catalogue.", []))(w.product()),
-        lambda: (lambda wd, lang: ("translate", {"word": wd, "language": lang}, f"Translate {wd} into {lang}.", []))(
-            rng.choice(["river", "window", "garden", "candle"]), rng.choice(_LANGUAGES)
-        ),
-    ]
-    name, args, query, doc_texts = rng.choice(calls)()
+    name, args, query, doc_texts = rng.choice(_CALLS)(w, rng)
     others = [t for t in TOOLS if t["function"]["name"] != name]
     tools = rng.sample(others, rng.randint(3, 7)) + [t for t in TOOLS if t["function"]["name"] == name]
     rng.shuffle(tools)
