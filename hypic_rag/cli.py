@@ -43,6 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
     bench.add_argument("--repeats", type=int, default=None, help="runs per case, the best kept (default 3; 2)")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
+    ev = sub.add_parser("eval", help="score a workload in several modes, with fidelity against full")
+    ev.add_argument(
+        "--workload", required=True, help="single_doc, multi_hop, aggregate, tool_call, memory or FILE.jsonl"
+    )
+    ev.add_argument("--modes", default="full,hypic", help="comma-separated modes")
+    ev.add_argument("--n", type=int, default=100, help="examples")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: the bundled model)")
+    ev.add_argument("--max-new-tokens", type=int, default=48)
+    ev.add_argument("--json", type=Path, default=None, help="write the results here")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
     cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
@@ -71,6 +81,20 @@ def main(argv: list[str] | None = None) -> int:
                 args.repeats or 2,
                 args.layers,
             )
+        except ValueError as exc:
+            parser.error(str(exc))
+        _write_json(report, args.json)
+        return 0
+    if args.command == "eval":
+        from hypic_rag import Engine
+        from hypic_rag.eval.harness import evaluate
+
+        if args.n < 1:
+            parser.error("--n must be >= 1")
+        try:
+            engine = Engine.from_pretrained(args.model)
+            print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
+            report = evaluate(engine, args.workload, args.modes.split(","), args.n, args.seed, args.max_new_tokens)
         except ValueError as exc:
             parser.error(str(exc))
         _write_json(report, args.json)

@@ -1,0 +1,77 @@
+"""hypic-rag eval on a briefly trained tiny checkpoint: the API.md JSON, per mode, on the same ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from hypic_rag import Engine
+from hypic_rag.cli import main
+from hypic_rag.eval.harness import evaluate, load_examples
+from hypic_rag.eval.workloads import make, write_longbench_jsonl
+
+from .test_train import _args
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from hypic_rag.eval.train import run
+
+    out = tmp_path_factory.mktemp("trained")
+    run(_args(out))
+    return out
+
+
+def test_eval_report_follows_the_api(trained):
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    report = evaluate(engine, "memory", ["full", "pic", "hypic"], n=3, seed=5, max_new_tokens=4, log=lambda _: None)
+    assert report["workload"] == "memory" and report["n"] == 3
+    assert set(report["results"]) == {"full", "pic", "hypic"}
+    for mode, row in report["results"].items():
+        assert 0.0 <= row["score"] <= 100.0 and row["metric"] == "f1"
+        assert ("kl" in row) == (mode != "full")
+    assert report["results"]["pic"]["kl"] >= 0.0 and 0.0 <= report["results"]["hypic"]["top1"] <= 1.0
+    assert report["gap_points"]["hypic"] == report["results"]["full"]["score"] - report["results"]["hypic"]["score"]
+
+
+def test_eval_reads_longbench_files(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    write_longbench_jsonl(make("single_doc", 4, 0), path)
+    name, examples = load_examples(str(path), 2, 0)
+    assert name == "mine" and len(examples) == 2
+    with pytest.raises(ValueError, match="must be one of"):
+        load_examples("nope", 2, 0)
+
+
+def test_eval_command_errors(trained, capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--workload", "nope", "--model", str(trained), "--n", "1"])
+    assert "must be one of" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "--workload", "memory", "--modes", "fast", "--model", str(trained), "--n", "1"])
+    assert "modes must come from" in capsys.readouterr().err
+
+
+def test_eval_command_writes_json(trained, tmp_path):
+    import json
+
+    out = tmp_path / "r.json"
+    code = main(
+        [
+            "eval",
+            "--workload",
+            "tool_call",
+            "--modes",
+            "full,hypic",
+            "--n",
+            "2",
+            "--model",
+            str(trained),
+            "--max-new-tokens",
+            "3",
+            "--json",
+            str(out),
+        ]
+    )
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["results"]["full"]["metric"] == "tool_call" and "hypic" in report["gap_points"]
