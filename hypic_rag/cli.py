@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: the bundled model)")
     ev.add_argument("--max-new-tokens", type=int, default=48)
+    ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
+    ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
@@ -92,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.n < 1:
             parser.error("--n must be >= 1")
         try:
-            engine = Engine.from_pretrained(args.model)
+            options = {}
+            if args.seam is not None:
+                options["seam"] = int(args.seam) if args.seam >= 1 else args.seam
+            if args.min_cached_tokens is not None:
+                options["min_cached_tokens"] = args.min_cached_tokens
+            engine = Engine.from_pretrained(args.model, **options)
             print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
             report = evaluate(engine, args.workload, args.modes.split(","), args.n, args.seed, args.max_new_tokens)
         except ValueError as exc:
