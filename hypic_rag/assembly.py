@@ -9,6 +9,8 @@ onto the fresh state after it.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .cache.entry import SegmentEntry
@@ -26,7 +28,7 @@ def resolve_seam(seam: int | float, length: int) -> int:
     if isinstance(seam, float):
         if seam > 1:
             raise ValueError(f"a fractional seam must be in [0, 1], got {seam}")
-        return min(length, int(-(-seam * length // 1)))
+        return min(length, math.ceil(seam * length))
     return min(length, seam)
 
 

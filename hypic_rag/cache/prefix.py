@@ -8,13 +8,13 @@ its leading segments exactly, so reuse stops at the first segment that moved.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..model.cache import AttentionLayerKV, HybridCache, LinearLayerState
+from .lru import ByteLRU
 
 
 @dataclass
@@ -26,15 +26,14 @@ class PrefixNode:
     @property
     def nbytes(self) -> int:
         lin = sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
-        return lin + sum(k.keys.nbytes + k.values.nbytes + k.positions.nbytes * 2 for k in self.kv.values())
+        kv = sum(k.keys.nbytes + k.values.nbytes + k.positions.nbytes + k.shift.nbytes for k in self.kv.values())
+        return lin + kv
 
 
 class PrefixCache:
     def __init__(self, fingerprint: str, memory_bytes: int = 1 << 30) -> None:
         self.fingerprint = fingerprint
-        self.memory_bytes = memory_bytes
-        self._nodes: OrderedDict[str, PrefixNode] = OrderedDict()
-        self._used = 0
+        self._nodes: ByteLRU[PrefixNode] = ByteLRU(memory_bytes)
 
     def chain_keys(self, segments: Sequence[Sequence[int]]) -> list[str]:
         keys, h = [], hashlib.sha256(self.fingerprint.encode())
@@ -53,9 +52,8 @@ class PrefixCache:
 
     def restore(self, keys: Sequence[str], cache: HybridCache) -> None:
         """Load the chain ``keys`` (all cached) into an empty ``cache``."""
-        nodes = [self._nodes[k] for k in keys]
-        for k in keys:
-            self._nodes.move_to_end(k)
+        nodes = [self._nodes.get(k) for k in keys]
+        assert all(n is not None for n in nodes), "restore takes a chain that longest() found"
         last = nodes[-1]
         for i, state in last.linear.items():
             cache.set_linear(i, state.conv.clone(), state.recurrent.clone())
@@ -71,8 +69,7 @@ class PrefixCache:
 
     def snapshot(self, key: str, cache: HybridCache, start: int) -> None:
         """Record the boundary ``cache`` is at, with the KV of tokens from ``start`` on."""
-        if key in self._nodes:
-            self._nodes.move_to_end(key)
+        if self._nodes.get(key) is not None:
             return
         linear, kv = {}, {}
         for i, layer in enumerate(cache.layers):
@@ -86,18 +83,10 @@ class PrefixCache:
                     layer.positions[sel].clone(),
                     layer.shift[sel].clone(),
                 )
-        node = PrefixNode(cache.seq_len, linear, kv)
-        if node.nbytes > self.memory_bytes:
-            return
-        self._nodes[key] = node
-        self._used += node.nbytes
-        while self._used > self.memory_bytes:
-            _, old = self._nodes.popitem(last=False)
-            self._used -= old.nbytes
+        self._nodes.put(key, PrefixNode(cache.seq_len, linear, kv))
 
     def clear(self) -> None:
         self._nodes.clear()
-        self._used = 0
 
     def stats(self) -> dict[str, int]:
-        return {"prefix_nodes": len(self._nodes), "prefix_bytes": self._used}
+        return {"prefix_nodes": len(self._nodes), "prefix_bytes": self._nodes.used}

@@ -6,13 +6,13 @@ never used and never an error the caller sees.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import torch
 
 from .disk import BytesTier, PickledValue
 from .entry import CorruptEntry, SegmentEntry
+from .lru import ByteLRU
 
 
 class SegmentStore:
@@ -28,26 +28,23 @@ class SegmentStore:
             raise ValueError("memory_bytes must be >= 0")
         self.device = torch.device(device)
         self.fingerprint = fingerprint
-        self.memory_bytes = memory_bytes
         self.disk = disk
-        self._memory: OrderedDict[str, SegmentEntry] = OrderedDict()
-        self._used = 0
-        self.counters = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "evictions": 0}
+        self._memory: ByteLRU[SegmentEntry] = ByteLRU(memory_bytes)
+        self.counters = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0}
 
     def get(self, key: str, token_ids: tuple[int, ...]) -> SegmentEntry | None:
         entry = self._memory.get(key)
         if entry is not None:
             if entry.token_ids == token_ids:
-                self._memory.move_to_end(key)
                 self.counters["memory_hits"] += 1
                 return entry
-            self._drop_memory(key)
+            self._memory.pop(key)
             self.counters["corrupt"] += 1
         if self.disk is not None:
             entry = self._from_disk(key, token_ids)
             if entry is not None:
                 self.counters["disk_hits"] += 1
-                self._remember(key, entry)
+                self._memory.put(key, entry)
                 return entry
         self.counters["misses"] += 1
         return None
@@ -68,28 +65,12 @@ class SegmentStore:
             return None
 
     def put(self, key: str, entry: SegmentEntry) -> None:
-        self._remember(key, entry)
+        self._memory.put(key, entry)
         if self.disk is not None:
             self.disk.set(key, entry.to_bytes(self.fingerprint))
 
-    def _remember(self, key: str, entry: SegmentEntry) -> None:
-        if key in self._memory:
-            self._drop_memory(key)
-        if entry.nbytes > self.memory_bytes:
-            return
-        self._memory[key] = entry
-        self._used += entry.nbytes
-        while self._used > self.memory_bytes:
-            oldest = next(iter(self._memory))
-            self._drop_memory(oldest)
-            self.counters["evictions"] += 1
-
-    def _drop_memory(self, key: str) -> None:
-        self._used -= self._memory.pop(key).nbytes
-
     def clear(self) -> None:
         self._memory.clear()
-        self._used = 0
         if self.disk is not None:
             self.disk.clear()
 
@@ -97,7 +78,12 @@ class SegmentStore:
         return key in self._memory
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"memory_entries": len(self._memory), "memory_bytes": self._used, **self.counters}
+        out: dict[str, Any] = {
+            "memory_entries": len(self._memory),
+            "memory_bytes": self._memory.used,
+            "evictions": self._memory.evictions,
+            **self.counters,
+        }
         if self.disk is not None:
             out["disk"] = self.disk.stats()
         return out

@@ -31,7 +31,7 @@ def test_memory_budget_evicts_least_recently_used():
     store.get("a", a.token_ids)
     store.put("c", c)
     assert "a" in store and "c" in store and "b" not in store
-    assert store.stats()["memory_bytes"] <= 2 * a.nbytes and store.counters["evictions"] == 1
+    assert store.stats()["memory_bytes"] <= 2 * a.nbytes and store.stats()["evictions"] == 1
 
 
 def test_disk_tier_round_trip_is_bit_exact(tmp_path):
