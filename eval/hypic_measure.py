@@ -29,7 +29,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.fidelity import kl_divergence, top1_agreement
 from hypic_rag.model import load_model
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model
+from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
 
 FIDELITY_SHAPES: dict[str, Any] = {
     **TINY,
@@ -37,7 +37,7 @@ FIDELITY_SHAPES: dict[str, Any] = {
     "hidden_size": 256,
     "intermediate_size": 768,
     "num_hidden_layers": 8,
-    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+    "layer_types": hybrid_layer_types(8),
     "num_attention_heads": 8,
     "num_key_value_heads": 2,
     "head_dim": 64,

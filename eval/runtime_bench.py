@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hypic_rag.model import load_model
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model
+from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
 
 
 def _timed(fn: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
@@ -38,9 +38,7 @@ def run(
     if layers < 1:
         raise ValueError("layers must be >= 1")
     shapes = {**(shapes or QWEN3_5_0_8B_SHAPES), "num_hidden_layers": layers}
-    shapes["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
-    if "full_attention" not in shapes["layer_types"]:
-        shapes["layer_types"][-1] = "full_attention"
+    shapes["layer_types"] = hybrid_layer_types(layers)
     log(f"building a random qwen3_5_text checkpoint with {layers} layers (hidden {shapes['hidden_size']})")
     reference = build_reference_model("qwen3_5_text", shapes, seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +69,7 @@ def run(
             results[-1]["max_abs_logit_diff"] = diff
     return {
         "benchmark": "runtime_prefill",
-        "config": {k: v for k, v in shapes.items() if k != "layer_types"} | {"layer_types": shapes["layer_types"]},
+        "config": shapes,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "results": results,

@@ -19,7 +19,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.engine import MODES
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model
+from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
 
 IMPLEMENTATIONS = (*MODES, "transformers")
 
@@ -41,7 +41,7 @@ def run(
     if min(segments, segment_tokens, query_tokens, repeats, layers) < 1:
         raise ValueError("segments, segment_tokens, query_tokens, repeats and layers must be >= 1")
     shapes = {**(shapes or QWEN3_5_0_8B_SHAPES), "num_hidden_layers": layers, "max_position_embeddings": 262144}
-    shapes["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    shapes["layer_types"] = hybrid_layer_types(layers)
     log(
         f"random qwen3_5_text, hidden {shapes['hidden_size']}, {layers} layers; "
         f"{segments} segments x {segment_tokens} tokens + {query_tokens}-token query"

@@ -59,6 +59,15 @@ QWEN3_5_0_8B_SHAPES: dict[str, Any] = dict(
     tie_word_embeddings=True,
 )
 
+
+def hybrid_layer_types(n: int) -> list[str]:
+    """Three linear layers to one full, as the published models have, with at least one full."""
+    types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)]
+    if "full_attention" not in types:
+        types[-1] = "full_attention"
+    return types
+
+
 KINDS = ("qwen3_next", "qwen3_next_moe", "qwen3_5_text", "qwen3_5_moe_text")
 
 
