@@ -63,15 +63,19 @@ def evaluate(
     bar = _progress(len(examples) * len(modes), f"{name} x {len(modes)} modes")
     for ex in examples:
         query = Segment(wrap("query", ex.query), kind="query")
-        full = engine.prompt_logits(ex.segments, query, mode="full") if kls else None
-        for mode in modes:
-            out = engine.generate(ex.segments, query, mode=mode, max_new_tokens=max_new_tokens, stop_token_ids=stops)
+        outputs = {
+            mode: engine.generate(ex.segments, query, mode=mode, max_new_tokens=max_new_tokens, stop_token_ids=stops)
+            for mode in modes
+        }
+        full = outputs["full"].prompt_logits if "full" in outputs else None
+        if full is None and kls:
+            full = engine.prompt_logits(ex.segments, query, mode="full")
+        for mode, out in outputs.items():
             prediction = (out.text or "").split(END)[0].strip()
             scores[mode].append(score(ex.metric, prediction, ex.answers))
-            if mode != "full" and full is not None:
-                logits = engine.prompt_logits(ex.segments, query, mode=mode)
-                kls[mode].append(kl_divergence(full, logits))
-                agree[mode].append(top1_agreement(full, logits))
+            if mode != "full":
+                kls[mode].append(kl_divergence(full, out.prompt_logits))
+                agree[mode].append(top1_agreement(full, out.prompt_logits))
             if bar is not None:
                 bar.update(1)
     if bar is not None:

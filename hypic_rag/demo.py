@@ -80,7 +80,7 @@ def modes(log: Callable[[str], None] = print, segments: int = 8, length: int = 5
     for mode in ("full", "prefix", "pic", "hypic"):
         out = engine.generate(segs, query, mode=mode, max_new_tokens=1)
         base = base or out.ttft_s
-        kl = kl_divergence(full, engine.prompt_logits(segs, query, mode=mode))
+        kl = kl_divergence(full, out.prompt_logits)
         st = out.stats
         log(
             f"{mode:<8}{out.ttft_s:>8.3f}s{base / out.ttft_s:>8.1f}x{st['hit_segments']:>6}"

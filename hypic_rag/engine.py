@@ -60,6 +60,7 @@ class GenerationOutput:
     ttft_s: float
     stats: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = "length"
+    prompt_logits: torch.Tensor | None = None  # next-token logits [V] at the end of the prompt
 
 
 @dataclass
@@ -399,4 +400,4 @@ class Engine:
                 token = sampler.pick(self.model(step, cache=cache)[0, -1].float(), gen)
         stats["generated_tokens"] = len(out)
         text_out = self.decode(out) if self.tokenizer is not None else None
-        return GenerationOutput(text=text_out, token_ids=out, ttft_s=ttft, stats=stats, finish_reason=finish)
+        return GenerationOutput(text_out, out, ttft, stats, finish, prompt_logits=logits)

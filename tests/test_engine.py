@@ -102,6 +102,7 @@ def test_full_generation_continues_the_prompt_logits(engine):
     engine.eos_token_ids = ()
     out = engine.generate(segs, query, mode="full", max_new_tokens=5)
     assert out.token_ids[0] == int(expected.argmax())
+    assert torch.equal(out.prompt_logits, logits)
     assert out.stats["prompt_tokens"] == 77 and out.stats["recomputed_tokens"] == 77
     assert out.stats["miss_segments"] == 2 and out.stats["hit_segments"] == 0
     assert out.ttft_s > 0 and out.text is None and out.finish_reason == "length"
