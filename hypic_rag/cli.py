@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--query-tokens", type=int, default=64)
     bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="--runtime prompt lengths")
     bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
-    bench.add_argument("--repeats", type=int, default=None, help="runs per case, the best kept (default 3; 2)")
+    bench.add_argument(
+        "--repeats", type=int, default=None, help="runs per case, the best kept (default: 3 with --runtime, else 2)"
+    )
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
     ev = sub.add_parser("eval", help="score a workload in several modes, with fidelity against full")
     ev.add_argument(
