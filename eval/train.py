@@ -28,11 +28,21 @@ from hypic_rag.prompt_format import TAGS, answer_text, wrap
 
 from .workloads import WORKLOADS, Example, make
 
+TRAIN_MIX = (*WORKLOADS, "agent")
+# Chat front ends add these around the prompt; the model sees some in training so they don't throw it.
+SYSTEM_PROMPTS = [
+    "You are a helpful assistant.",
+    "Answer the question using only the documents.",
+    "You are a concise assistant. Use the tools when needed.",
+]
+QUESTION_PREFIXES = ["Question: ", "Answer the question. ", "Use the context to answer. Question: "]
 SPECIALS = ["<pad>", "</a>", "<a>"] + [f"<{t}>" for t in TAGS.values()] + [f"</{t}>" for t in TAGS.values()]
 HELD_OUT_SEED = 1_000_003
 
 
 def texts(examples: Iterable[Example]) -> Iterable[str]:
+    yield from (wrap("system", s) for s in SYSTEM_PROMPTS)
+    yield from QUESTION_PREFIXES
     for ex in examples:
         yield from (s.text or "" for s in ex.segments)
         yield wrap("query", ex.query) + answer_text(ex.answers[0])
@@ -40,10 +50,14 @@ def texts(examples: Iterable[Example]) -> Iterable[str]:
 
 def train_tokenizer(examples: list[Example], vocab_size: int):
     """Byte-level BPE over the workloads' text, with the format's tags as single tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Whitespace is its own token, so a name is the same token after a space, a tag or a quote, and
+    # copying it into an answer or a JSON argument is copying one id.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
@@ -52,14 +66,20 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
     return tok
 
 
-def encode(tok, ex: Example, questions: int = 1) -> tuple[list[int], list[int]]:
+def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = None) -> tuple[list[int], list[int]]:
     """Token ids and labels (-100 outside the answers): each segment encoded on its own, as served,
-    then up to ``questions`` question-answer pairs that the segments support (the example's own first)."""
+    then up to ``questions`` question-answer pairs that the segments support (the example's own first).
+    With ``rng``, some examples get a system segment first and some questions a chat-style prefix."""
+    texts = [seg.text or "" for seg in ex.segments]
+    if rng is not None and rng.random() < 0.25:
+        texts.insert(0, wrap("system", rng.choice(SYSTEM_PROMPTS)))
     ids: list[int] = []
-    for seg in ex.segments:
-        ids += tok.encode(seg.text, add_special_tokens=False).ids
+    for text in texts:
+        ids += tok.encode(text, add_special_tokens=False).ids
     labels = [-100] * len(ids)
     for question, answer in ex.meta.get("qa", [(ex.query, ex.answers[0])])[:questions]:
+        if rng is not None and rng.random() < 0.15:
+            question = rng.choice(QUESTION_PREFIXES) + question
         q = tok.encode(wrap("query", question), add_special_tokens=False).ids
         a = tok.encode(answer_text(answer), add_special_tokens=False).ids
         ids += q + a
@@ -67,35 +87,57 @@ def encode(tok, ex: Example, questions: int = 1) -> tuple[list[int], list[int]]:
     return ids, labels
 
 
-def model_config(vocab_size: int, hidden: int, layers: list[str], max_len: int) -> dict[str, Any]:
+def model_config(vocab_size: int, hidden: int, layers: list[str], attn_head_dim: int = 64) -> dict[str, Any]:
+    """A small Qwen3.5 text config. Attention heads are 64 wide even at hidden 128: with q/k RMS-normed,
+    the widest attention logit a head can start with grows with sqrt(head_dim), and retrieval over a few
+    hundred tokens needs sharp attention."""
     heads = hidden // 32
     return dict(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 16 * 16,
         num_hidden_layers=len(layers), layer_types=layers, num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2), head_dim=32, linear_num_key_heads=max(1, heads // 2),
+        num_key_value_heads=max(1, heads // 2), head_dim=attn_head_dim, linear_num_key_heads=max(1, heads // 2),
         linear_num_value_heads=heads, linear_key_head_dim=32, linear_value_head_dim=32,
-        linear_conv_kernel_dim=4, max_position_embeddings=max_len * 4, tie_word_embeddings=True,
+        linear_conv_kernel_dim=4, max_position_embeddings=8192, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     )  # fmt: skip
 
 
-def pack(encoded: list[tuple[list[int], list[int]]], max_len: int, pad: int, rng: random.Random):
-    """Sequences of whole examples, several per sequence, padded to ``max_len``."""
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only: decaying the (1 + w) norm scales would pull attention back to flat."""
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    keep = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
+
+
+def batches(encoded: list[tuple[list[int], list[int]]], size: int, pad: int, rng: random.Random):
+    """One example per row (neighbours never see each other's names), rows of similar length
+    together, padded on the right to the longest row of the batch."""
     order = list(range(len(encoded)))
     rng.shuffle(order)
-    seq_ids: list[int] = []
-    seq_labels: list[int] = []
-    for i in order:
-        ids, labels = encoded[i]
-        if len(ids) > max_len:
-            continue
-        if len(seq_ids) + len(ids) > max_len:
-            yield seq_ids + [pad] * (max_len - len(seq_ids)), seq_labels + [-100] * (max_len - len(seq_ids))
-            seq_ids, seq_labels = [], []
-        seq_ids += ids
-        seq_labels += labels
-    if seq_ids:
-        yield seq_ids + [pad] * (max_len - len(seq_ids)), seq_labels + [-100] * (max_len - len(seq_ids))
+    window = size * 32
+    for w in range(0, len(order), window):
+        chunk = sorted(order[w : w + window], key=lambda i: len(encoded[i][0]))
+        rows = [chunk[i : i + size] for i in range(0, len(chunk), size)]
+        rng.shuffle(rows)
+        for row in rows:
+            if len(row) < size:
+                continue
+            width = max(len(encoded[i][0]) for i in row)
+            ids = [encoded[i][0] + [pad] * (width - len(encoded[i][0])) for i in row]
+            labels = [encoded[i][1] + [-100] * (width - len(encoded[i][1])) for i in row]
+            yield torch.tensor(ids), torch.tensor(labels)
+
+
+def weighted_loss(logits: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor, pad: int, context: float):
+    """Next-token cross-entropy: answer tokens weigh 1, other prompt tokens ``context`` (0: answers only).
+
+    Context tokens carry a dense copying signal (names recur within a document) that answers alone lack.
+    """
+    logits, ids, labels = logits[:, :-1].float(), ids[:, 1:], labels[:, 1:]
+    answer = labels != -100
+    weight = answer.float() + context * ((~answer) & (ids != pad)).float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
+    return (nll * weight).sum() / weight.sum()
 
 
 @torch.no_grad()
@@ -113,42 +155,43 @@ def exact_match(model, encoded: list[tuple[list[int], list[int]]]) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    train = [ex for w in WORKLOADS for ex in make(w, args.examples, args.seed)]
-    held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in WORKLOADS}
+    train = [ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)]
+    held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in TRAIN_MIX}
     tok = train_tokenizer(train, args.vocab)
     pad = tok.token_to_id("<pad>")
-    encoded = [encode(tok, ex, args.questions) for ex in train]
+    augment = random.Random(f"augment:{args.seed}")
+    encoded = [e for e in (encode(tok, ex, args.questions, augment) for ex in train) if len(e[0]) <= args.max_len]
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     layers = args.layers.split(",")
     cfg = Qwen3_5TextConfig(
-        **model_config(tok.get_vocab_size(), args.hidden, layers, args.max_len),
+        **model_config(tok.get_vocab_size(), args.hidden, layers, args.attn_head_dim),
         eos_token_id=tok.token_to_id("</a>"),
         pad_token_id=pad,
     )
     model = Qwen3_5ForCausalLM(cfg)
     params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, betas=(0.9, 0.95))
     curves: list[dict[str, Any]] = []
     print(f"{params / 1e6:.2f}M parameters, vocab {tok.get_vocab_size()}, {len(encoded)} training examples")
     step, start, epoch_data = 0, time.perf_counter(), iter(())
+    tokens = 0
     while step < args.steps:
-        batch = []
-        while len(batch) < args.batch:
-            nxt = next(epoch_data, None)
-            if nxt is None:
-                epoch_data = pack(encoded, args.max_len, pad, rng)
-                continue
-            batch.append(nxt)
-        ids = torch.tensor([b[0] for b in batch])
-        labels = torch.tensor([b[1] for b in batch])
+        nxt = next(epoch_data, None)
+        if nxt is None:
+            epoch_data = batches(encoded, args.batch, pad, rng)
+            continue
+        ids, labels = nxt
+        tokens += ids.numel()
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
         lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps))
         for group in opt.param_groups:
             group["lr"] = lr
         model.train()
-        loss = model(ids, labels=labels).loss
+        loss = weighted_loss(model(ids).logits, ids, labels, pad, args.context_loss)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -157,7 +200,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             acc = {w: exact_match(model, enc) for w, enc in held_enc.items()}
-            row = {"step": step, "loss": loss.item(), "lr": lr, "minutes": (time.perf_counter() - start) / 60, **acc}
+            minutes = (time.perf_counter() - start) / 60
+            row = {"step": step, "loss": loss.item(), "lr": lr, "minutes": minutes, "tokens": tokens, **acc}
             curves.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.out)
@@ -186,6 +230,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--questions", type=int, default=1, help="question-answer pairs per training example")
+    parser.add_argument("--attn-head-dim", type=int, default=64)
+    parser.add_argument("--context-loss", type=float, default=0.0, help="loss weight of non-answer tokens")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     run(parser.parse_args())
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypic_rag.prompt_format import wrap
+from hypic_rag.prompt_format import format_call, tool_schema_text, tool_turn, wrap
 from hypic_rag.segments import Segment
 
 WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory")
@@ -49,33 +49,57 @@ class Example:
     meta: dict = field(default_factory=dict)  # "id"; "qa": every (question, answer) the segments support
 
 
+def _lexicon(size: int, salt: str) -> list[str]:
+    """A fixed pool of made-up two-syllable words, the same on every machine.
+
+    Names are drawn from small pools rather than invented per example: each pool word recurs often
+    enough to become one token, so matching a name is matching one token. Examples still combine them
+    afresh (people are random first-last pairs with random facts), so answers come only from the prompt.
+    """
+    rng = random.Random(f"lexicon:{salt}")
+    words: dict[str, None] = {}
+    while len(words) < size:
+        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(2))
+        words.setdefault(w.capitalize(), None)
+    return list(words)
+
+
+_FIRST = _lexicon(96, "first")
+_LAST = _lexicon(96, "last")
+_SUFFIXES = ["ford", "ville", "holm", "port", "dale", "burg"] * 16
+_PLACES = [w + s for w, s in zip(_lexicon(96, "place"), _SUFFIXES, strict=True)]
+_BRANDS = _lexicon(96, "brand")
+_PET_NAMES = _lexicon(48, "pet")
+
+
 class World:
-    """Fresh fictional names, each unique within one example."""
+    """Fictional names from the pools, each unique within one example (no shared first or last names)."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.used: set[str] = set()
 
-    def _word(self, syllables: int) -> str:
+    def _pick(self, pool: list[str]) -> str:
         while True:
-            w = "".join(
-                self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) + self.rng.choice(_CODAS) for _ in range(syllables)
-            ).capitalize()
+            w = self.rng.choice(pool)
             if w not in self.used:
                 self.used.add(w)
                 return w
 
     def person(self) -> str:
-        return f"{self._word(2)} {self._word(2)}"
+        return f"{self._pick(_FIRST)} {self._pick(_LAST)}"
 
     def city(self) -> str:
-        return self._word(2) + self.rng.choice(["ford", "ville", "holm", "port", "dale", "burg"])
+        return self._pick(_PLACES)
 
     def org(self) -> str:
-        return f"{self._word(2)} {self.rng.choice(_ORG_KINDS)}"
+        return f"{self._pick(_BRANDS)} {self.rng.choice(_ORG_KINDS)}"
 
     def product(self) -> str:
-        return f"{self._word(2)} {self.rng.choice(_PRODUCT_KINDS)}"
+        return f"{self._pick(_BRANDS)} {self.rng.choice(_PRODUCT_KINDS)}"
+
+    def pet_name(self) -> str:
+        return self._pick(_PET_NAMES)
 
 
 def _person_doc(w: World, rng: random.Random) -> dict:
@@ -117,6 +141,18 @@ def _single_doc(rng: random.Random) -> Example:
     rng.shuffle(qa)
     docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
     return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
+
+
+def corpus(people: int, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """A retrieval corpus for the demo and the integrations: one profile per person (unwrapped: the
+    integrations add the prompt format) and every question the profiles answer."""
+    if not 1 <= people <= len(_FIRST):
+        raise ValueError(f"people must be between 1 and {len(_FIRST)}, got {people}")
+    rng = random.Random(f"corpus:{seed}")
+    w = World(rng)
+    persons = [_person_doc(w, rng) for _ in range(people)]
+    qa = [(q.format(name=p["name"]), str(p[k])) for p in persons for k, q in _PERSON_QUESTIONS]
+    return [_describe_person(p, rng) for p in persons], qa
 
 
 def _multi_hop(rng: random.Random) -> Example:
@@ -250,18 +286,17 @@ def _tool_call(rng: random.Random) -> Example:
     others = [t for t in TOOLS if t["function"]["name"] != name]
     tools = rng.sample(others, rng.randint(3, 7)) + [t for t in TOOLS if t["function"]["name"] == name]
     rng.shuffle(tools)
-    segs = [Segment(wrap("tool", json.dumps(t, separators=(",", ":"))), kind="tool") for t in tools]
+    segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
     for _ in range(rng.randint(0, 2)):  # distractor documents
         doc_texts.append(_describe_person(_person_doc(w, rng), rng))
     rng.shuffle(doc_texts)
     segs += [Segment(wrap("document", t), kind="document") for t in doc_texts]
-    answer = json.dumps({"name": name, "arguments": args}, separators=(",", ":"), sort_keys=True)
-    return Example(segs, query, [answer], "tool_call")
+    return Example(segs, query, [format_call(name, args)], "tool_call")
 
 
 def _memory(rng: random.Random) -> Example:
     w = World(rng)
-    pet, pet_name, color = rng.choice(_PETS), w._word(2), rng.choice(_COLORS)
+    pet, pet_name, color = rng.choice(_PETS), w.pet_name(), rng.choice(_COLORS)
     town, day, manager = w.city(), rng.choice(_DAYS), w.person()
     facts = {  # (memory entry, question, answer)
         "pet": (f"The user's {pet} is called {pet_name}.", "What is my pet called?", pet_name),
@@ -282,19 +317,75 @@ def _memory(rng: random.Random) -> Example:
     return Example(segs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
+_FORECASTS = ["sunny", "light rain", "heavy rain", "snow", "fog", "clear skies", "storms", "cloudy"]
+
+
+def employee_record(p: dict) -> dict:
+    """What ``lookup_employee`` returns for a person (the agent workload's first tool)."""
+    return {"name": p["name"], "city": p["city"], "company": p["org"], "role": p["role"]}
+
+
+def weather_report(city: str, rng: random.Random) -> dict:
+    return {"city": city, "forecast": f"{rng.choice(_FORECASTS)}, {rng.randint(-5, 35)} degrees"}
+
+
+def _agent(rng: random.Random) -> Example:
+    """One step of a tool loop: earlier calls and results are ``turn`` segments, the task is the query;
+    the answer is the next call, or the final answer once the last result is in."""
+    w = World(rng)
+    p = _person_doc(w, rng)
+    price = f"{rng.randint(10, 999)}.{rng.randint(0, 99):02d}"
+    plans = [
+        (
+            f"Look up {p['name']} in the employee records, then get the weather in their home city.",
+            [("lookup_employee", {"name": p["name"]}, employee_record(p)), ("get_weather", {"city": p["city"]}, None)],
+            "forecast",
+        ),
+        (
+            f"Look up {p['name']} in the employee records, then get the stock price of their company.",
+            [
+                ("lookup_employee", {"name": p["name"]}, employee_record(p)),
+                ("get_stock_price", {"company": p["org"]}, {"company": p["org"], "price": price}),
+            ],
+            "price",
+        ),
+        (
+            f"Get the weather in {p['city']}.",
+            [("get_weather", {"city": p["city"]}, None)],
+            "forecast",
+        ),
+    ]
+    task, steps, field_name = rng.choice(plans)
+    steps = [(n, a, r if r is not None else weather_report(a["city"], rng)) for n, a, r in steps]
+    needed = {n for n, _, _ in steps}
+    tools = [t for t in TOOLS if t["function"]["name"] in needed]
+    tools += rng.sample([t for t in TOOLS if t["function"]["name"] not in needed], rng.randint(1, 4))
+    rng.shuffle(tools)
+    done = rng.randint(0, len(steps))
+    segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
+    for name, args, result in steps[:done]:
+        turn = tool_turn(format_call(name, args), json.dumps(result, separators=(",", ":"), sort_keys=True))
+        segs.append(Segment(wrap("turn", turn), kind="turn"))
+    if done < len(steps):
+        name, args, _ = steps[done]
+        return Example(segs, task, [format_call(name, args)], "tool_call")
+    return Example(segs, task, [str(steps[-1][2][field_name])], "f1")
+
+
 _MAKERS = {
     "single_doc": _single_doc,
     "multi_hop": _multi_hop,
     "aggregate": _aggregate,
     "tool_call": _tool_call,
     "memory": _memory,
+    "agent": _agent,  # training mix and the agent loop's tests; not one of the five scored workloads
 }
 
 
 def make(workload: str, n: int, seed: int) -> list[Example]:
     """``n`` examples of ``workload``; the same (workload, n, seed) always gives the same examples."""
     if workload not in _MAKERS:
-        raise ValueError(f"unknown workload {workload!r}; expected one of {', '.join(WORKLOADS)}")
+        raise ValueError(f"unknown workload {workload!r}; expected one of {', '.join(_MAKERS)}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     rng = random.Random(f"{workload}:{seed}")

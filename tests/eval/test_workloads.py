@@ -67,3 +67,24 @@ def test_longbench_jsonl_round_trip(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"input": "q"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1 is not a LongBench-schema row"):
         read_longbench_jsonl(tmp_path / "bad.jsonl")
+
+
+def test_agent_steps_follow_from_the_earlier_turns():
+    examples = make("agent", 200, 5)
+    assert {ex.metric for ex in examples} == {"tool_call", "f1"}
+    for ex in examples:
+        turns = "".join(s.text for s in ex.segments if s.kind == "turn")
+        tools = {json.loads(s.text[len("<tool>") : -len("</tool>\n")])["function"]["name"] for s in ex.segments[:2]}
+        if ex.metric == "tool_call":
+            call = parse_call(ex.answers[0])
+            assert all(str(v) in ex.query or str(v) in turns for v in call["arguments"].values())
+        else:
+            assert ex.answers[0] in turns.split("result:")[-1]
+        assert tools  # schemas come first
+
+
+def test_people_in_one_example_share_no_first_or_last_name():
+    for ex in make("single_doc", 200, 9):
+        names = [q.removeprefix("How old is ").removesuffix("?") for q, _ in ex.meta["qa"] if q.startswith("How old")]
+        firsts, lasts = zip(*(n.split() for n in names), strict=True)
+        assert len(set(firsts)) == len(firsts) and len(set(lasts)) == len(lasts)
