@@ -41,6 +41,15 @@ def _progress(total: int, label: str):
         return None
 
 
+def _variants(modes: Sequence[str], seams: Sequence[int | float]) -> list[tuple[str, str, int | float | None]]:
+    """(label, mode, seam): each mode at the engine's seam, plus ``hypic@wN`` for each swept seam."""
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes must come from {', '.join(MODES)}; got {list(modes)}")
+    out: list[tuple[str, str, int | float | None]] = [(m, m, None) for m in modes]
+    return out + [(f"hypic@w{w:g}", "hypic", w) for w in seams]
+
+
 def evaluate(
     engine: Engine,
     workload: str,
@@ -49,50 +58,138 @@ def evaluate(
     seed: int = 0,
     max_new_tokens: int = 48,
     log: Callable[[str], None] = print,
+    seams: Sequence[int | float] = (),
 ) -> dict[str, Any]:
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ValueError(f"modes must come from {', '.join(MODES)}; got {list(modes)}")
+    variants = _variants(modes, seams)
     if engine.tokenizer is None:
         raise ValueError("evaluation needs a checkpoint with a tokenizer")
     name, examples = load_examples(workload, n, seed)
     stops = [i for i in (engine.tokenizer.token_to_id(END),) if i is not None]
-    scores: dict[str, list[float]] = {m: [] for m in modes}
-    kls: dict[str, list[float]] = {m: [] for m in modes if m != "full"}
-    agree: dict[str, list[bool]] = {m: [] for m in modes if m != "full"}
-    bar = _progress(len(examples) * len(modes), f"{name} x {len(modes)} modes")
+    labels = [v[0] for v in variants]
+    scores: dict[str, list[float]] = {m: [] for m in labels}
+    extra: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SECONDARY} for m in labels}
+    kls: dict[str, list[float]] = {m: [] for m in labels if m != "full"}
+    agree: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
+    bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
         query = Segment(wrap("query", ex.query), kind="query")
         outputs = {
-            mode: engine.generate(ex.segments, query, mode=mode, max_new_tokens=max_new_tokens, stop_token_ids=stops)
-            for mode in modes
+            label: engine.generate(
+                ex.segments, query, mode=mode, max_new_tokens=max_new_tokens, stop_token_ids=stops, seam=seam
+            )
+            for label, mode, seam in variants
         }
         full = outputs["full"].prompt_logits if "full" in outputs else None
         if full is None and kls:
             full = engine.prompt_logits(ex.segments, query, mode="full")
-        for mode, out in outputs.items():
+        for label, out in outputs.items():
             prediction = (out.text or "").split(END)[0].strip()
-            scores[mode].append(score(ex.metric, prediction, ex.answers))
-            if mode != "full":
-                kls[mode].append(kl_divergence(full, out.prompt_logits))
-                agree[mode].append(top1_agreement(full, out.prompt_logits))
+            scores[label].append(score(ex.metric, prediction, ex.answers))
+            for key in SECONDARY:
+                extra[label][key].append(score(key, prediction, ex.answers))
+            if label != "full":
+                kls[label].append(kl_divergence(full, out.prompt_logits))
+                agree[label].append(top1_agreement(full, out.prompt_logits))
             if bar is not None:
                 bar.update(1)
     if bar is not None:
         bar.close()
     metric = examples[0].metric if examples else "f1"
     results: dict[str, dict[str, Any]] = {}
-    for mode in modes:
-        row: dict[str, Any] = {"score": sum(scores[mode]) / max(1, len(scores[mode])), "metric": metric}
-        if mode in kls:
-            row["kl"] = sum(kls[mode]) / max(1, len(kls[mode]))
-            row["top1"] = sum(agree[mode]) / max(1, len(agree[mode]))
-        results[mode] = row
+    for label in labels:
+        row: dict[str, Any] = {"score": _mean(scores[label]), "metric": metric}
+        row.update({key: _mean(values) for key, values in extra[label].items()})
+        if label in kls:
+            row["kl"] = _mean(kls[label])
+            row["top1"] = _mean(agree[label])
+        results[label] = row
         log(
-            f"  {mode:<7} {metric} {row['score']:6.1f}"
+            f"  {label:<10} {metric} {row['score']:6.1f}"
             + (f"  KL {row['kl']:.2e}  top-1 {row['top1']:.2f}" if "kl" in row else "")
         )
     report: dict[str, Any] = {"workload": name, "n": len(examples), "seed": seed, "results": results}
     if "full" in results:
         report["gap_points"] = {m: results["full"]["score"] - r["score"] for m, r in results.items() if m != "full"}
     return report
+
+
+SECONDARY = ("exact_match", "rouge_l")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / max(1, len(values))
+
+
+def evaluate_many(
+    engine: Engine,
+    workloads: Sequence[str],
+    modes: Sequence[str],
+    n: int = 100,
+    seed: int = 0,
+    max_new_tokens: int = 48,
+    log: Callable[[str], None] = print,
+    seams: Sequence[int | float] = (),
+) -> dict[str, Any]:
+    """Each workload's report, and each mode's score and gap averaged over the workloads."""
+    reports = []
+    for workload in workloads:
+        log(f"{workload}: n={n}, seed={seed}")
+        reports.append(evaluate(engine, workload, modes, n, seed, max_new_tokens, log, seams))
+    labels = list(reports[0]["results"])
+    out: dict[str, Any] = {
+        "workloads": reports,
+        "mean_score": {m: _mean([r["results"][m]["score"] for r in reports]) for m in labels},
+    }
+    if "full" in labels:
+        out["mean_gap_points"] = {m: _mean([r["gap_points"][m] for r in reports]) for m in labels if m != "full"}
+    return out
+
+
+def write_report(report: dict[str, Any], directory: str | Path, command: str = "") -> list[Path]:
+    """``report.md`` (a table of workloads x modes, with gaps and KL) and PNG plots, in ``directory``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    reports = report.get("workloads", [report])
+    labels = list(reports[0]["results"])
+    lines = ["# hypic-rag eval", ""]
+    if command:
+        lines += ["```", command, "```", ""]
+    lines += ["| workload | metric | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for r in reports:
+        cells = []
+        for m in labels:
+            row = r["results"][m]
+            gap = r.get("gap_points", {}).get(m)
+            cells.append(f"{row['score']:.1f}" + (f" ({-gap:+.1f})" if gap is not None else ""))
+        lines.append(f"| {r['workload']} | {r['results'][labels[0]]['metric']} | " + " | ".join(cells) + " |")
+    if "mean_score" in report:
+        lines.append("| **mean** | | " + " | ".join(f"**{report['mean_score'][m]:.1f}**" for m in labels) + " |")
+    with_kl = [m for m in labels if "kl" in reports[0]["results"][m]]
+    if with_kl:
+        lines += ["", "KL(full ‖ mode) and top-1 agreement of the first answer token:", ""]
+        lines += ["| workload | " + " | ".join(with_kl) + " |", "|---|" + "---|" * len(with_kl)]
+        for r in reports:
+            cells = [f"{r['results'][m]['kl']:.2e} / {r['results'][m]['top1']:.2f}" for m in with_kl]
+            lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
+    lines += ["", "![scores](scores.png)"]
+    md = out / "report.md"
+    md.write_text("\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(reports)), 3.5))
+    width = 0.8 / len(labels)
+    for i, m in enumerate(labels):
+        xs = [j + i * width for j in range(len(reports))]
+        ax.bar(xs, [r["results"][m]["score"] for r in reports], width, label=m)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(reports))], [r["workload"] for r in reports])
+    ax.set_ylabel("score")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = out / "scores.png"
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return [md, png]

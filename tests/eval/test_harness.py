@@ -75,3 +75,22 @@ def test_eval_command_writes_json(trained, tmp_path):
     assert code == 0
     report = json.loads(out.read_text())
     assert report["results"]["full"]["metric"] == "tool_call" and "hypic" in report["gap_points"]
+
+
+def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
+    from hypic_rag.eval.harness import evaluate_many, write_report
+
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    report = evaluate_many(
+        engine, ["memory", "single_doc"], ["full", "hypic"], n=2, seed=3, max_new_tokens=3, seams=[2], log=print
+    )
+    assert [r["workload"] for r in report["workloads"]] == ["memory", "single_doc"]
+    assert set(report["mean_score"]) == {"full", "hypic", "hypic@w2"}
+    for r in report["workloads"]:
+        assert {"exact_match", "rouge_l"} <= set(r["results"]["full"])
+        assert r["results"]["hypic@w2"]["kl"] >= 0.0
+    gaps = [r["gap_points"]["hypic"] for r in report["workloads"]]
+    assert report["mean_gap_points"]["hypic"] == sum(gaps) / 2
+    md, png = write_report(report, tmp_path / "rep", "hypic-rag eval ...")
+    assert "| memory | f1 |" in md.read_text() and "hypic@w2" in md.read_text()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,3 +27,12 @@ def test_exact_match_and_tool_calls():
     assert parse_call('{"name": 3, "arguments": {}}') is None
     with pytest.raises(ValueError, match="unknown metric"):
         score("bleu", "a", ["a"])
+
+
+def test_rouge_l_is_longbench_s():
+    from hypic_rag.eval.metrics import rouge_l
+
+    assert abs(rouge_l("the cat sat on the mat", ["the cat sat on the mat"]) - 100.0) < 1e-4
+    # py-rouge's LCS-based F (what LongBench reports): P 0.6, R 0.75 on this pair
+    assert abs(rouge_l("the cat sat on the mat", ["the cat was the mat"]) - 100 * 2 * 0.6 * 0.75 / 1.35) < 1e-4
+    assert rouge_l("", ["anything"]) == 0.0 and rouge_l("...", ["anything"]) == 0.0
