@@ -18,6 +18,16 @@ def _lengths(text: str) -> list[int]:
     return values
 
 
+def _numbers(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError("values must be non-negative")
+    return values
+
+
 def _write_json(data: dict, path: Path | None) -> None:
     if path is not None:
         path.write_text(json.dumps(data, indent=2) + "\n")
@@ -35,19 +45,32 @@ def main(argv: list[str] | None = None) -> int:
         "With --runtime: our plain prefill against transformers' forward at --lengths.",
     )
     bench.add_argument("--runtime", action="store_true", help="compare the runtime's prefill with transformers")
+    bench.add_argument(
+        "--slo", action="store_true", help="max QPS under a P90 TTFT SLO (Zipf documents, Poisson arrivals)"
+    )
     bench.add_argument("--modes", default="full,prefix,hypic,transformers", help="comma-separated; must include full")
     bench.add_argument("--segments", type=int, default=8)
     bench.add_argument("--segment-tokens", type=int, default=1024)
     bench.add_argument("--query-tokens", type=int, default=64)
     bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="--runtime prompt lengths")
-    bench.add_argument("--layers", type=int, default=4, help="decoder layers of the benchmark model")
+    bench.add_argument(
+        "--layers", type=int, default=None, help="decoder layers of the benchmark model (default: 2 with --slo, else 4)"
+    )
     bench.add_argument(
         "--repeats", type=int, default=None, help="runs per case, the best kept (default: 3 with --runtime, else 2)"
     )
+    bench.add_argument(
+        "--sweep", choices=["length", "segments", "hits", "seam", "cold", "memory"], help="TTFT across one dimension"
+    )
+    bench.add_argument("--values", type=_numbers, default=None, help="the swept values (default: the sweep's own)")
+    bench.add_argument("--total-tokens", type=int, default=8192, help="context tokens for segments/hits/seam/cold")
+    bench.add_argument("--plot", type=Path, default=None, help="with --sweep: write a PNG plot here")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
     ev = sub.add_parser("eval", help="score a workload in several modes, with fidelity against full")
     ev.add_argument(
-        "--workload", required=True, help="single_doc, multi_hop, aggregate, tool_call, memory or FILE.jsonl"
+        "--workload",
+        required=True,
+        help="single_doc, multi_hop, aggregate, tool_call, memory, FILE.jsonl, a comma-separated list, or all",
     )
     ev.add_argument("--modes", default="full,hypic", help="comma-separated modes")
     ev.add_argument("--n", type=int, default=100, help="examples")
@@ -56,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
+    ev.add_argument("--seams", type=_lengths, default=[], help="also run hypic at each of these seam widths")
+    ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
@@ -67,12 +92,37 @@ def main(argv: list[str] | None = None) -> int:
 
         return 0 if run() else 1
     if args.command == "bench":
-        if args.layers < 1 or (args.repeats is not None and args.repeats < 1):
+        if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
             parser.error("--layers and --repeats must be >= 1")
+        layers = args.layers or (2 if args.slo else 4)
+        if args.slo:
+            from hypic_rag.eval.serving_sim import run as run_slo
+
+            _write_json(run_slo(layers=layers), args.json)
+            return 0
+        if args.sweep:
+            from hypic_rag.eval.ttft_sweeps import plot, sweep
+
+            try:
+                report = sweep(
+                    args.sweep,
+                    args.values,
+                    args.modes.split(","),
+                    args.total_tokens,
+                    args.query_tokens,
+                    layers,
+                    args.repeats or 1,
+                )
+            except ValueError as exc:
+                parser.error(str(exc))
+            _write_json(report, args.json)
+            if args.plot is not None:
+                print(f"wrote {plot(report, args.plot)}")
+            return 0
         if args.runtime:
             from hypic_rag.eval.runtime_bench import run as run_runtime
 
-            _write_json(run_runtime(args.lengths, args.layers, args.repeats or 3), args.json)
+            _write_json(run_runtime(args.lengths, layers, args.repeats or 3), args.json)
             return 0
         from hypic_rag.eval.ttft_bench import run as run_ttft
 
@@ -83,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.query_tokens,
                 args.modes.split(","),
                 args.repeats or 2,
-                args.layers,
+                layers,
             )
         except ValueError as exc:
             parser.error(str(exc))
@@ -91,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "eval":
         from hypic_rag import Engine
-        from hypic_rag.eval.harness import evaluate
+        from hypic_rag.eval.harness import evaluate, evaluate_many, write_report
+        from hypic_rag.eval.workloads import WORKLOADS
 
         if args.n < 1:
             parser.error("--n must be >= 1")
@@ -101,12 +152,23 @@ def main(argv: list[str] | None = None) -> int:
                 options["seam"] = int(args.seam) if args.seam >= 1 else args.seam
             if args.min_cached_tokens is not None:
                 options["min_cached_tokens"] = args.min_cached_tokens
+            workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
             engine = Engine.from_pretrained(args.model, **options)
-            print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
-            report = evaluate(engine, args.workload, args.modes.split(","), args.n, args.seed, args.max_new_tokens)
+            modes = args.modes.split(",")
+            if len(workloads) == 1:
+                print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
+                report = evaluate(engine, workloads[0], modes, args.n, args.seed, args.max_new_tokens, seams=args.seams)
+            else:
+                report = evaluate_many(
+                    engine, workloads, modes, args.n, args.seed, args.max_new_tokens, seams=args.seams
+                )
         except ValueError as exc:
             parser.error(str(exc))
         _write_json(report, args.json)
+        if args.report is not None:
+            command = "hypic-rag " + " ".join(argv if argv is not None else sys.argv[1:])
+            for path in write_report(report, args.report, command):
+                print(f"wrote {path}")
         return 0
     if args.command == "cache":
         from .cache import DiskCacheTier, default_cache_dir
