@@ -66,6 +66,28 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
     return tok
 
 
+def recall_examples(n: int, seed: int) -> list[Example]:
+    """Associative recall in the prompt format: one document of key-value pairs (pool words), then a
+    question per key. Training starts with these (with ``--curriculum``): short, dense copying
+    practice, the skill every workload needs."""
+    from hypic_rag.segments import Segment
+
+    from .workloads import _BRANDS, _FIRST, _LAST, _PLACES
+
+    rng = random.Random(f"recall:{seed}")
+    keys, values = _FIRST + _LAST, _PLACES + _BRANDS
+    out = []
+    for _ in range(n):
+        pairs = list(zip(rng.sample(keys, rng.randint(2, 8)), rng.sample(values, 8), strict=False))
+        text = " ".join(f"{k} {v}." for k, v in pairs)
+        qa = [(f"{k}?", v) for k, v in pairs]
+        rng.shuffle(qa)
+        out.append(
+            Example([Segment(wrap("document", text), kind="document")], qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
+        )
+    return out
+
+
 def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = None) -> tuple[list[int], list[int]]:
     """Token ids and labels (-100 outside the answers): each segment encoded on its own, as served,
     then up to ``questions`` question-answer pairs that the segments support (the example's own first).
@@ -160,11 +182,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     train = [ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)]
+    small_steps = int(args.curriculum * args.steps)
+    small = [ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed, small=True)] if small_steps else []
+    small += recall_examples(2 * args.examples, args.seed) if small_steps else []
     held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in TRAIN_MIX}
     tok = train_tokenizer(train, args.vocab)
     pad = tok.token_to_id("<pad>")
     augment = random.Random(f"augment:{args.seed}")
     encoded = [e for e in (encode(tok, ex, args.questions, augment) for ex in train) if len(e[0]) <= args.max_len]
+    small_enc = [encode(tok, ex, args.questions, augment) for ex in small]
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     layers = args.layers.split(",")
     cfg = Qwen3_5TextConfig(
@@ -182,7 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     while step < args.steps:
         nxt = next(epoch_data, None)
         if nxt is None:
-            epoch_data = batches(encoded, args.batch, pad, rng)
+            epoch_data = batches(small_enc if step < small_steps else encoded, args.batch, pad, rng)
             continue
         ids, labels = nxt
         tokens += ids.numel()
@@ -197,6 +223,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         opt.step()
         opt.zero_grad()
         step += 1
+        if step == small_steps:
+            epoch_data = iter(())  # the curriculum is over: full-size examples from here on
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             acc = {w: exact_match(model, enc) for w, enc in held_enc.items()}
@@ -204,12 +232,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row = {"step": step, "loss": loss.item(), "lr": lr, "minutes": minutes, "tokens": tokens, **acc}
             curves.append(row)
             print(json.dumps(row), flush=True)
-    out = Path(args.out)
+            report = save(model, tok, Path(args.out), {"args": vars(args), "parameters": params, "curves": curves})
+    return report
+
+
+def save(model, tok, out: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint as it stands (written at every evaluation, so an interrupted run leaves one)."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save(str(out / "tokenizer.json"))
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": tok.token_to_id("</a>")}))
-    report = {"args": vars(args), "parameters": params, "curves": curves}
     (out / "curves.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -230,6 +262,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--questions", type=int, default=1, help="question-answer pairs per training example")
+    parser.add_argument(
+        "--curriculum", type=float, default=0.0, help="fraction of steps on small examples (fewer pieces) first"
+    )
     parser.add_argument("--attn-head-dim", type=int, default=64)
     parser.add_argument("--context-loss", type=float, default=0.0, help="loss weight of non-answer tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")

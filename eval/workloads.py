@@ -134,9 +134,9 @@ _PERSON_QUESTIONS = [
 ]
 
 
-def _single_doc(rng: random.Random) -> Example:
+def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
-    people = [_person_doc(w, rng) for _ in range(rng.randint(4, 12))]
+    people = [_person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
     qa = [(q.format(name=p["name"]), str(p[k])) for p in people for k, q in _PERSON_QUESTIONS]
     rng.shuffle(qa)
     docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
@@ -155,9 +155,9 @@ def corpus(people: int, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
     return [_describe_person(p, rng) for p in persons], qa
 
 
-def _multi_hop(rng: random.Random) -> Example:
+def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
-    people = [_person_doc(w, rng) for _ in range(rng.randint(3, 6))]
+    people = [_person_doc(w, rng) for _ in range(rng.randint(*size["multi_hop"]))]
     hq = {p["org"]: w.city() for p in people}
     texts = [_describe_person(p, rng) for p in people]
     texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
@@ -168,11 +168,11 @@ def _multi_hop(rng: random.Random) -> Example:
     return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
-def _aggregate(rng: random.Random) -> Example:
+def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
     cities = [w.city() for _ in range(3)]
     people = []
-    for _ in range(rng.randint(5, 10)):
+    for _ in range(rng.randint(*size["aggregate"])):
         p = _person_doc(w, rng)
         p["city"] = rng.choice(cities)
         people.append(p)
@@ -280,11 +280,11 @@ def _translate(w: World, rng: random.Random) -> Call:
 _CALLS = [_weather, _stock, _employee, _currency, _room, _timer, _email, _product, _translate]
 
 
-def _tool_call(rng: random.Random) -> Example:
+def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
     name, args, query, doc_texts = rng.choice(_CALLS)(w, rng)
     others = [t for t in TOOLS if t["function"]["name"] != name]
-    tools = rng.sample(others, rng.randint(3, 7)) + [t for t in TOOLS if t["function"]["name"] == name]
+    tools = rng.sample(others, rng.randint(*size["tool_call"])) + [t for t in TOOLS if t["function"]["name"] == name]
     rng.shuffle(tools)
     segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
     for _ in range(rng.randint(0, 2)):  # distractor documents
@@ -294,7 +294,7 @@ def _tool_call(rng: random.Random) -> Example:
     return Example(segs, query, [format_call(name, args)], "tool_call")
 
 
-def _memory(rng: random.Random) -> Example:
+def _memory(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
     pet, pet_name, color = rng.choice(_PETS), w.pet_name(), rng.choice(_COLORS)
     town, day, manager = w.city(), rng.choice(_DAYS), w.person()
@@ -307,7 +307,7 @@ def _memory(rng: random.Random) -> Example:
     }
     keys = rng.sample(list(facts), rng.randint(3, 5))
     segs = [Segment(wrap("memory", facts[k][0]), kind="memory") for k in keys]
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(*size["memory"])):
         topic = rng.choice(["the weather", "a recipe", "train times", "a book"])
         turn = f"user: Tell me about {topic}.\nassistant: Here is a short note on {topic}."
         segs.append(Segment(wrap("turn", turn), kind="turn"))
@@ -329,7 +329,7 @@ def weather_report(city: str, rng: random.Random) -> dict:
     return {"city": city, "forecast": f"{rng.choice(_FORECASTS)}, {rng.randint(-5, 35)} degrees"}
 
 
-def _agent(rng: random.Random) -> Example:
+def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     """One step of a tool loop: earlier calls and results are ``turn`` segments, the task is the query;
     the answer is the next call, or the final answer once the last result is in."""
     w = World(rng)
@@ -359,7 +359,7 @@ def _agent(rng: random.Random) -> Example:
     steps = [(n, a, r if r is not None else weather_report(a["city"], rng)) for n, a, r in steps]
     needed = {n for n, _, _ in steps}
     tools = [t for t in TOOLS if t["function"]["name"] in needed]
-    tools += rng.sample([t for t in TOOLS if t["function"]["name"] not in needed], rng.randint(1, 4))
+    tools += rng.sample([t for t in TOOLS if t["function"]["name"] not in needed], rng.randint(*size["agent"]))
     rng.shuffle(tools)
     done = rng.randint(0, len(steps))
     segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
@@ -372,6 +372,26 @@ def _agent(rng: random.Random) -> Example:
     return Example(segs, task, [str(steps[-1][2][field_name])], "f1")
 
 
+# How many documents / people / tools / turns an example draws: the workloads as specified, and a
+# small variant (fewer pieces, shorter prompts) that training uses first, where attention over a
+# short context learns to find things sooner.
+SIZES = {
+    "single_doc": (4, 12),
+    "multi_hop": (3, 6),
+    "aggregate": (5, 10),
+    "tool_call": (3, 7),
+    "memory": (1, 3),
+    "agent": (1, 4),
+}
+SMALL_SIZES = {
+    "single_doc": (2, 4),
+    "multi_hop": (2, 3),
+    "aggregate": (3, 5),
+    "tool_call": (1, 3),
+    "memory": (0, 1),
+    "agent": (0, 2),
+}
+
 _MAKERS = {
     "single_doc": _single_doc,
     "multi_hop": _multi_hop,
@@ -382,16 +402,18 @@ _MAKERS = {
 }
 
 
-def make(workload: str, n: int, seed: int) -> list[Example]:
-    """``n`` examples of ``workload``; the same (workload, n, seed) always gives the same examples."""
+def make(workload: str, n: int, seed: int, small: bool = False) -> list[Example]:
+    """``n`` examples of ``workload``; the same (workload, n, seed) always gives the same examples.
+    ``small`` draws fewer pieces per example (a training curriculum), from another stream."""
     if workload not in _MAKERS:
         raise ValueError(f"unknown workload {workload!r}; expected one of {', '.join(_MAKERS)}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    rng = random.Random(f"{workload}:{seed}")
+    rng = random.Random(f"{workload}:{seed}" + (":small" if small else ""))
+    size = SMALL_SIZES if small else SIZES
     out = []
     for i in range(n):
-        ex = _MAKERS[workload](rng)
+        ex = _MAKERS[workload](rng, size)
         ex.workload = workload
         ex.meta["id"] = f"{workload}-{seed}-{i}"
         out.append(ex)
