@@ -8,24 +8,23 @@ import sys
 from pathlib import Path
 
 
-def _lengths(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("token counts must be positive")
-    return values
+def _csv(cast: type, minimum: float, what: str):
+    """An argparse type: comma-separated ``cast`` values, each at least ``minimum``."""
+
+    def parse(text: str) -> list:
+        try:
+            values = [cast(x) for x in text.split(",") if x]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+        if not values or min(values) < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be >= {minimum}")
+        return values
+
+    return parse
 
 
-def _numbers(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError("values must be non-negative")
-    return values
+_lengths = _csv(int, 1, "token counts")
+_numbers = _csv(float, 0, "numbers")
 
 
 def _write_json(data: dict, path: Path | None) -> None:

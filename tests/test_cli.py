@@ -42,3 +42,15 @@ def test_cache_command_needs_an_existing_directory(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["cache", "stats", "--cache-dir", str(tmp_path / "missing")])
     assert "no segment cache at" in capsys.readouterr().err
+
+
+def test_bad_sweep_and_eval_arguments_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--sweep", "speed"])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--sweep", "hits", "--values", "0.5,x"])
+    assert "comma-separated numbers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "--workload", "memory", "--seams", "0"])
+    assert "token counts must be >= 1" in capsys.readouterr().err
