@@ -12,7 +12,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[dev,eval]"
+	$(PY) -m pip install -e ".[dev,demo,llamaindex]"
 	touch $@
 
 demo: $(STAMP)
@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/hypic-rag bench --runtime --json bench-runtime.json
 	$(VENV)/bin/hypic-rag bench --json bench-ttft.json
+	$(VENV)/bin/hypic-rag bench --slo --json bench-slo.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

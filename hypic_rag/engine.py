@@ -135,8 +135,8 @@ class Engine:
             path = default_model_path()
             if not (path / "config.json").is_file():
                 raise ValueError(
-                    "this build of hypic-rag ships no bundled default model yet; "
-                    "pass the path of a local Qwen3-Next or Qwen3.5 checkpoint"
+                    f"the bundled default model is missing from this install ({path}); reinstall "
+                    "hypic-rag or pass the path of a local Qwen3-Next or Qwen3.5 checkpoint"
                 )
         path = Path(path)
         model = load_model(path, device=device, dtype=resolve_dtype(dtype))

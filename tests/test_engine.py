@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -148,11 +147,12 @@ def test_text_generation_streams_and_stops_on_eos(text_engine):
     assert out.stats["prompt_tokens"] == len(doc_ids) + len(text_engine.encode("hello"))
 
 
-def test_dtype_strings_and_default_model(checkpoint):
+def test_dtype_strings_and_default_model(checkpoint, tmp_path, monkeypatch):
     engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), dtype="bfloat16")
     assert engine.model.dtype == torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype 'float8'"):
         Engine.from_pretrained(checkpoint("qwen3_5_text"), dtype="float8")
-    if not (Path(__file__).parents[1] / "hypic_rag" / "assets" / "default_model" / "config.json").exists():
-        with pytest.raises(ValueError, match="ships no bundled default model"):
-            Engine.from_pretrained()
+    assert Engine.from_pretrained().tokenizer is not None  # the bundled model
+    monkeypatch.setattr("hypic_rag.engine.default_model_path", lambda: tmp_path)
+    with pytest.raises(ValueError, match="bundled default model is missing from this install"):
+        Engine.from_pretrained()

@@ -1,0 +1,35 @@
+"""The bundled default model: the file the README names, loadable by both runtimes with matching logits."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import torch
+
+from hypic_rag import Engine
+from hypic_rag.engine import default_model_path
+from hypic_rag.eval.workloads import make
+from hypic_rag.model.parity import load_reference, logits_max_diff
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_checkpoint_matches_the_readme_hash_and_size_budget():
+    weights = default_model_path() / "model.safetensors"
+    stated = re.search(r"model\.safetensors` sha256 `([0-9a-f]{64})`", README.read_text())
+    assert stated, "the README must give the bundled checkpoint's sha256"
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == stated.group(1)
+    assert sum(f.stat().st_size for f in default_model_path().iterdir()) <= 30 * 2**20
+
+
+def test_loads_in_both_runtimes_with_matching_logits():
+    engine = Engine.from_pretrained()
+    reference = load_reference(default_model_path())
+    ex = make("single_doc", 1, 4)[0]
+    ids = [i for s in ex.segments for i in engine.encode(s.text)]
+    assert logits_max_diff(engine.model, reference, torch.tensor([ids])) < 1e-4
+    assert engine.eos_token_ids == (engine.tokenizer.token_to_id("</a>"),)
+    layers = engine.config.layer_types
+    assert layers.count("linear_attention") * 2 >= len(layers) and "full_attention" in layers
