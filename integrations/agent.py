@@ -1,0 +1,146 @@
+"""An agent tool loop on the engine: tool schemas, memory entries, earlier steps and the task are all
+segments, so each step recomputes only its seams, the newest step and the task.
+
+    agent = ToolAgent(tools=[Tool.from_function(lookup_employee, "Employee record by full name.")])
+    result = agent.run("Look up Ana Lee in the employee records, then get the weather in their home city.")
+    result.answer, result.trace
+
+Written here rather than on LangChain's agent runtime (which pulls in langgraph) because the loop is a
+dozen lines and each step's prompt must keep the exact segment layout the model was trained on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypic_rag import Engine, Segment
+from hypic_rag.prompt_format import wrap
+
+from .prompting import answer_text, default_engine, parse_tool_call, segment, step_segment, stop_ids, tool_segment
+
+_JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+@dataclass
+class Tool:
+    """A callable with its OpenAI-format function schema."""
+
+    schema: dict
+    fn: Callable[..., Any]
+
+    @property
+    def name(self) -> str:
+        return self.schema["function"]["name"]
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], description: str | None = None) -> Tool:
+        """Schema from the signature: each parameter is required, typed from its annotation."""
+        props: dict[str, dict] = {}
+        for p in inspect.signature(fn).parameters.values():
+            annotation = p.annotation if p.annotation is not inspect.Parameter.empty else str
+            if isinstance(annotation, str):  # postponed annotations
+                annotation = {"int": int, "float": float, "bool": bool}.get(annotation, str)
+            props[p.name] = {"type": _JSON_TYPES.get(annotation, "string")}
+        desc = description or (inspect.getdoc(fn) or fn.__name__).splitlines()[0]
+        params = {"type": "object", "properties": props, "required": list(props)}
+        function = {"name": fn.__name__, "description": desc, "parameters": params}
+        return cls({"type": "function", "function": function}, fn)
+
+
+@dataclass
+class AgentStep:
+    """One model call: the tool call it made (or None for the final answer), the result, and its stats."""
+
+    text: str
+    call: tuple[str, dict] | None
+    result: Any = None
+    error: str | None = None
+    ttft_s: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class AgentResult:
+    answer: str | None
+    trace: list[AgentStep]
+    stopped: str  # "answer" or "max_steps"
+
+
+class ToolAgent:
+    """Calls tools until the model answers in plain text, or ``max_steps`` model calls have run."""
+
+    def __init__(
+        self,
+        tools: Sequence[Tool],
+        engine: Engine | None = None,
+        *,
+        memory: Sequence[str] = (),
+        max_steps: int = 4,
+        mode: str = "hypic",
+        max_new_tokens: int = 64,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique, got {names}")
+        self.tools = {t.name: t for t in tools}
+        self.engine = engine
+        self.memory = list(memory)
+        self.max_steps = max_steps
+        self.mode = mode
+        self.max_new_tokens = max_new_tokens
+
+    def _call(self, name: str, args: dict) -> tuple[Any, str | None]:
+        try:
+            return self.tools[name].fn(**args), None
+        except Exception as exc:  # the model sees the error as the step's result and may recover
+            return {"error": f"{type(exc).__name__}: {exc}"}, f"{type(exc).__name__}: {exc}"
+
+    def run(self, task: str, on_step: Callable[[AgentStep], None] | None = None) -> AgentResult:
+        if not task.strip():
+            raise ValueError("the task is empty")
+        engine = self.engine or default_engine()
+        fixed: list[Segment] = [tool_segment(t.schema) for t in self.tools.values()]
+        fixed += [segment("memory", m) for m in self.memory]
+        steps: list[Segment] = []
+        trace: list[AgentStep] = []
+        query = Segment(wrap("query", task), kind="query")
+        for _ in range(self.max_steps):
+            out = engine.generate(
+                fixed + steps,
+                query,
+                mode=self.mode,
+                max_new_tokens=self.max_new_tokens,
+                stop_token_ids=stop_ids(engine),
+            )
+            text = answer_text(out.text)
+            call = parse_tool_call(text, self.tools)
+            step = AgentStep(text, call, ttft_s=out.ttft_s, stats=out.stats)
+            trace.append(step)
+            if call is None:
+                if on_step is not None:
+                    on_step(step)
+                return AgentResult(text, trace, "answer")
+            step.result, step.error = self._call(*call)
+            if on_step is not None:
+                on_step(step)
+            steps.append(step_segment(call[0], call[1], step.result))
+        return AgentResult(None, trace, "max_steps")
+
+
+def describe(result: AgentResult) -> str:
+    """The trace as readable lines."""
+    lines = []
+    for i, step in enumerate(result.trace, 1):
+        hits = f"{step.stats.get('hit_segments', 0)} hits"
+        if step.call is None:
+            lines.append(f"{i}. answer: {step.text}  ({hits})")
+        else:
+            result = json.dumps(step.result, default=str)
+            lines.append(f"{i}. {step.call[0]}({json.dumps(step.call[1])}) -> {result}  ({hits})")
+    return "\n".join(lines)

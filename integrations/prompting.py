@@ -1,0 +1,185 @@
+"""What the integrations share: prompt parts → segments in the bundled model's format, tool-call
+parsing, the registry of retrieved texts, and the default engine.
+
+Frameworks hand us messages or one flat string; the engine wants segments. Parts that carry a kind
+(a content block's ``extras={"hypic": {"kind": ...}}``, a retrieved node, a tool schema) become
+segments of that kind; texts that a retriever wrapper registered are found again inside flat strings,
+because LCEL chains join documents into one string before the model sees them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypic_rag import Engine, GenerationOutput, Segment
+from hypic_rag.prompt_format import END, format_call, parse_call, tool_schema_text, tool_turn, wrap
+
+_ENGINE_LOCK = threading.Lock()
+_DEFAULT_ENGINE: Engine | None = None
+
+
+def default_engine() -> Engine:
+    """The bundled model, loaded once per process and shared by every integration."""
+    global _DEFAULT_ENGINE
+    with _ENGINE_LOCK:
+        if _DEFAULT_ENGINE is None:
+            _DEFAULT_ENGINE = Engine.from_pretrained()
+        return _DEFAULT_ENGINE
+
+
+def stop_ids(engine: Engine) -> list[int]:
+    """The answer's end tag, which the model writes when it is done."""
+    if engine.tokenizer is None:
+        raise ValueError("the integrations need a checkpoint with a tokenizer")
+    end = engine.tokenizer.token_to_id(END)
+    return [end] if end is not None else []
+
+
+def segment(kind: str, text: str) -> Segment:
+    """A segment in the prompt format the bundled model was trained on (its wrapper is inside)."""
+    return Segment(wrap(kind, text.strip()), kind=kind)
+
+
+def tool_segment(schema: dict) -> Segment:
+    if not isinstance(schema, dict) or "function" not in schema or "name" not in schema["function"]:
+        raise ValueError(f"a tool must be an OpenAI-format function schema, got {schema!r:.200}")
+    return segment("tool", tool_schema_text(schema))
+
+
+def step_segment(name: str, arguments: dict, result: Any) -> Segment:
+    """One tool-loop step (call and result) as a ``turn`` segment, as in training."""
+    if not isinstance(result, str):
+        result = json.dumps(result, separators=(",", ":"), sort_keys=True, default=str)
+    return segment("turn", tool_turn(format_call(name, arguments), result))
+
+
+def parse_tool_call(text: str, names: Iterable[str] | None = None) -> tuple[str, dict] | None:
+    """``(name, arguments)`` if ``text`` is a call the model wrote (of a known tool), else None."""
+    text = text.strip()
+    call = parse_call(text) if text.startswith("{") else None
+    if call is None or (names is not None and call["name"] not in set(names)):
+        return None
+    return call["name"], call["arguments"]
+
+
+def answer_text(text: str | None) -> str:
+    """The model's answer without its end tag and surrounding space."""
+    return (text or "").split(END)[0].strip()
+
+
+class TextRegistry:
+    """Texts a retriever handed out, found again in flat prompts.
+
+    Process-wide and bounded (least recently registered dropped first): a ContextVar set inside one
+    branch of a ``RunnableParallel`` is not visible to the model step, so the registry cannot be
+    scoped to a run.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._texts: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def register(self, texts: Iterable[str]) -> None:
+        with self._lock:
+            for text in texts:
+                text = text.strip()
+                if not text:
+                    continue
+                key = hashlib.sha256(text.encode()).hexdigest()
+                self._texts.pop(key, None)
+                self._texts[key] = text
+                while len(self._texts) > self.capacity:
+                    self._texts.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._texts.clear()
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def split(self, text: str) -> tuple[list[str], str]:
+        """The registered texts found in ``text`` (in order of appearance) and what is left around them."""
+        with self._lock:
+            known = sorted(self._texts.values(), key=len, reverse=True)
+        found: list[tuple[int, str]] = []
+        rest = text
+        for doc in known:
+            at = rest.find(doc)
+            if at < 0:
+                continue
+            found.append((at, doc))
+            rest = rest[:at] + "\0" * len(doc) + rest[at + len(doc) :]
+        found.sort()
+        leftover = " ".join(rest.replace("\0", " ").split())
+        return [doc for _, doc in found], leftover
+
+
+REGISTRY = TextRegistry()
+
+
+@dataclass
+class PromptParts:
+    """Segments in prompt order and the query text, before they reach the engine."""
+
+    tools: list[Segment] = field(default_factory=list)
+    context: list[Segment] = field(default_factory=list)
+    query: str = ""
+
+    def add_text(self, kind: str, text: str, registry: TextRegistry | None = REGISTRY) -> str:
+        """Add ``text`` as a segment of ``kind``, with registered texts inside it as documents; returns
+        nothing for context kinds, and the leftover text when ``kind`` is ``"query"``."""
+        docs, rest = registry.split(text) if registry is not None else ([], " ".join(text.split()))
+        if rest and kind != "query":
+            self.context.append(segment(kind, rest))
+        self.context.extend(segment("document", d) for d in docs)
+        return rest if kind == "query" else ""
+
+    def segments(self) -> list[Segment]:
+        return self.tools + self.context
+
+    def check(self) -> None:
+        if not self.query.strip():
+            raise ValueError("the prompt has no question: the last user message has no text outside its documents")
+
+
+def token_usage(stats: dict[str, Any]) -> dict[str, int]:
+    inp, out = int(stats.get("prompt_tokens", 0)), int(stats.get("generated_tokens", 0))
+    return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
+
+
+def tool_names(tools: Sequence[dict]) -> list[str]:
+    return [t["function"]["name"] for t in tools]
+
+
+def stream_tokens(
+    run: Callable[[Callable[[int, str | None], None]], GenerationOutput],
+) -> Iterator[str | GenerationOutput]:
+    """Text deltas as the engine picks tokens, then the finished output.
+
+    ``run(on_token)`` calls ``Engine.generate``; it runs in a worker thread so the caller can yield.
+    """
+    q: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            q.put(run(lambda _id, delta: q.put(delta or "")))
+        except BaseException as exc:  # re-raised in the caller's thread
+            q.put(exc)
+
+    threading.Thread(target=work, daemon=True).start()
+    while True:
+        item = q.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        if isinstance(item, GenerationOutput):
+            return

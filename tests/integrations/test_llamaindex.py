@@ -1,0 +1,63 @@
+"""LlamaIndex with the real llama-index-core: a RetrieverQueryEngine over a VectorStoreIndex with the
+offline MiniLM embedding, whose nodes reach the engine as document segments through HypicSynthesizer."""
+
+from __future__ import annotations
+
+import pytest
+from llama_index.core import Settings, VectorStoreIndex
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from hypic_rag import Segment
+from hypic_rag.eval.workloads import corpus
+from hypic_rag.integrations.llamaindex import HypicLLM, HypicSynthesizer, MiniLMEmbedding
+from hypic_rag.integrations.prompting import REGISTRY, answer_text, segment, stop_ids
+from hypic_rag.prompt_format import wrap
+
+
+@pytest.fixture(scope="module")
+def world():
+    texts, qa = corpus(16, seed=12)
+    Settings.llm = None  # nothing may reach for an OpenAI default
+    nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(texts)]
+    return VectorStoreIndex(nodes, embed_model=MiniLMEmbedding()), texts, qa
+
+
+def _direct(engine, docs, question):
+    query = Segment(wrap("query", question), kind="query")
+    segs = [segment("document", d) for d in docs]
+    return answer_text(engine.generate(segs, query, max_new_tokens=24, stop_token_ids=stop_ids(engine)).text)
+
+
+def test_query_engine_passes_nodes_as_segments_and_reordered_nodes_hit(engine, world):
+    index, _, qa = world
+    engine.clear_cache()
+    synth = HypicSynthesizer(HypicLLM(engine=engine, max_tokens=24))
+    query_engine = RetrieverQueryEngine(retriever=index.as_retriever(similarity_top_k=3), response_synthesizer=synth)
+    question = qa[0][0]
+    response = query_engine.query(question)
+    assert len(response.source_nodes) == 3
+    assert any(question.split()[2] in n.node.get_content() for n in response.source_nodes)
+    stats = response.metadata["hypic"]
+    assert stats["hit_segments"] + stats["miss_segments"] == 3
+    assert response.response == _direct(engine, [n.node.get_content() for n in response.source_nodes], question)
+    again = synth.synthesize(question, list(reversed(response.source_nodes)))
+    assert again.metadata["hypic"]["hit_segments"] == 3
+
+
+def test_flat_prompts_find_registered_texts(engine, world):
+    _, texts, qa = world
+    REGISTRY.register(texts[:2])
+    llm = HypicLLM(engine=engine, max_tokens=24)
+    prompt = f"{texts[1]}\n\n{texts[0]}\n\n{qa[0][0]}"
+    reply = llm.complete(prompt)
+    assert reply.raw["hypic"]["hit_segments"] + reply.raw["hypic"]["miss_segments"] == 2
+    assert reply.text == _direct(engine, [texts[1], texts[0]], qa[0][0])
+    assert list(llm.stream_complete(prompt))[-1].text == reply.text
+
+
+def test_synthesizer_needs_a_hypic_llm_and_a_query(engine):
+    with pytest.raises(ValueError, match="needs a HypicLLM"):
+        HypicSynthesizer(llm="gpt")
+    with pytest.raises(ValueError, match="query is empty"):
+        HypicSynthesizer(HypicLLM(engine=engine)).synthesize("  ", [NodeWithScore(node=TextNode(text="x"))])

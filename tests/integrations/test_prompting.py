@@ -1,0 +1,72 @@
+"""What the integrations share: call parsing, the registry of retrieved texts, streaming."""
+
+from __future__ import annotations
+
+import pytest
+
+from hypic_rag import GenerationOutput
+from hypic_rag.integrations.prompting import (
+    PromptParts,
+    TextRegistry,
+    parse_tool_call,
+    step_segment,
+    stream_tokens,
+    tool_segment,
+)
+
+
+def test_parse_tool_call():
+    text = '{"arguments":{"city":"Oslo"},"name":"get_weather"}'
+    assert parse_tool_call(text) == ("get_weather", {"city": "Oslo"})
+    assert parse_tool_call(text, ["get_weather"]) == ("get_weather", {"city": "Oslo"})
+    assert parse_tool_call(text, ["set_timer"]) is None
+    assert parse_tool_call("sunny, 21 degrees") is None
+    assert parse_tool_call('{"name": "x", "arguments": [1]}') is None
+    assert parse_tool_call('{"name": "x"') is None
+
+
+def test_registry_finds_texts_in_order_and_keeps_the_rest():
+    reg = TextRegistry(capacity=2)
+    reg.register(["Alpha lives in Oslo.", "Beta is 40 years old.", "Gamma works at Acme."])
+    assert len(reg) == 2  # the oldest was dropped
+    flat = "Context:\nGamma works at Acme.\n\nBeta is 40 years old.\n\nQuestion: How old is Beta?"
+    docs, rest = reg.split(flat)
+    assert docs == ["Gamma works at Acme.", "Beta is 40 years old."]
+    assert rest == "Context: Question: How old is Beta?"
+    assert reg.split("nothing here") == ([], "nothing here")
+
+
+def test_parts_need_a_question_and_wrap_segments():
+    parts = PromptParts()
+    assert parts.add_text("query", "  Where   is it? ", None) == "Where is it?"
+    parts.add_text("system", "Be brief.", None)
+    assert [s.text for s in parts.segments()] == ["<sys>Be brief.</sys>\n"]
+    with pytest.raises(ValueError, match="no question"):
+        PromptParts().check()
+
+
+def test_tool_and_step_segments():
+    schema = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}
+    assert tool_segment(schema).text.startswith('<tool>{"type":"function"')
+    with pytest.raises(ValueError, match="OpenAI-format"):
+        tool_segment({"name": "f"})
+    step = step_segment("f", {"a": 1}, {"ok": True})
+    assert step.kind == "turn"
+    assert step.text == '<turn>call: {"arguments":{"a":1},"name":"f"}\nresult: {"ok":true}</turn>\n'
+
+
+def test_stream_tokens_yields_deltas_then_the_output_and_reraises():
+    out = GenerationOutput("ab", [1, 2], 0.0)
+
+    def run(cb):
+        cb(1, "a")
+        cb(2, "b")
+        return out
+
+    assert list(stream_tokens(run)) == ["a", "b", out]
+
+    def fail(cb):
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        list(stream_tokens(fail))
