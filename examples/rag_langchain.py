@@ -1,0 +1,32 @@
+"""RAG with LangChain on the bundled model, offline: MiniLM retrieval, an LCEL chain, the cache stats.
+
+python examples/rag_langchain.py
+"""
+
+from __future__ import annotations
+
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnablePassthrough
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from hypic_rag.eval.workloads import corpus
+from hypic_rag.integrations.langchain import ChatHypic, MiniLMEmbeddings, documents_to_messages
+
+
+def main(questions: int = 3) -> list[tuple[str, str, dict]]:
+    texts, qa = corpus(16, seed=3)
+    store = InMemoryVectorStore(MiniLMEmbeddings())
+    store.add_documents([Document(page_content=t, id=str(i)) for i, t in enumerate(texts)])
+    retriever = store.as_retriever(search_kwargs={"k": 3})
+    chain = {"context": retriever, "question": RunnablePassthrough()} | documents_to_messages() | ChatHypic()
+    out = []
+    for question, expected in qa[: 4 * questions : 4]:
+        msg = chain.invoke(question)
+        stats = msg.response_metadata["hypic"]
+        print(f"{question}\n  answer {msg.content!r} (expected {expected!r}); hits {stats['hit_segments']}")
+        out.append((question, msg.content, stats))
+    return out
+
+
+if __name__ == "__main__":
+    main()
