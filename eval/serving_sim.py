@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,8 @@ from typing import Any
 import torch
 
 from hypic_rag import Engine, Segment
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
+
+from .ttft_bench import _setup
 
 SIM_MODES = ("full", "prefix", "hypic")
 
@@ -89,15 +89,6 @@ class CacheModel:
         for i in range(len(docs)):
             self._touch(tuple(docs[: i + 1]))
         return depth
-
-
-def _engine(layers: int, shapes: dict[str, Any] | None, memory_bytes: int) -> Engine:
-    shapes = {**(shapes or QWEN3_5_0_8B_SHAPES), "num_hidden_layers": layers, "max_position_embeddings": 65536}
-    shapes["layer_types"] = hybrid_layer_types(layers)
-    reference = build_reference_model("qwen3_5_text", shapes)
-    with tempfile.TemporaryDirectory() as tmp:
-        reference.save_pretrained(tmp)
-        return Engine.from_pretrained(tmp, memory_bytes=memory_bytes, min_cached_tokens=1)
 
 
 class Docs:
@@ -235,7 +226,7 @@ def run(
     workload = workload or Workload()
     if min(workload.k, workload.corpus - workload.k, layers, requests, check_requests) < 1 or slo_factor <= 0:
         raise ValueError("k, layers and request counts must be >= 1, the corpus larger than k, the SLO factor > 0")
-    engine = _engine(layers, shapes, memory_bytes)
+    engine = _setup(layers, shapes, log, memory_bytes=memory_bytes)[0]
     log(f"measuring service times: {workload.k} docs x {workload.doc_tokens} tokens, {layers} layers")
     measured = measure_service(engine, workload, repeats, log=log)
     service = measured["ttft_s"]

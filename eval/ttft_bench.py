@@ -24,14 +24,18 @@ from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model
 IMPLEMENTATIONS = (*MODES, "transformers")
 
 
-def _setup(layers: int, shapes: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[Engine, Any, int]:
+def _setup(
+    layers: int, shapes: dict[str, Any] | None, log: Callable[[str], None], **options: Any
+) -> tuple[Engine, Any, int]:
+    """A random checkpoint (Qwen3.5-0.8B layer shapes unless ``shapes``), transformers' model of it and
+    an engine on it that caches segments of any length; ``options`` go to the engine."""
     shapes = {**(shapes or QWEN3_5_0_8B_SHAPES), "num_hidden_layers": layers, "max_position_embeddings": 262144}
     shapes["layer_types"] = hybrid_layer_types(layers)
     log(f"random qwen3_5_text, hidden {shapes['hidden_size']}, {layers} layers")
     reference = build_reference_model("qwen3_5_text", shapes)
     with tempfile.TemporaryDirectory() as tmp:
         reference.save_pretrained(tmp)
-        engine = Engine.from_pretrained(tmp, min_cached_tokens=1)
+        engine = Engine.from_pretrained(tmp, **{"min_cached_tokens": 1, **options})
     return engine, reference, shapes["vocab_size"]
 
 
