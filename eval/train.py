@@ -4,10 +4,11 @@
 
 Deterministic for a given command (seeded data, init and order; CPU). It trains a byte-level BPE
 tokenizer on the generated text, builds a ``qwen3_5_text`` model with transformers' own class (its
-backward pass is the reference), trains on packed sequences of whole examples with the loss on the
-answer tokens, and every ``--eval-every`` steps measures greedy exact match on held-out examples
-(teacher-forced: greedy decoding yields the answer exactly when every answer token is the argmax).
-It writes an HF checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``,
+backward pass is the reference), trains on one example per row (optionally a first phase on smaller
+examples and recall drills) with the loss on the answer tokens plus ``--context-loss`` on the rest,
+and every ``--eval-every`` steps measures greedy exact match on held-out examples (teacher-forced:
+greedy decoding yields the answer exactly when every answer token is the argmax). At each evaluation
+it writes an HF checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``,
 ``generation_config.json``) and ``curves.json``.
 """
 
@@ -126,8 +127,10 @@ def model_config(vocab_size: int, hidden: int, layers: list[str], attn_head_dim:
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Weight decay on matrices only: decaying the (1 + w) norm scales would pull attention back to flat."""
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    keep = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    decay: list[torch.nn.Parameter] = []
+    keep: list[torch.nn.Parameter] = []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and "embed" not in name else keep).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
 
 
