@@ -42,6 +42,7 @@ from hypic_rag.prompt_format import wrap
 
 from . import embeddings
 from .prompting import (
+    HYPIC_KEY,
     REGISTRY,
     PromptParts,
     TextRegistry,
@@ -56,8 +57,6 @@ from .prompting import (
     tool_names,
     tool_segment,
 )
-
-HYPIC_KEY = "hypic"
 
 
 def _blocks(message: BaseMessage) -> list[tuple[str | None, str]]:

@@ -25,9 +25,7 @@ from hypic_rag.engine import MODES
 from hypic_rag.prompt_format import wrap
 
 from . import embeddings
-from .prompting import REGISTRY, PromptParts, answer_text, default_engine, segment, stop_ids, stream_tokens
-
-HYPIC_KEY = "hypic"
+from .prompting import HYPIC_KEY, REGISTRY, PromptParts, answer_text, default_engine, segment, stop_ids, stream_tokens
 
 
 class HypicLLM(CustomLLM):

@@ -21,6 +21,9 @@ from typing import Any
 from hypic_rag import Engine, GenerationOutput, Segment
 from hypic_rag.prompt_format import END, format_call, parse_call, tool_schema_text, tool_turn, wrap
 
+# The key under which integrations put the engine's stats and read a content block's segment kind.
+HYPIC_KEY = "hypic"
+
 _ENGINE_LOCK = threading.Lock()
 _DEFAULT_ENGINE: Engine | None = None
 
