@@ -3,13 +3,15 @@
     python -m hypic_rag.eval.train --out runs/probe --steps 600 --seed 0
 
 Deterministic for a given command (seeded data, init and order; CPU). It trains a byte-level BPE
-tokenizer on the generated text, builds a ``qwen3_5_text`` model with transformers' own class (its
-backward pass is the reference), trains on one example per row (optionally a first phase on smaller
-examples and recall drills) with the loss on the answer tokens plus ``--context-loss`` on the rest,
-and every ``--eval-every`` steps measures greedy exact match on held-out examples (teacher-forced:
-greedy decoding yields the answer exactly when every answer token is the argmax). At each evaluation
-it writes an HF checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``,
-``generation_config.json``) and ``curves.json``.
+tokenizer on generated text, builds a ``qwen3_5_text`` model with transformers' own class (its
+backward pass is the reference) and trains on one example per row, the loss on the answer tokens
+plus ``--context-loss`` on the rest. Training examples are drawn fresh for every window of batches
+and never repeat: on a fixed set the model memorised its examples instead of learning to retrieve.
+A ``--recall`` share of each window is associative-recall drills, and a first ``--curriculum``
+share of the steps uses smaller examples. Every ``--eval-every`` steps it measures greedy exact
+match on held-out examples (teacher-forced: greedy decoding yields the answer exactly when every
+answer token is the argmax) and writes an HF checkpoint (``config.json``, ``model.safetensors``,
+``tokenizer.json``, ``generation_config.json``) and ``curves.json``; ``--init`` continues from one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -67,25 +70,75 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
     return tok
 
 
-def recall_examples(n: int, seed: int) -> list[Example]:
-    """Associative recall in the prompt format: one document of key-value pairs (pool words), then a
-    question per key. Training starts with these (with ``--curriculum``): short, dense copying
-    practice, the skill every workload needs."""
+def recall_examples(n: int, seed: int, broad: bool = False) -> list[Example]:
+    """Associative recall in the prompt format: one document of key-value pairs, then a question per
+    key: short, dense copying practice, the skill every workload needs. Keys and values are pool
+    names; ``broad`` makes keys full names and values anything an answer can be (numbers, roles,
+    phrases), since a model drilled on names alone copied names and guessed everything else."""
     from hypic_rag.segments import Segment
 
     from .workloads import _BRANDS, _FIRST, _LAST, _PLACES
 
-    rng = random.Random(f"recall:{seed}")
+    rng = random.Random(f"recall:{seed}" + (":broad" if broad else ""))
     keys, values = _FIRST + _LAST, _PLACES + _BRANDS
     out = []
     for _ in range(n):
-        pairs = list(zip(rng.sample(keys, rng.randint(2, 8)), rng.sample(values, 8), strict=False))
+        count = rng.randint(2, 8)
+        if broad:
+            firsts, lasts = rng.sample(_FIRST, count), rng.sample(_LAST, count)
+            pairs = [(f"{f} {la}", _any_value(rng)) for f, la in zip(firsts, lasts, strict=True)]
+        else:
+            pairs = list(zip(rng.sample(keys, count), rng.sample(values, 8), strict=False))
         text = " ".join(f"{k} {v}." for k, v in pairs)
         qa = [(f"{k}?", v) for k, v in pairs]
         rng.shuffle(qa)
         out.append(
             Example([Segment(wrap("document", text), kind="document")], qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
         )
+    return out
+
+
+def _any_value(rng: random.Random) -> str:
+    from .workloads import _BRANDS, _COLORS, _DAYS, _FORECASTS, _ORG_KINDS, _PET_NAMES, _PLACES, _ROLES
+
+    kind = rng.randrange(7)
+    if kind == 0:
+        return rng.choice(_PLACES)
+    if kind == 1:
+        return f"{rng.choice(_BRANDS)} {rng.choice(_ORG_KINDS)}"
+    if kind == 2:
+        return rng.choice(_ROLES)
+    if kind == 3:
+        return str(rng.randint(0, 99))
+    if kind == 4:
+        return f"{rng.choice(_FORECASTS)}, {rng.randint(-5, 35)} degrees"
+    if kind == 5:
+        return rng.choice(_COLORS + _DAYS)
+    return rng.choice(_PET_NAMES)
+
+
+def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:
+    """Dense key-value recall on the pools' one-token names, ``k1v1k2v2...k2v2k1v1``, the loss
+    on every recalled value: the first phase of training. On these the retrieval circuit forms within
+    a few hundred steps (2-4 pairs); from the workloads alone, or from 2-8 pairs, it never did here,
+    nor with a space token between the names (``spaced``, as in the prompts: a bridge once formed)."""
+    from .workloads import _BRANDS, _FIRST, _LAST, _PLACES
+
+    rng = random.Random(f"kv:{seed}")
+    space = tok.encode(" ", add_special_tokens=False).ids if spaced else []
+    keys, values = _FIRST + _LAST, _PLACES + _BRANDS
+    out = []
+    for _ in range(n):
+        pairs = list(zip(rng.sample(keys, rng.randint(2, max_pairs)), rng.sample(values, max_pairs), strict=False))
+        asked = pairs + rng.sample(pairs, len(pairs))
+        ids: list[int] = []
+        labels: list[int] = []
+        for i, (k, v) in enumerate(asked):
+            k_ids, v_ids = tok.encode(k, add_special_tokens=False).ids, tok.encode(v, add_special_tokens=False).ids
+            ids += k_ids + space + v_ids + space
+            labels += [-100] * len(k_ids + space) + (v_ids if i >= len(pairs) else [-100] * len(v_ids))
+            labels += [-100] * len(space)
+        out.append((ids, labels))
     return out
 
 
@@ -177,41 +230,76 @@ def exact_match(model, encoded: list[tuple[list[int], list[int]]]) -> float:
     return 100.0 * hits / len(encoded)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def fresh_window(
+    k: int, n: int, seed: int, small: bool, recall: float, mix: tuple[str, ...] = TRAIN_MIX, broad: bool = False
+) -> list[Example]:
+    """Window ``k`` of the training stream: ``n`` examples never drawn before (each window has its own
+    seed, far from the held-out one), a ``recall`` share of them drills (half of them ``broad``, if
+    asked), the rest spread over ``mix`` (a workload named twice gets twice the examples)."""
+    window_seed = (seed + 1) * 100_000_000 + k
+    drills = round(recall * n)
+    per = max(1, (n - drills) // len(mix))
+    broad_drills = drills // 2 if broad else 0
+    out = recall_examples(drills - broad_drills, window_seed) if drills - broad_drills else []
+    out += recall_examples(broad_drills, window_seed, broad=True) if broad_drills else []
+    for w, times in Counter(mix).items():
+        out += make(w, per * times, window_seed, small=small)
+    return out
+
+
+def build_model(args: argparse.Namespace):
+    """A fresh model and tokenizer, or (``--init``) the checkpoint to continue from."""
+    from tokenizers import Tokenizer
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
+    if args.init:
+        init = Path(args.init)
+        return Qwen3_5ForCausalLM.from_pretrained(init), Tokenizer.from_file(str(init / "tokenizer.json"))
+    tok = train_tokenizer([ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)], args.vocab)
+    cfg = Qwen3_5TextConfig(
+        **model_config(tok.get_vocab_size(), args.hidden, args.layers.split(","), args.attn_head_dim),
+        eos_token_id=tok.token_to_id("</a>"),
+        pad_token_id=tok.token_to_id("<pad>"),
+    )
+    return Qwen3_5ForCausalLM(cfg), tok
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    train = [ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)]
-    small_steps = int(args.curriculum * args.steps)
-    small = [ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed, small=True)] if small_steps else []
-    small += recall_examples(2 * args.examples, args.seed) if small_steps else []
-    held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in TRAIN_MIX}
-    tok = train_tokenizer(train, args.vocab)
+    model, tok = build_model(args)
     pad = tok.token_to_id("<pad>")
-    augment = random.Random(f"augment:{args.seed}")
-    encoded = [e for e in (encode(tok, ex, args.questions, augment) for ex in train) if len(e[0]) <= args.max_len]
-    small_enc = [encode(tok, ex, args.questions, augment) for ex in small]
+    held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in TRAIN_MIX}
+    held["recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED)
+    if args.broad_recall:
+        held["broad_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, broad=True)
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
-    layers = args.layers.split(",")
-    cfg = Qwen3_5TextConfig(
-        **model_config(tok.get_vocab_size(), args.hidden, layers, args.attn_head_dim),
-        eos_token_id=tok.token_to_id("</a>"),
-        pad_token_id=pad,
-    )
-    model = Qwen3_5ForCausalLM(cfg)
+    if args.drills:
+        held_enc["kv"] = kv_drills(tok, args.eval_examples, HELD_OUT_SEED, spaced=args.drill_spaces)
+    augment = random.Random(f"augment:{args.seed}")
+    small_steps = int(args.curriculum * args.steps)
+
+    def window(k: int, step: int) -> list[tuple[list[int], list[int]]]:
+        if step < args.drills:
+            return kv_drills(tok, args.batch * 32, (args.seed + 1) * 100_000_000 + k, spaced=args.drill_spaces)
+        small = step < args.drills + small_steps
+        mix = tuple(args.mix.split(","))
+        exs = fresh_window(k, args.batch * 32, args.seed, small, args.recall, mix, args.broad_recall)
+        return [e for e in (encode(tok, ex, args.questions, augment) for ex in exs) if len(e[0]) <= args.max_len]
+
     params = sum(p.numel() for p in model.parameters())
+    previous = lineage(args.init)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, betas=(0.9, 0.95))
     curves: list[dict[str, Any]] = []
-    print(f"{params / 1e6:.2f}M parameters, vocab {tok.get_vocab_size()}, {len(encoded)} training examples")
-    step, start, epoch_data = 0, time.perf_counter(), iter(())
-    tokens = 0
+    print(f"{params / 1e6:.2f}M parameters, vocab {tok.get_vocab_size()}")
+    step, windows, tokens, start, data = 0, 0, 0, time.perf_counter(), iter(())
     while step < args.steps:
-        nxt = next(epoch_data, None)
+        nxt = next(data, None)
         if nxt is None:
-            epoch_data = batches(small_enc if step < small_steps else encoded, args.batch, pad, rng)
+            data = batches(window(windows, step), args.batch, pad, rng)
+            windows += 1
             continue
         ids, labels = nxt
         tokens += ids.numel()
@@ -226,8 +314,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         opt.step()
         opt.zero_grad()
         step += 1
-        if step == small_steps:
-            epoch_data = iter(())  # the curriculum is over: full-size examples from here on
+        if step in (args.drills, args.drills + small_steps):
+            data = iter(())  # the next phase starts with a fresh window
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             acc = {w: exact_match(model, enc) for w, enc in held_enc.items()}
@@ -235,8 +323,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row = {"step": step, "loss": loss.item(), "lr": lr, "minutes": minutes, "tokens": tokens, **acc}
             curves.append(row)
             print(json.dumps(row), flush=True)
-            report = save(model, tok, Path(args.out), {"args": vars(args), "parameters": params, "curves": curves})
+            report = {"args": vars(args), "parameters": params, "curves": curves, "previous": previous}
+            report = save(model, tok, Path(args.out), report)
     return report
+
+
+def lineage(init: str | None) -> list[dict[str, Any]]:
+    """The runs a continued checkpoint came from, oldest first, so its ``curves.json`` tells the whole story."""
+    if not init or not (Path(init) / "curves.json").exists():
+        return []
+    report = json.loads((Path(init) / "curves.json").read_text())
+    return [*report.get("previous", []), {k: v for k, v in report.items() if k != "previous"}]
 
 
 def save(model, tok, out: Path, report: dict[str, Any]) -> dict[str, Any]:
@@ -254,7 +351,11 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--examples", type=int, default=4000, help="training examples per workload")
+    parser.add_argument("--examples", type=int, default=4000, help="examples per workload the tokenizer learns from")
+    parser.add_argument("--mix", default=",".join(TRAIN_MIX), help="workloads to train on; repeat one to weigh it")
+    parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
+    parser.add_argument("--recall", type=float, default=0.25, help="share of each window that is recall drills")
+    parser.add_argument("--init", default=None, help="checkpoint to continue from (its tokenizer and config)")
     parser.add_argument("--eval-examples", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--vocab", type=int, default=1024)
@@ -268,6 +369,8 @@ def main() -> None:
     parser.add_argument(
         "--curriculum", type=float, default=0.0, help="fraction of steps on small examples (fewer pieces) first"
     )
+    parser.add_argument("--drills", type=int, default=0, help="first steps on dense key-value drills")
+    parser.add_argument("--drill-spaces", action="store_true", help="a space token between drilled names")
     parser.add_argument("--attn-head-dim", type=int, default=64)
     parser.add_argument("--context-loss", type=float, default=0.0, help="loss weight of non-answer tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
