@@ -143,16 +143,28 @@ def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example
     return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
+def person_facts(p: dict) -> dict[str, str]:
+    """One sentence per attribute of a person, keyed like ``_PERSON_QUESTIONS``."""
+    name = p["name"]
+    return {
+        "city": f"{name} lives in {p['city']}.",
+        "org": f"{name} works at {p['org']}.",
+        "role": f"{name} is {_a(p['role'])}.",
+        "age": f"{name} is {p['age']} years old.",
+    }
+
+
 def corpus(people: int, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
-    """A retrieval corpus for the demo and the integrations: one profile per person (unwrapped: the
-    integrations add the prompt format) and every question the profiles answer."""
+    """A retrieval corpus for the demo and the integrations: a knowledge base chunked one fact per
+    document (unwrapped: the integrations add the prompt format), four facts per person, and every
+    question the facts answer (``qa[4 * person + k]`` asks about ``texts[4 * person + k]``)."""
     if not 1 <= people <= len(_FIRST):
         raise ValueError(f"people must be between 1 and {len(_FIRST)}, got {people}")
     rng = random.Random(f"corpus:{seed}")
     w = World(rng)
     persons = [_person_doc(w, rng) for _ in range(people)]
     qa = [(q.format(name=p["name"]), str(p[k])) for p in persons for k, q in _PERSON_QUESTIONS]
-    return [_describe_person(p, rng) for p in persons], qa
+    return [person_facts(p)[k] for p in persons for k, _ in _PERSON_QUESTIONS], qa
 
 
 def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:

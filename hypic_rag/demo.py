@@ -1,9 +1,10 @@
 """``hypic-rag demo``: RAG over the synthetic world on the bundled model, offline, in each mode.
 
-A corpus of people profiles is embedded with MiniLM into LangChain's ``InMemoryVectorStore``; an LCEL
-chain (retriever → ``documents_to_messages`` → ``ChatHypic``) answers questions about them. The
-questions come in pairs about the same people, so a later question retrieves documents an earlier
-one already cached, usually in another order: the case prefix caching cannot reuse. Each mode runs the
+A knowledge base about people (one fact per document) is embedded with MiniLM into LangChain's
+``InMemoryVectorStore``; an LCEL chain (retriever → ``documents_to_messages`` → ``ChatHypic``)
+answers questions about them. The questions come in pairs about the same people, so a later question
+retrieves documents an earlier one already cached, usually in another order: the case prefix caching
+cannot reuse. Each mode runs the
 same questions from an empty cache; the table shows TTFT, cache hits and accuracy.
 
 The bundled model is tiny and its documents short, so every prompt costs milliseconds and fixed
@@ -60,7 +61,7 @@ def run(
 
     engine = engine or Engine.from_pretrained(min_cached_tokens=1)
     texts, qa = corpus(people, seed)
-    log(f"hypic-rag demo: {people} profiles from the synthetic world, MiniLM retrieval (k={k}), bundled model")
+    log(f"hypic-rag demo: {len(texts)} facts about {people} people, MiniLM retrieval (k={k}), bundled model")
     store = InMemoryVectorStore(MiniLMEmbeddings())
     store.add_documents([Document(page_content=t, id=f"doc-{i}") for i, t in enumerate(texts)])
     retriever = store.as_retriever(search_kwargs={"k": k})

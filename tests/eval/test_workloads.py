@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hypic_rag.eval.metrics import parse_call
-from hypic_rag.eval.workloads import WORKLOADS, make, read_longbench_jsonl, write_longbench_jsonl
+from hypic_rag.eval.workloads import WORKLOADS, corpus, make, read_longbench_jsonl, write_longbench_jsonl
 from hypic_rag.prompt_format import TAGS
 
 
@@ -88,3 +88,14 @@ def test_people_in_one_example_share_no_first_or_last_name():
         names = [q.removeprefix("How old is ").removesuffix("?") for q, _ in ex.meta["qa"] if q.startswith("How old")]
         firsts, lasts = zip(*(n.split() for n in names), strict=True)
         assert len(set(firsts)) == len(firsts) and len(set(lasts)) == len(lasts)
+
+
+def test_corpus_is_one_fact_per_document_and_each_question_has_its_fact():
+    texts, qa = corpus(12, seed=3)
+    assert len(texts) == len(qa) == 48 and len(set(texts)) == 48
+    for text, (question, answer) in zip(texts, qa, strict=True):
+        assert " ".join(text.split()[:2]) in question  # the fact is about the person asked about
+        assert text.endswith((f" {answer}.", f" {answer} years old."))
+    assert corpus(12, seed=3) == (texts, qa)
+    with pytest.raises(ValueError, match="people must be between"):
+        corpus(0, seed=3)
