@@ -1,5 +1,6 @@
 """LlamaIndex with the real llama-index-core: a RetrieverQueryEngine over a VectorStoreIndex with the
-offline MiniLM embedding, whose nodes reach the engine as document segments through HypicSynthesizer."""
+offline MiniLM embedding, whose nodes reach the engine as document segments through HypicSynthesizer
+and which answers questions about the bundled world from them."""
 
 from __future__ import annotations
 
@@ -29,11 +30,18 @@ def _direct(engine, docs, question):
     return answer_text(engine.generate(segs, query, max_new_tokens=24, stop_token_ids=stop_ids(engine)).text)
 
 
-def test_query_engine_passes_nodes_as_segments_and_reordered_nodes_hit(engine, world):
+# qa[4 * person + k] asks about attribute k (city, company, job, age) of a person in the corpus
+CITY_AND_JOB = [4 * person + k for person in range(1, 16, 3) for k in (0, 2)]
+
+
+def test_query_engine_answers_from_nodes_passed_as_segments_and_reordered_nodes_hit(engine, world):
     index, _, qa = world
     engine.clear_cache()
     synth = HypicSynthesizer(HypicLLM(engine=engine, max_tokens=24))
     query_engine = RetrieverQueryEngine(retriever=index.as_retriever(similarity_top_k=3), response_synthesizer=synth)
+    for i in CITY_AND_JOB:
+        question, answer = qa[i]
+        assert query_engine.query(question).response == answer, question
     question = qa[0][0]
     response = query_engine.query(question)
     assert len(response.source_nodes) == 3
@@ -42,7 +50,7 @@ def test_query_engine_passes_nodes_as_segments_and_reordered_nodes_hit(engine, w
     assert stats["hit_segments"] + stats["miss_segments"] == 3
     assert response.response == _direct(engine, [n.node.get_content() for n in response.source_nodes], question)
     again = synth.synthesize(question, list(reversed(response.source_nodes)))
-    assert again.metadata["hypic"]["hit_segments"] == 3
+    assert again.metadata["hypic"]["hit_segments"] == 3 and again.response == qa[0][1]
 
 
 def test_flat_prompts_find_registered_texts(engine, world):
@@ -52,7 +60,7 @@ def test_flat_prompts_find_registered_texts(engine, world):
     prompt = f"{texts[1]}\n\n{texts[0]}\n\n{qa[0][0]}"
     reply = llm.complete(prompt)
     assert reply.raw["hypic"]["hit_segments"] + reply.raw["hypic"]["miss_segments"] == 2
-    assert reply.text == _direct(engine, [texts[1], texts[0]], qa[0][0])
+    assert reply.text == _direct(engine, [texts[1], texts[0]], qa[0][0]) == qa[0][1]
     assert list(llm.stream_complete(prompt))[-1].text == reply.text
 
 
