@@ -7,11 +7,14 @@ tokenizer on generated text, builds a ``qwen3_5_text`` model with transformers' 
 backward pass is the reference) and trains on one example per row, the loss on the answer tokens
 plus ``--context-loss`` on the rest. Training examples are drawn fresh for every window of batches
 and never repeat: on a fixed set the model memorised its examples instead of learning to retrieve.
-A ``--recall`` share of each window is associative-recall drills, and a first ``--curriculum``
-share of the steps uses smaller examples. Every ``--eval-every`` steps it measures greedy exact
-match on held-out examples (teacher-forced: greedy decoding yields the answer exactly when every
-answer token is the argmax) and writes an HF checkpoint (``config.json``, ``model.safetensors``,
-``tokenizer.json``, ``generation_config.json``) and ``curves.json``; ``--init`` continues from one.
+The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
+them a ``--recall`` share of each window is recall drills in the prompt format, ``--mix`` weighs the
+workloads, and a first ``--curriculum`` share of the steps uses smaller examples. The README gives
+the chain of runs (each ``--init`` from the last) that made the bundled model. Every ``--eval-
+every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy decoding
+yields the answer exactly when every answer token is the argmax) and writes an HF checkpoint
+(``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``) and
+``curves.json``; ``--init`` continues from one.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ def recall_examples(n: int, seed: int, broad: bool = False) -> list[Example]:
 
 
 def _any_value(rng: random.Random) -> str:
+    """A value of any kind an answer can be: place, company, role, number, forecast, colour or day, name."""
     from .workloads import _BRANDS, _COLORS, _DAYS, _FORECASTS, _ORG_KINDS, _PET_NAMES, _PLACES, _ROLES
 
     kind = rng.randrange(7)
@@ -120,8 +124,9 @@ def _any_value(rng: random.Random) -> str:
 def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:
     """Dense key-value recall on the pools' one-token names, ``k1v1k2v2...k2v2k1v1``, the loss
     on every recalled value: the first phase of training. On these the retrieval circuit forms within
-    a few hundred steps (2-4 pairs); from the workloads alone, or from 2-8 pairs, it never did here,
-    nor with a space token between the names (``spaced``, as in the prompts: a bridge once formed)."""
+    a few hundred steps (2-4 pairs); from the workloads alone it never did here, from 2-8 pairs not in
+    2,700 steps, nor with a space token between the names (``spaced``, as in the prompts), which
+    serves as the bridge once the circuit has formed."""
     from .workloads import _BRANDS, _FIRST, _LAST, _PLACES
 
     rng = random.Random(f"kv:{seed}")
