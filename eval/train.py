@@ -10,11 +10,11 @@ and never repeat: on a fixed set the model memorised its examples instead of lea
 The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
 them a ``--recall`` share of each window is recall drills in the prompt format, ``--mix`` weighs the
 workloads, and a first ``--curriculum`` share of the steps uses smaller examples. The README gives
-the chain of runs (each ``--init`` from the last) that made the bundled model. Every ``--eval-
-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy decoding
-yields the answer exactly when every answer token is the argmax) and writes an HF checkpoint
-(``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``) and
-``curves.json``; ``--init`` continues from one.
+the chain of runs (each ``--init`` from the last) that made the bundled model. Every
+``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
+decoding yields the answer exactly when every answer token is the argmax) and writes an HF
+checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``)
+and ``curves.json``; ``--init`` continues from one.
 """
 
 from __future__ import annotations
