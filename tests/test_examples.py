@@ -1,9 +1,11 @@
-"""The examples run offline on the bundled model and report the engine's cache stats."""
+"""The examples run offline on the bundled model, answer right and report the engine's cache stats."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+
+from hypic_rag.eval.workloads import corpus
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -15,13 +17,16 @@ def _load(name: str):
     return module
 
 
-def test_rag_examples_send_three_documents_per_question():
-    for name in ("rag_langchain", "rag_llamaindex"):
+def test_rag_examples_send_three_documents_per_question_and_answer_right():
+    for name, seed in (("rag_langchain", 3), ("rag_llamaindex", 4)):
         rows = _load(name).main(questions=2)
         assert len(rows) == 2
         assert all(stats["hit_segments"] + stats["miss_segments"] == 3 for _, _, stats in rows)
+        expected = dict(corpus(16, seed)[1])
+        assert all(answer == expected[question] for question, answer, _ in rows)
 
 
-def test_agent_example_stops_within_its_cap():
+def test_agent_example_completes_its_two_tool_task():
     result = _load("agent_tools").main()
-    assert 1 <= len(result.trace) <= 4 and result.stopped in ("answer", "max_steps")
+    assert [step.call[0] for step in result.trace[:-1]] == ["lookup_employee", "get_weather"]
+    assert result.stopped == "answer" and result.answer == "light rain, 12 degrees"
