@@ -245,8 +245,7 @@ def fresh_window(
     drills = round(recall * n)
     per = max(1, (n - drills) // len(mix))
     broad_drills = drills // 2 if broad else 0
-    out = recall_examples(drills - broad_drills, window_seed) if drills - broad_drills else []
-    out += recall_examples(broad_drills, window_seed, broad=True) if broad_drills else []
+    out = recall_examples(drills - broad_drills, window_seed) + recall_examples(broad_drills, window_seed, broad=True)
     for w, times in Counter(mix).items():
         out += make(w, per * times, window_seed, small=small)
     return out
