@@ -29,7 +29,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.fidelity import kl_divergence, top1_agreement
 from hypic_rag.model import load_model
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
+from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
 
 FIDELITY_SHAPES: dict[str, Any] = {
     **TINY,

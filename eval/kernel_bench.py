@@ -28,7 +28,7 @@ from hypic_rag import Engine, Segment
 from hypic_rag.kernels import compose, stitch, transition
 from hypic_rag.kernels.rope import rope_inv_freq
 from hypic_rag.model import load_model
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
+from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
 
 
 def _time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:

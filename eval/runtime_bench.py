@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hypic_rag.model import load_model
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
+from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
 
 
 def _timed(fn: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:

@@ -19,7 +19,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.engine import MODES
-from hypic_rag.model.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
+from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
 
 IMPLEMENTATIONS = (*MODES, "transformers")
 

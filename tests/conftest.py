@@ -9,9 +9,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-from hypic_rag.model.synthetic import build_checkpoint  # noqa: E402
+from hypic_rag.testing.parity import load_reference  # noqa: E402
+from hypic_rag.testing.synthetic import build_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -25,13 +25,6 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory):
         return built[kind]
 
     return get
-
-
-def load_reference(path: Path) -> torch.nn.Module:
-    """transformers' own model for a checkpoint, in fp32 on CPU."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from hypic_rag.eval.runtime_bench import run
-from hypic_rag.model.synthetic import TINY
+from hypic_rag.testing.synthetic import TINY
 
 
 def test_bench_reports_both_implementations_and_their_ratio():

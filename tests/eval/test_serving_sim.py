@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hypic_rag.eval.serving_sim import CacheModel, Workload, max_qps, percentile, run, simulate
-from hypic_rag.model.synthetic import TINY
+from hypic_rag.testing.synthetic import TINY
 
 
 def test_cache_models_count_what_each_mode_can_reuse():

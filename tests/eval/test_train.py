@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from hypic_rag import Engine
 from hypic_rag.eval.train import HELD_OUT_SEED, SPECIALS, TRAIN_MIX, fresh_window, kv_drills, make, recall_examples, run
-from hypic_rag.model.parity import load_reference, logits_max_diff
+from hypic_rag.testing.parity import load_reference, logits_max_diff
 
 
 def _args(out) -> argparse.Namespace:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from hypic_rag.eval.ttft_bench import run
-from hypic_rag.model.synthetic import TINY
+from hypic_rag.testing.synthetic import TINY
 
 
 def test_bench_json_follows_the_api_and_warm_means_reordered():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hypic_rag.model import HybridConfig
-from hypic_rag.model.synthetic import KINDS, TINY
+from hypic_rag.testing.synthetic import KINDS, TINY
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hypic_rag.model import load_model
-from hypic_rag.model.parity import load_reference
+from hypic_rag.testing.parity import load_reference
 
 
 def _copy(src: Path, dst: Path) -> Path:

@@ -7,8 +7,8 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.model import load_model
-from hypic_rag.model.parity import load_reference, logits_max_diff, reference_greedy, split_prefill_max_diff
-from hypic_rag.model.synthetic import KINDS
+from hypic_rag.testing.parity import load_reference, logits_max_diff, reference_greedy, split_prefill_max_diff
+from hypic_rag.testing.synthetic import KINDS
 
 
 def _ids(shape: tuple[int, int], vocab: int, seed: int = 1) -> torch.Tensor:

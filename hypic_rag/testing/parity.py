@@ -1,13 +1,11 @@
-"""Side-by-side comparisons of the runtime with transformers on the same checkpoint.
-
-The demo prints these figures and the tests assert on them; both need ``transformers``.
-"""
+"""Side-by-side comparisons of the runtime with transformers on the same checkpoint, for the
+parity tests and the training script's checks. Needs ``transformers``."""
 
 from __future__ import annotations
 
 import torch
 
-from .model import HybridModel
+from hypic_rag.model import HybridModel
 
 
 def load_reference(path) -> torch.nn.Module:
