@@ -1,10 +1,16 @@
-"""Choosing the next token: greedy, or sampled with temperature and nucleus (top-p) truncation."""
+"""Choosing the next token (greedy, or sampled with temperature and nucleus truncation) and the decode
+loop that continues a prefilled request state one token at a time."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from .model import HybridModel, RequestState
+
+TokenCallback = Callable[[int, "str | None"], None]
 
 
 @dataclass(frozen=True)
@@ -40,3 +46,40 @@ class Sampler:
             sorted_p = sorted_p.masked_fill(before >= self.top_p, 0.0)
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
         return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@torch.inference_mode()
+def decode(
+    model: HybridModel,
+    state: RequestState,
+    first: int,
+    sampler: Sampler,
+    generator: torch.Generator | None,
+    *,
+    stops: Collection[int],
+    max_new_tokens: int,
+    on_token: TokenCallback | None = None,
+    detokenize: Callable[[Sequence[int]], str] | None = None,
+) -> tuple[list[int], str]:
+    """Generated ids from ``first`` on, and why it stopped: ``"stop"`` at a stop id (not included),
+    ``"length"`` at ``max_new_tokens``, ``"context"`` at the model's context. ``on_token(id, delta)``
+    gets each id as it is chosen, with its text delta when ``detokenize`` is given."""
+    out: list[int] = []
+    text_so_far = ""
+    token = first
+    while True:
+        if token in stops:
+            return out, "stop"
+        out.append(token)
+        if on_token is not None:
+            delta = None
+            if detokenize is not None:
+                text = detokenize(out)
+                delta, text_so_far = text[len(text_so_far) :], text
+            on_token(token, delta)
+        if len(out) >= max_new_tokens:
+            return out, "length"
+        if state.seq_len >= model.config.max_position_embeddings:
+            return out, "context"
+        step = torch.tensor([[token]], dtype=torch.long, device=model.device)
+        token = sampler.pick(model(step, state=state)[0, -1].float(), generator)

@@ -1,78 +1,51 @@
 """The engine: loads a checkpoint and serves prompts made of segments.
 
-It orchestrates (plan, look up, prefill cold segments, compose, recompute seams, run the query,
-decode) and leaves the math to ``hypic_rag.model`` and ``hypic_rag.kernels``.
+A request goes load → plan → look up → fill misses → assemble → query → decode; each step lives in
+its own module (``plan``, ``cache``, ``entries``, ``assembly``, ``decoding``) and the engine only
+orchestrates them. The math is in ``hypic_rag.model`` and ``hypic_rag.kernels``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .assembly import VARIANTS, install_segment, resolve_seam
-from .cache import DiskCacheTier, SegmentEntry, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
-from .cache.prefix import PrefixCache
-from .decoding import Sampler
-from .model import HybridCache, HybridModel, load_model
-from .prefill import prefill_isolated
+from .assembly import Cached, assemble, run_in_context
+from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
+from .decoding import Sampler, TokenCallback, decode
+from .entries import prefill_isolated
+from .model import HybridModel, RequestState, load_model
+from .model.loading import default_model_path, resolve_dtype
+from .outputs import GenerationOutput, RequestStats
+from .plan import VARIANTS, Prompt, RequestPlan, SegmentPlan, plan_request, resolve_seam
 from .segments import Segment, as_query
 from .tokenizer import eos_token_ids, load_tokenizer
 
 MODES = ("full", "prefix", "pic", "hypic")
 COLD_POLICIES = ("parallel", "exact")
 
-TokenCallback = Callable[[int, "str | None"], None]
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
-
-
-def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _DTYPES.values():
-            raise ValueError(f"unsupported dtype {dtype}; use float32, bfloat16 or float16")
-        return dtype
-    if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
-
-
-def default_model_path() -> Path:
-    """The checkpoint bundled inside the package."""
-    return Path(__file__).resolve().parent / "assets" / "default_model"
+__all__ = ["COLD_POLICIES", "MODES", "Engine", "GenerationOutput", "Prompt", "default_model_path", "resolve_dtype"]
 
 
 @dataclass
-class GenerationOutput:
-    text: str | None
-    token_ids: list[int]
-    ttft_s: float
-    stats: dict[str, Any] = field(default_factory=dict)
-    finish_reason: str = "length"
-    prompt_logits: torch.Tensor | None = None  # next-token logits [V] at the end of the prompt
+class Prefilled:
+    """A prompt run through the model: next-token logits ``[V]``, the request state after it, its
+    stats, and the misses whose entries are owed once the first token is out (exact cold policy)."""
+
+    logits: torch.Tensor
+    state: RequestState
+    stats: RequestStats
+    owed: list[tuple[SegmentPlan, Cached | None]]
 
 
-@dataclass
-class Prompt:
-    """A prompt's token ids, segment by segment; the query comes last."""
-
-    segments: list[list[int]]
-    query: list[int]
-
-    @property
-    def ids(self) -> list[int]:
-        return [i for seg in self.segments for i in seg] + self.query
+def _missing(seg: SegmentPlan, found: Cached | None) -> bool:
+    """A cacheable segment without its entry, or without the remainder its plan composes."""
+    return seg.key is not None and (found is None or (seg.rest > 0 and found.rest is None))
 
 
 class Engine:
@@ -116,8 +89,8 @@ class Engine:
         self.min_cached_tokens = min_cached_tokens
         self.fingerprint = fingerprint or module_fingerprint(model)
         disk = DiskCacheTier(self.cache_dir) if self.cache_dir is not None else None
-        self.store = SegmentStore(self.fingerprint, memory_bytes, disk, device=model.device)
-        self.prefix_cache = PrefixCache(self.fingerprint, memory_bytes)
+        self.segment_store = SegmentStore(self.fingerprint, memory_bytes, disk, device=model.device)
+        self.prefix_store = PrefixStore(self.fingerprint, memory_bytes)
 
     @classmethod
     def from_pretrained(
@@ -193,130 +166,100 @@ class Engine:
             )
         return prompt
 
-    # -- serving ------------------------------------------------------------------------------
+    # -- one request ------------------------------------------------------------------------------
+
+    def plan(self, prompt: Prompt, mode: str = "hypic", seam: int | float | None = None) -> RequestPlan:
+        """How a composed request (``pic`` or ``hypic``) will serve each segment of ``prompt``."""
+        self._check_mode(mode)
+        seam = 0 if mode == "pic" else self.seam if seam is None else seam
+        return plan_request(
+            prompt,
+            seam=seam,
+            default_seam=self.seam,
+            variant=self.seam_variant,
+            min_cached_tokens=self.min_cached_tokens,
+            key=lambda ids: segment_key(ids, self.fingerprint, self.model.dtype),
+        )
 
     def _check_mode(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
-    def _prefill(
-        self, prompt: Prompt, mode: str, seam: int | float | None
-    ) -> tuple[torch.Tensor, HybridCache, dict[str, Any], Callable[[], None]]:
-        """Run the prompt in ``mode``: the next-token logits ``[V]``, the cache, the request stats, and
-        deferred work (entries for misses under the exact policy) to run once the first token is out."""
-        cache = self.model.new_cache()
-        stats: dict[str, Any] = {
-            "mode": mode,
-            "prompt_tokens": len(prompt.ids),
-            "segments": len(prompt.segments),
-            "hit_segments": 0,
-            "miss_segments": len(prompt.segments),
-            "recomputed_tokens": len(prompt.ids),
-            "cache_bytes": 0,
-        }
-        later: Callable[[], None] = lambda: None  # noqa: E731
-        with torch.inference_mode():
-            if mode == "full":  # one forward over the whole prompt
-                logits = self.model(self._tensor(prompt.ids), cache=cache, logits_to_keep=1)[0, -1]
-                return logits.float(), cache, stats, later
-            if mode == "prefix":
-                self._prefill_prefix(prompt, cache, stats)
-            else:
-                later = self._prefill_composed(prompt, cache, stats, 0 if mode == "pic" else seam)
-            logits = self.model(self._tensor(prompt.query), cache=cache, logits_to_keep=1)[0, -1]
-        return logits.float(), cache, stats, later
+    @torch.inference_mode()
+    def _prefill(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
+        state = self.model.new_state()
+        stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
+        owed: list[tuple[SegmentPlan, Cached | None]] = []
+        last = prompt.ids  # full: one forward over the whole prompt
+        if mode == "prefix":
+            self._prefill_prefix(prompt, state, stats)
+            last = prompt.query
+        elif mode in ("pic", "hypic"):
+            owed = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
+            last = prompt.query
+        ids = torch.tensor([last], dtype=torch.long, device=self.model.device)
+        logits = self.model(ids, state=state, logits_to_keep=1)[0, -1].float()
+        return Prefilled(logits, state, stats, owed)
 
-    def _tensor(self, ids: Sequence[int]) -> torch.Tensor:
-        return torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)
-
-    def _run(self, ids: Sequence[int], cache: HybridCache) -> None:
-        if ids:
-            self.model.hidden_states(self._tensor(ids), cache)
-
-    def _prefill_prefix(self, prompt: Prompt, cache: HybridCache, stats: dict[str, Any]) -> None:
-        keys = self.prefix_cache.chain_keys(prompt.segments)
-        depth = self.prefix_cache.longest(keys)
+    def _prefill_prefix(self, prompt: Prompt, state: RequestState, stats: RequestStats) -> None:
+        keys = self.prefix_store.chain_keys(prompt.segments)
+        depth = self.prefix_store.longest(keys)
         if depth:
-            self.prefix_cache.restore(keys[:depth], cache)
+            self.prefix_store.restore(keys[:depth], state)
         for key, ids in zip(keys[depth:], prompt.segments[depth:], strict=True):
-            start = cache.seq_len
-            self._run(ids, cache)
-            self.prefix_cache.snapshot(key, cache, start)
-        stats.update(
-            hit_segments=depth,
-            miss_segments=len(keys) - depth,
-            recomputed_tokens=len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth]),
-        )
+            start = state.seq_len
+            run_in_context(self.model, state, ids)
+            self.prefix_store.snapshot(key, state, start)
+        stats.hit_segments, stats.miss_segments = depth, len(keys) - depth
+        stats.recomputed_tokens = len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth])
 
     def _prefill_composed(
-        self, prompt: Prompt, cache: HybridCache, stats: dict[str, Any], seam: int | float | None
-    ) -> Callable[[], None]:
-        seam = self.seam if seam is None else seam
-        variant = self.seam_variant
-        widths = [resolve_seam(seam, len(ids)) for ids in prompt.segments]
-        # Entries serve every mode; under variant B they carry the remainder operator after the seam,
-        # for this request's seam or, in pic mode, the engine's default one.
-        split_seam = seam if seam else self.seam
-        splits = [resolve_seam(split_seam, len(ids)) if variant == "B" else 0 for ids in prompt.segments]
-        keys = [segment_key(ids, self.fingerprint, self.model.dtype) for ids in prompt.segments]
-        cacheable = [len(ids) >= max(1, self.min_cached_tokens) for ids in prompt.segments]
-        entries: list[SegmentEntry | None] = []
-        for i, (key, ids) in enumerate(zip(keys, prompt.segments, strict=True)):
-            entry = self.store.get(key, tuple(ids)) if cacheable[i] else None
-            needs_rest = variant == "B" and 0 < widths[i] < len(ids) and i > 0
-            if entry is not None and needs_rest and entry.seam != widths[i]:
-                entry = None  # cached with another seam: recompute with this one
-            entries.append(entry)
-        hits = sum(e is not None for e in entries)
-        misses = [i for i, e in enumerate(entries) if e is None and cacheable[i]]
-        recomputed = len(prompt.query)
+        self, plan: RequestPlan, state: RequestState, stats: RequestStats
+    ) -> list[tuple[SegmentPlan, Cached | None]]:
+        """Look up, fill the misses (now, or owe them under the exact policy), assemble."""
+        found = self._lookup(plan)
+        misses = [(seg, f) for seg, f in zip(plan.segments, found, strict=True) if _missing(seg, f)]
+        hits = sum(f is not None for f in found) - sum(f is not None for _, f in misses)
+        filled = 0
         if misses and self.cold_policy == "parallel":
-            for i, entry in zip(misses, self._make_entries(prompt, misses, splits, keys), strict=True):
-                entries[i] = entry
-                recomputed += len(entry)
-        # Segments computed in context (uncached, exact-policy misses, or wholly inside their seam)
-        # run as one forward per consecutive stretch, not one per segment.
-        stretch: list[int] = []
-        for i, (ids, entry) in enumerate(zip(prompt.segments, entries, strict=True)):
-            width = widths[i] if i else 0
-            if entry is None or width >= len(ids):
-                stretch.extend(ids)
-                recomputed += len(ids)
-                continue
-            self._run(stretch, cache)
-            stretch = []
-            recomputed += install_segment(self.model, cache, entry, width, variant)
-        self._run(stretch, cache)
-        stats.update(
-            hit_segments=hits,
-            miss_segments=len(entries) - hits,
-            recomputed_tokens=recomputed,
-            cache_bytes=sum(e.nbytes for e in entries if e is not None),
-            seam=seam,
-            seam_variant=variant,
-            cold_policy=self.cold_policy,
-        )
-        if not misses or self.cold_policy == "parallel":
-            return lambda: None
+            fresh = dict(zip((id(seg) for seg, _ in misses), self._fill(misses), strict=True))
+            found = [fresh.get(id(seg), f) for seg, f in zip(plan.segments, found, strict=True)]
+            filled = sum(len(seg.ids) for seg, _ in misses)
+        usable = [None if _missing(seg, f) else f for seg, f in zip(plan.segments, found, strict=True)]
+        stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
+        stats.recomputed_tokens = filled + len(plan.query) + assemble(self.model, state, plan, usable)
+        stats.cache_bytes = sum(f.nbytes for f in usable if f is not None)
+        stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
+        return misses if self.cold_policy == "exact" else []
 
-        def later() -> None:  # exact policy: the misses' entries, once the first token is out
-            self._make_entries(prompt, misses, splits, keys)
+    def _lookup(self, plan: RequestPlan) -> list[Cached | None]:
+        """Each cached segment's entry, with the remainder its plan uses when that is cached too."""
+        out: list[Cached | None] = []
+        for seg in plan.segments:
+            entry = self.segment_store.get(seg.key, seg.ids) if seg.key is not None else None
+            rest = self.segment_store.get_remainder(seg.key, seg.ids, seg.rest) if entry and seg.rest else None
+            out.append(Cached(entry, rest) if entry is not None else None)
+        return out
 
-        return later
-
-    def _make_entries(
-        self, prompt: Prompt, misses: list[int], splits: list[int], keys: list[str]
-    ) -> list[SegmentEntry]:
-        """Prefill the missed segments in isolation, all at once, and store their entries."""
-        fresh = prefill_isolated(self.model, [prompt.segments[i] for i in misses], [splits[i] for i in misses])
-        for i, entry in zip(misses, fresh, strict=True):
-            self.store.put(keys[i], entry)
-        return fresh
+    def _fill(self, misses: Sequence[tuple[SegmentPlan, Cached | None]]) -> list[Cached]:
+        """Prefill the missed segments in isolation, all at once, and store what the cache lacked: the
+        entry, or only the remainder where the entry was there (so no seam width evicts another's)."""
+        fresh = prefill_isolated(self.model, [seg.ids for seg, _ in misses], [seg.record_rest for seg, _ in misses])
+        out = []
+        for (seg, had), made in zip(misses, fresh, strict=True):
+            if had is None:
+                self.segment_store.put(seg.key, made.entry)
+            if made.rest is not None:
+                self.segment_store.put_remainder(seg.key, made.rest)
+            out.append(Cached(had.entry if had else made.entry, made.rest if seg.rest else None))
+        return out
 
     def clear_cache(self) -> None:
         """Forget every cached segment and prefix, on disk too."""
-        self.store.clear()
-        self.prefix_cache.clear()
+        self.segment_store.clear()
+        self.prefix_store.clear()
+
+    # -- public requests --------------------------------------------------------------------------
 
     def prefill(
         self,
@@ -325,12 +268,12 @@ class Engine:
         *,
         mode: str = "hypic",
         seam: int | float | None = None,
-    ) -> tuple[torch.Tensor, HybridCache]:
-        """The next-token logits ``[V]`` and the cache positioned after the prompt, to continue from."""
+    ) -> tuple[torch.Tensor, RequestState]:
+        """The next-token logits ``[V]`` and the request state after the prompt, to continue from."""
         self._check_mode(mode)
-        logits, cache, _, later = self._prefill(self.build_prompt(segments, query), mode, seam)
-        later()
-        return logits, cache
+        done = self._prefill(self.build_prompt(segments, query), mode, seam)
+        self._fill(done.owed)
+        return done.logits, done.state
 
     def prompt_logits(
         self,
@@ -367,37 +310,25 @@ class Engine:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed)
         prompt = self.build_prompt(segments, query)
-        stops = set(self.eos_token_ids) | set(stop_token_ids or ())
-        gen = sampler.generator(self.model.device)
+        generator = sampler.generator(self.model.device)
 
         start = time.perf_counter()
-        logits, cache, stats, later = self._prefill(prompt, mode, seam)
-        token = sampler.pick(logits, gen)
+        done = self._prefill(prompt, mode, seam)
+        first = sampler.pick(done.logits, generator)
         ttft = time.perf_counter() - start
-        later()
+        self._fill(done.owed)
 
-        out: list[int] = []
-        text_so_far = ""
-        finish = "length"
-        with torch.inference_mode():
-            while True:
-                if token in stops:
-                    finish = "stop"
-                    break
-                out.append(token)
-                if on_token is not None:
-                    delta = None
-                    if self.tokenizer is not None:
-                        text = self.decode(out)
-                        delta, text_so_far = text[len(text_so_far) :], text
-                    on_token(token, delta)
-                if len(out) >= max_new_tokens:
-                    break
-                if cache.seq_len >= self.config.max_position_embeddings:
-                    finish = "context"
-                    break
-                step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
-                token = sampler.pick(self.model(step, cache=cache)[0, -1].float(), gen)
-        stats["generated_tokens"] = len(out)
-        text_out = self.decode(out) if self.tokenizer is not None else None
-        return GenerationOutput(text_out, out, ttft, stats, finish, prompt_logits=logits)
+        ids, finish = decode(
+            self.model,
+            done.state,
+            first,
+            sampler,
+            generator,
+            stops=set(self.eos_token_ids) | set(stop_token_ids or ()),
+            max_new_tokens=max_new_tokens,
+            on_token=on_token,
+            detokenize=self.decode if self.tokenizer is not None else None,
+        )
+        done.stats.generated_tokens = len(ids)
+        text = self.decode(ids) if self.tokenizer is not None else None
+        return GenerationOutput(text, ids, ttft, done.stats.as_dict(), finish, prompt_logits=done.logits)

@@ -33,11 +33,11 @@ def answer_log_likelihood(
     """Teacher-forced log-probability of ``answer`` ids after the prompt, with the prompt in ``mode``."""
     if not answer:
         raise ValueError("answer must hold at least one token id")
-    logits, cache = engine.prefill(segments, query, mode=mode, seam=seam)
+    logits, state = engine.prefill(segments, query, mode=mode, seam=seam)
     total = float(torch.log_softmax(logits.double(), dim=-1)[answer[0]])
     if len(answer) > 1:
         ids = torch.tensor([list(answer)], dtype=torch.long, device=engine.model.device)
         with torch.inference_mode():
-            rest = engine.model(ids[:, :-1], cache=cache)[0].double()
+            rest = engine.model(ids[:, :-1], state=state)[0].double()
         total += float(torch.log_softmax(rest, dim=-1).gather(1, ids[0, 1:, None]).sum())
     return total

@@ -8,13 +8,24 @@
 one. Installed as ``hypic_rag.kernels``; never importable as a top-level ``kernels``.
 """
 
-from .algebra import compose, compose_reference, rerotate, split_transition, transition, transition_reference
+from .algebra import (
+    SplitTransition,
+    Transition,
+    compose,
+    compose_reference,
+    rerotate,
+    split_transition,
+    transition,
+    transition_reference,
+)
 from .backend import BACKENDS, HAS_TRITON
 from .stitch import stitch, stitch_reference
 
 __all__ = [
     "BACKENDS",
     "HAS_TRITON",
+    "SplitTransition",
+    "Transition",
     "compose",
     "compose_reference",
     "rerotate",

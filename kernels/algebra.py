@@ -4,6 +4,8 @@
   ``state = P @ S0 + B`` (``B`` the zero-start end state). One pass of the chunked (UT/WY) delta rule
   gives both: run it with values ``[v | 0]`` from the initial state ``[S0 | I]``; the end state is
   ``[P S0 + B | P]``. Per chunk it solves one C x C triangular system; no d x d matrix per token.
+- ``split_transition``: the same for a batch of zero-start segments, with the operator of each
+  row's remainder after its seam as well (seam variant B), for the cost of one pass.
 - ``compose``: chain cached segments left to right, ``S <- P_i S + B_i``.
 - ``rerotate``: move RoPE-rotated keys to new positions, ``R(p + d) = R(d) R(p)``.
 
@@ -13,11 +15,39 @@ Public shapes follow fla: ``k [N, T, H, K]``, ``v [N, T, H, V]``, ``g, beta [N, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .backend import HAS_TRITON, resolve
 from .delta_rule import chunk_gated_delta_rule
 from .rope import apply_rope, rope_cos_sin
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What a pass over a segment yields: ``state = P @ S0 + B`` ``[N, H, K, V]`` and ``p`` ``[N, H, K, K]``,
+    fp32; with queries, also the outputs ``out [N, T, H, V]`` and the vectors ``q_tilde = P_t^T q_t``
+    ``[N, T, H, K]``, which move zero-start outputs to any start: ``o_t(S) = o_t(0) + S^T q~_t``."""
+
+    state: torch.Tensor
+    p: torch.Tensor
+    out: torch.Tensor | None = None
+    q_tilde: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class SplitTransition:
+    """A zero-start batch's end states, operators and outputs, and each row's remainder operator
+    (``rest_state``, ``rest_p``: tokens from the row's ``rest_start`` on; identity for a row whose
+    remainder is empty). The rest fields are None when no row has a remainder."""
+
+    state: torch.Tensor
+    p: torch.Tensor
+    out: torch.Tensor | None
+    rest_state: torch.Tensor | None = None
+    rest_p: torch.Tensor | None = None
+
 
 # -- transition ---------------------------------------------------------------------------------
 
@@ -43,8 +73,8 @@ def transition_reference(
     *,
     q: torch.Tensor | None = None,
     chunk_size: int = 64,
-) -> tuple[torch.Tensor, ...]:
-    """Torch reference of ``transition``; same arguments and results."""
+) -> Transition:
+    """Torch reference of ``transition``; same arguments and result."""
     k_, v_, g_, b_ = (x.transpose(1, 2).float() for x in (k, v, g, beta))
     n, h, t, dk = k_.shape
     dv = v_.shape[-1]
@@ -54,9 +84,9 @@ def transition_reference(
     q_ = q.transpose(1, 2).float() if q is not None else k_.new_zeros(n, h, t, dk)
     out, state = chunk_gated_delta_rule(q_, k_, values, g_, b_, torch.cat((s0, eye), dim=-1), chunk_size)
     if q is None:
-        return state[..., :dv], state[..., dv:]
+        return Transition(state[..., :dv], state[..., dv:])
     out = out.transpose(1, 2)
-    return state[..., :dv], state[..., dv:], out[..., :dv], out[..., dv:]
+    return Transition(state[..., :dv], state[..., dv:], out[..., :dv], out[..., dv:])
 
 
 def transition(
@@ -69,12 +99,9 @@ def transition(
     chunk_size: int = 64,
     backend: str = "auto",
     q: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, ...]:
-    """``(state [N, H, K, V], P [N, H, K, K])``, fp32; ``state = P @ S0 + B``.
-
-    With ``q [N, T, H, K]`` (scaled, L2-normalised) it also returns the ordinary outputs
-    ``[N, T, H, V]`` and the correction vectors ``P_t^T q_t`` ``[N, T, H, K]``, which move zero-start
-    outputs to any start: ``o_t(S) = o_t(0) + S^T q~_t``."""
+) -> Transition:
+    """The segment's ``Transition`` from ``initial_state`` (zero when None); with ``q [N, T, H, K]``
+    (scaled, L2-normalised) its outputs and correction vectors too."""
     _check_transition(k, v, g, beta, initial_state, q)
     if resolve(backend, k) == "triton":
         return _transition_triton(k, v, g, beta, initial_state, q, chunk_size)
@@ -82,16 +109,50 @@ def transition(
 
 
 def split_transition(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, split: int, **kw
-) -> tuple[torch.Tensor, ...]:
-    """A zero-start segment's ``(B, P, outputs, B_rest, P_rest)``, with the operator of tokens
-    ``[split, T)`` as well, at the cost of one pass: head and rest run apart and compose, and the
-    rest's outputs are moved to start from the head's end state."""
-    head, rest = slice(None, split), slice(split, None)
-    b_head, p_head, o_head, _ = transition(k[:, head], v[:, head], g[:, head], beta[:, head], q=q[:, head], **kw)
-    b_rest, p_rest, o_rest, q_tilde = transition(k[:, rest], v[:, rest], g[:, rest], beta[:, rest], q=q[:, rest], **kw)
-    moved = o_rest + torch.einsum("nthk,nhkv->nthv", q_tilde, b_head)
-    return p_rest @ b_head + b_rest, p_rest @ p_head, torch.cat((o_head, moved), dim=1), b_rest, p_rest
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    rest_start: torch.Tensor,
+    **kw,
+) -> SplitTransition:
+    """Zero-start rows with the operator of each row's tokens ``[rest_start[n], T)`` as well.
+
+    One masked path for every batch: a head pass over ``[0, max(rest_start))`` in which each row's
+    tokens from its split on are identities (k = v = g = 0), a rest pass over ``[min(rest_start), T)``
+    in which its tokens before the split are, then the two compose and the rest's outputs move to
+    the head's end state. When every row splits at one column the passes do not overlap and cost
+    one pass in all. ``rest_start[n] = T`` asks for no remainder in row ``n``."""
+    n, t, h, dk = k.shape
+    if rest_start.shape != (n,):
+        raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
+    lo, hi = int(rest_start.min()), int(rest_start.max())
+    if lo < 0 or hi > t:
+        raise ValueError(f"rest_start must lie in [0, {t}], got {rest_start.tolist()}")
+    col = torch.arange(t, device=k.device)[None, :]
+    in_rest = col >= rest_start.to(k.device)[:, None]  # [N, T]
+
+    def masked(keep: torch.Tensor, cols: slice) -> tuple[torch.Tensor, ...]:
+        m = keep[:, cols].to(k.dtype)
+        return k[:, cols] * m[..., None, None], v[:, cols] * m[..., None, None], g[:, cols] * m[..., None]
+
+    if hi > 0:
+        hk, hv, hg = masked(~in_rest, slice(0, hi))
+        head = transition(hk, hv, hg, beta[:, :hi], q=q[:, :hi], **kw)
+    if lo >= t:  # no row has a remainder: the head pass was the whole pass
+        return SplitTransition(head.state, head.p, head.out)
+    rk, rv, rg = masked(in_rest, slice(lo, t))
+    rest = transition(rk, rv, rg, beta[:, lo:], q=q[:, lo:], **kw)
+    if hi == 0:  # every row is all remainder
+        return SplitTransition(rest.state, rest.p, rest.out, rest.state, rest.p)
+    moved = rest.out + torch.einsum("nthk,nhkv->nthv", rest.q_tilde, head.state)
+    out = torch.cat((head.out, moved[:, hi - lo :]), dim=1)
+    if hi > lo:  # columns both passes covered: each row takes the pass its own split assigns them
+        overlap = in_rest[:, lo:hi, None, None]
+        out[:, lo:hi] = torch.where(overlap, moved[:, : hi - lo], head.out[:, lo:hi])
+    state = rest.p @ head.state + rest.state
+    return SplitTransition(state, rest.p @ head.p, out, rest.state, rest.p)
 
 
 # -- compose ------------------------------------------------------------------------------------
@@ -240,8 +301,8 @@ def _transition_triton(k, v, g, beta, initial_state, q, chunk_size):
         t, h, dk, dv, max(16, chunk_size), _block(dk), bv, initial_state is not None, q is not None,
     )  # fmt: skip
     if q is None:
-        return state, p
-    return state, p, out[..., :dv], out[..., dv:]
+        return Transition(state, p)
+    return Transition(state, p, out[..., :dv], out[..., dv:])
 
 
 def _compose_triton(p, b, s0):

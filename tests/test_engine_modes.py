@@ -79,10 +79,9 @@ def test_pic_and_hypic_approximate_full_and_the_seam_helps(engine):
 
 
 def _first_linear_state(engine: Engine, segs, q, mode: str, seam=None) -> torch.Tensor:
-    prompt = engine.build_prompt(segs, q)
-    _, cache, _, _ = engine._prefill(prompt, mode, seam)
-    first = cache.linear_layer_ids[0]
-    return cache.linear(first).recurrent[0]
+    _, state = engine.prefill(segs, q, mode=mode, seam=seam)
+    first = state.linear_layer_ids[0]
+    return state.linear(first).recurrent[0]
 
 
 def test_variant_b_first_linear_layer_is_exact(checkpoint):
@@ -106,12 +105,12 @@ def test_variant_a_first_linear_layer_differs_only_through_the_conv_boundary(che
     with torch.inference_mode():
         for i, ids in enumerate([s.token_ids for s in segs] + [q.token_ids]):
             x = layer.input_layernorm(engine.model.model.embed_tokens(torch.tensor([ids])))
-            cache = engine.model.new_cache()
+            run = engine.model.new_state()
             if state is not None:
                 # Cached segments restart the conv from zeros; the query reads the true tail.
-                cache.set_linear(0, tail if i == len(segs) else torch.zeros_like(tail), state)
-            layer.linear_attn(x, cache)
-            state, tail = cache.linear(0).recurrent, cache.linear(0).conv
+                run.set_linear(0, tail if i == len(segs) else torch.zeros_like(tail), state)
+            layer.linear_attn(x, run)
+            state, tail = run.linear(0).recurrent, run.linear(0).conv
     hypic = _first_linear_state(engine, segs, q, "hypic", 4)
     full = _first_linear_state(engine, segs, q, "full")
     assert _diff(hypic, state[0]) < 1e-5
@@ -186,3 +185,22 @@ def test_uncached_segments_run_in_context_exactly(checkpoint):
     out = engine.generate(segs, q, mode="hypic", max_new_tokens=1)
     assert out.stats["hit_segments"] == 0 and out.stats["recomputed_tokens"] == out.stats["prompt_tokens"]
     assert _diff(engine.prompt_logits(segs, q, mode="hypic"), engine.prompt_logits(segs, q, mode="full")) < TOL
+
+
+def test_other_seam_widths_add_remainders_instead_of_evicting_each_other(checkpoint):
+    """Entries are stored once; each seam width adds a small remainder entry beside them, so clients
+    with different seams stop rewriting each other's entries."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([40, 52, 36], seed=11), _query()
+    engine.generate(segs, q, mode="hypic", max_new_tokens=1, seam=4)
+    writes = engine.segment_store.counters["writes"]
+    other = engine.generate(segs[::-1], q, mode="hypic", max_new_tokens=1, seam=8)
+    # The new first segment needs no remainder; the other two lacked theirs after 8 tokens.
+    assert other.stats["hit_segments"] == 1 and other.stats["miss_segments"] == 2
+    assert engine.segment_store.counters["writes"] == writes + 2  # two remainders, no entry rewritten
+    writes = engine.segment_store.counters["writes"]
+    for seam, order in ((4, segs), (8, segs[::-1])) * 2:
+        out = engine.generate(order, q, mode="hypic", max_new_tokens=1, seam=seam)
+        assert out.stats["hit_segments"] == 3 and out.stats["recomputed_tokens"] == 2 * seam + len(q.token_ids)
+    assert engine.segment_store.counters["writes"] == writes
+    assert engine.segment_store.stats()["memory_entries"] == 3 + 3 + 2  # entries, remainders @4, @8

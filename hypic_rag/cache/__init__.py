@@ -1,23 +1,39 @@
-"""Position-independent segment cache: entries, keys, and the memory and disk tiers."""
+"""The position-independent segment cache: entries and their bytes, keys, the memory and disk tiers, and
+the prefix store of the ``prefix`` baseline."""
 
 from .disk import BytesTier, DiskCacheTier, PickledValue, RawBytesDisk, default_cache_dir
-from .entry import FORMAT_VERSION, AttentionEntry, CorruptEntry, LinearEntry, SegmentEntry
-from .keys import checkpoint_fingerprint, module_fingerprint, segment_key
+from .entry import (
+    FORMAT_VERSION,
+    AttentionEntry,
+    CacheEntry,
+    CorruptEntry,
+    LinearEntry,
+    LinearRemainder,
+    RemainderEntry,
+    SegmentEntry,
+)
+from .keys import checkpoint_fingerprint, module_fingerprint, remainder_key, segment_key
+from .prefix import PrefixStore
 from .store import SegmentStore
 
 __all__ = [
     "FORMAT_VERSION",
     "AttentionEntry",
     "BytesTier",
+    "CacheEntry",
     "CorruptEntry",
     "DiskCacheTier",
     "LinearEntry",
+    "LinearRemainder",
     "PickledValue",
+    "PrefixStore",
     "RawBytesDisk",
+    "RemainderEntry",
     "SegmentEntry",
     "SegmentStore",
     "checkpoint_fingerprint",
     "default_cache_dir",
     "module_fingerprint",
+    "remainder_key",
     "segment_key",
 ]

@@ -1,11 +1,16 @@
-"""A cached segment (HYPIC.md §7) and its byte format.
+"""Cached segments (HYPIC.md §7) and their byte format.
 
-Per linear layer: the zero-start end state ``b``, the transition operator ``p`` and the conv tail;
-with a seam, also the operator of the remainder after it (variant B). Per attention layer: K rotated
-at positions ``0..L-1`` and V. The token ids travel with the entry to catch key collisions.
+An entry comes in two parts, so that requests with different seam widths share one copy of what
+does not depend on the seam:
 
-Bytes are ``MAGIC | sha256(payload) | payload`` where the payload is a safetensors blob: raw tensors
-and a JSON header, nothing executable, so a tampered or truncated entry is detected, never unpickled.
+- ``SegmentEntry``, the shared part: per linear layer the zero-start end state ``b``, the transition
+  operator ``p`` and the conv tail; per attention layer K rotated at positions ``0..L-1`` and V.
+- ``RemainderEntry``, one per seam width ``w`` (seam variant B): per linear layer the end state and
+  operator of the segment's tokens ``[w, L)``, which carry the state the seam recomputed to the end.
+
+Both carry the token ids, to catch key collisions. Bytes are ``MAGIC | sha256(payload) | payload``
+where the payload is a safetensors blob: raw tensors and a JSON header, nothing executable, so a
+tampered or truncated entry is detected, never unpickled.
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-FORMAT_VERSION = 1
-MAGIC = b"HYPIC\x00\x01\x00"
+FORMAT_VERSION = 2
+MAGIC = b"HYPIC\x00\x02\x00"
 
 
 class CorruptEntry(ValueError):
@@ -32,8 +38,6 @@ class LinearEntry:
     b: torch.Tensor  # [H, K, V] fp32
     p: torch.Tensor  # [H, K, K] fp32
     conv_tail: torch.Tensor  # [conv_dim, kernel - 1]
-    p_rest: torch.Tensor | None = None
-    b_rest: torch.Tensor | None = None
 
 
 @dataclass
@@ -43,9 +47,70 @@ class AttentionEntry:
 
 
 @dataclass
+class LinearRemainder:
+    b: torch.Tensor  # [H, K, V] fp32: the remainder's zero-start end state
+    p: torch.Tensor  # [H, K, K] fp32: the remainder's operator
+
+
+def _tensors_nbytes(groups: dict[int, object]) -> int:
+    return sum(t.nbytes for g in groups.values() for t in vars(g).values())
+
+
+def _encode(kind: str, tensors: dict[str, torch.Tensor], meta: dict[str, str], fingerprint: str) -> bytes:
+    meta = {"format": str(FORMAT_VERSION), "kind": kind, "fingerprint": fingerprint, **meta}
+    payload = st_save({k: t.detach().cpu().contiguous() for k, t in tensors.items()}, metadata=meta)
+    return MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+def _decode(data: bytes, kind: str, fingerprint: str) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Verified metadata and tensors of an entry of ``kind``; ``CorruptEntry`` on any mismatch."""
+    head = len(MAGIC) + 32
+    if not isinstance(data, bytes) or len(data) < head + 8 or not data.startswith(MAGIC):
+        raise CorruptEntry("not a hypic-rag segment entry")
+    payload = data[head:]
+    if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
+        raise CorruptEntry("checksum mismatch")
+    try:
+        (n,) = struct.unpack("<Q", payload[:8])
+        meta = json.loads(payload[8 : 8 + n]).get("__metadata__", {})
+        tensors = st_load(payload)
+    except Exception as exc:  # safetensors raises its own error types
+        raise CorruptEntry(f"unreadable payload: {exc}") from exc
+    if meta.get("format") != str(FORMAT_VERSION) or meta.get("fingerprint") != fingerprint:
+        raise CorruptEntry("entry of another format version or model")
+    if meta.get("kind") != kind:
+        raise CorruptEntry(f"a {meta.get('kind')!r} entry where a {kind!r} one was expected")
+    if "token_ids" not in tensors:
+        raise CorruptEntry("entry without token ids")
+    return meta, tensors
+
+
+def _layers(tensors: dict[str, torch.Tensor], cls: type, prefix: str) -> dict[int, object]:
+    """``{prefix}.{layer}.{field}`` tensors grouped into one ``cls`` per layer."""
+    fields: dict[int, dict[str, torch.Tensor]] = {}
+    for name, t in tensors.items():
+        parts = name.split(".")
+        if len(parts) != 3 or not parts[1].isdigit():
+            raise CorruptEntry(f"unexpected tensor {name!r}")
+        if parts[0] == prefix:
+            fields.setdefault(int(parts[1]), {})[parts[2]] = t
+    try:
+        return {i: cls(**f) for i, f in fields.items()}
+    except TypeError as exc:
+        raise CorruptEntry(f"entry fields do not match: {exc}") from exc
+
+
+def _flatten(prefix: str, groups: dict[int, object]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}.{i}.{name}": t for i, g in groups.items() for name, t in vars(g).items()}
+
+
+@dataclass
 class SegmentEntry:
+    """The seam-independent part of a cached segment."""
+
+    KIND: ClassVar[str] = "segment"
+
     token_ids: tuple[int, ...]
-    seam: int  # the remainder operators cover tokens [seam, L); 0 when there are none
     linear: dict[int, LinearEntry] = field(default_factory=dict)
     attention: dict[int, AttentionEntry] = field(default_factory=dict)
 
@@ -54,69 +119,60 @@ class SegmentEntry:
 
     @property
     def nbytes(self) -> int:
-        total = 0
-        for lin in self.linear.values():
-            total += sum(t.nbytes for t in (lin.b, lin.p, lin.conv_tail, lin.p_rest, lin.b_rest) if t is not None)
-        for att in self.attention.values():
-            total += att.keys.nbytes + att.values.nbytes
-        return total
+        return _tensors_nbytes(self.linear) + _tensors_nbytes(self.attention)
 
     def to(self, device: torch.device | str) -> SegmentEntry:
-        def mv(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device)
-
         return SegmentEntry(
             self.token_ids,
-            self.seam,
-            {
-                i: LinearEntry(mv(e.b), mv(e.p), mv(e.conv_tail), mv(e.p_rest), mv(e.b_rest))
-                for i, e in self.linear.items()
-            },
-            {i: AttentionEntry(mv(e.keys), mv(e.values)) for i, e in self.attention.items()},
+            {i: LinearEntry(*(t.to(device) for t in (e.b, e.p, e.conv_tail))) for i, e in self.linear.items()},
+            {i: AttentionEntry(e.keys.to(device), e.values.to(device)) for i, e in self.attention.items()},
         )
 
-    # -- bytes ---------------------------------------------------------------------------------
-
     def to_bytes(self, fingerprint: str) -> bytes:
-        tensors: dict[str, torch.Tensor] = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)}
-        for i, e in self.linear.items():
-            for name in ("b", "p", "conv_tail", "p_rest", "b_rest"):
-                t = getattr(e, name)
-                if t is not None:
-                    tensors[f"linear.{i}.{name}"] = t.detach().cpu().contiguous()
-        for i, e in self.attention.items():
-            tensors[f"attention.{i}.keys"] = e.keys.detach().cpu().contiguous()
-            tensors[f"attention.{i}.values"] = e.values.detach().cpu().contiguous()
-        meta = {"format": str(FORMAT_VERSION), "seam": str(self.seam), "fingerprint": fingerprint}
-        payload = st_save(tensors, metadata=meta)
-        return MAGIC + hashlib.sha256(payload).digest() + payload
+        tensors = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)}
+        tensors |= _flatten("linear", self.linear) | _flatten("attention", self.attention)
+        return _encode(self.KIND, tensors, {}, fingerprint)
 
     @classmethod
     def from_bytes(cls, data: bytes, fingerprint: str) -> SegmentEntry:
         """Decode and verify; raise ``CorruptEntry`` on any mismatch."""
-        head = len(MAGIC) + 32
-        if not isinstance(data, bytes) or len(data) < head + 8 or not data.startswith(MAGIC):
-            raise CorruptEntry("not a hypic-rag segment entry")
-        payload = data[head:]
-        if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
-            raise CorruptEntry("checksum mismatch")
+        _, tensors = _decode(data, cls.KIND, fingerprint)
+        ids = tuple(tensors.pop("token_ids").tolist())
+        return cls(ids, _layers(tensors, LinearEntry, "linear"), _layers(tensors, AttentionEntry, "attention"))
+
+
+@dataclass
+class RemainderEntry:
+    """The operators of a segment's tokens after its first ``seam`` ones, per linear layer."""
+
+    KIND: ClassVar[str] = "remainder"
+
+    token_ids: tuple[int, ...]
+    seam: int
+    linear: dict[int, LinearRemainder] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return _tensors_nbytes(self.linear)
+
+    def to(self, device: torch.device | str) -> RemainderEntry:
+        moved = {i: LinearRemainder(e.b.to(device), e.p.to(device)) for i, e in self.linear.items()}
+        return RemainderEntry(self.token_ids, self.seam, moved)
+
+    def to_bytes(self, fingerprint: str) -> bytes:
+        tensors = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)} | _flatten("linear", self.linear)
+        return _encode(self.KIND, tensors, {"seam": str(self.seam)}, fingerprint)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, fingerprint: str) -> RemainderEntry:
+        """Decode and verify; raise ``CorruptEntry`` on any mismatch."""
+        meta, tensors = _decode(data, cls.KIND, fingerprint)
+        ids = tuple(tensors.pop("token_ids").tolist())
         try:
-            (n,) = struct.unpack("<Q", payload[:8])
-            meta = json.loads(payload[8 : 8 + n]).get("__metadata__", {})
-            tensors = st_load(payload)
-        except Exception as exc:  # safetensors raises its own error types
-            raise CorruptEntry(f"unreadable payload: {exc}") from exc
-        if meta.get("format") != str(FORMAT_VERSION) or meta.get("fingerprint") != fingerprint:
-            raise CorruptEntry("entry of another format version or model")
-        entry = cls(tuple(tensors.pop("token_ids").tolist()), int(meta["seam"]))
-        linear: dict[int, dict[str, torch.Tensor]] = {}
-        attention: dict[int, dict[str, torch.Tensor]] = {}
-        for name, t in tensors.items():
-            kind, idx, field_name = name.split(".")
-            (linear if kind == "linear" else attention).setdefault(int(idx), {})[field_name] = t
-        try:
-            entry.linear = {i: LinearEntry(**f) for i, f in linear.items()}
-            entry.attention = {i: AttentionEntry(**f) for i, f in attention.items()}
-        except TypeError as exc:
-            raise CorruptEntry(f"entry fields do not match: {exc}") from exc
-        return entry
+            seam = int(meta["seam"])
+        except (KeyError, ValueError) as exc:
+            raise CorruptEntry(f"remainder entry without a valid seam: {exc}") from exc
+        return cls(ids, seam, _layers(tensors, LinearRemainder, "linear"))
+
+
+CacheEntry = SegmentEntry | RemainderEntry

@@ -1,5 +1,6 @@
 """Cache keys (HYPIC.md §7): a hash of the segment's token ids, the model fingerprint, the dtype and the
-entry format. Order and position are deliberately not part of the key."""
+entry format; a remainder entry's key adds its seam width. Order and position are deliberately not
+part of the key."""
 
 from __future__ import annotations
 
@@ -45,3 +46,8 @@ def segment_key(token_ids: list[int] | tuple[int, ...], fingerprint: str, dtype:
     h.update(f"v{FORMAT_VERSION}|{fingerprint}|{dtype}|".encode())
     h.update(torch.tensor(list(token_ids), dtype=torch.int64).numpy().tobytes())
     return h.hexdigest()
+
+
+def remainder_key(key: str, seam: int) -> str:
+    """The key of a segment's remainder entry after ``seam`` tokens, from the segment's own key."""
+    return hashlib.sha256(f"{key}|rest|{seam}".encode()).hexdigest()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.cache import AttentionLayerKV, HybridCache, LinearLayerState
+from ..model.state import AttentionLayerKV, LinearLayerState, RequestState
 from .lru import ByteLRU
 
 
@@ -26,11 +26,12 @@ class PrefixNode:
     @property
     def nbytes(self) -> int:
         lin = sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
-        kv = sum(k.keys.nbytes + k.values.nbytes + k.positions.nbytes + k.shift.nbytes for k in self.kv.values())
-        return lin + kv
+        return lin + sum(k.nbytes for k in self.kv.values())
 
 
-class PrefixCache:
+class PrefixStore:
+    """Prefix nodes keyed by the chain of segments that leads to them, in a byte-budget LRU."""
+
     def __init__(self, fingerprint: str, memory_bytes: int = 1 << 30) -> None:
         self.fingerprint = fingerprint
         self._nodes: ByteLRU[PrefixNode] = ByteLRU(memory_bytes)
@@ -50,32 +51,34 @@ class PrefixCache:
             depth += 1
         return depth
 
-    def restore(self, keys: Sequence[str], cache: HybridCache) -> None:
-        """Load the chain ``keys`` (all cached) into an empty ``cache``."""
+    def restore(self, keys: Sequence[str], state: RequestState) -> None:
+        """Load the chain ``keys`` (all cached) into an empty request ``state``."""
         nodes = [self._nodes.get(k) for k in keys]
         assert all(n is not None for n in nodes), "restore takes a chain that longest() found"
         last = nodes[-1]
-        for i, state in last.linear.items():
-            cache.set_linear(i, state.conv.clone(), state.recurrent.clone())
+        kv = {}
         for i in last.kv:
             parts = [n.kv[i] for n in nodes]
-            cache.layers[i] = AttentionLayerKV(
+            kv[i] = AttentionLayerKV(
                 torch.cat([p.keys for p in parts], dim=2),
                 torch.cat([p.values for p in parts], dim=2),
                 torch.cat([p.positions for p in parts]),
                 torch.cat([p.shift for p in parts]),
             )
-        cache.seq_len = last.seq_len
+        state.restore(last.seq_len, last.linear, kv)
 
-    def snapshot(self, key: str, cache: HybridCache, start: int) -> None:
-        """Record the boundary ``cache`` is at, with the KV of tokens from ``start`` on."""
+    def snapshot(self, key: str, state: RequestState, start: int) -> None:
+        """Record the boundary ``state`` is at, with the KV of tokens from ``start`` on."""
         if self._nodes.get(key) is not None:
             return
         linear, kv = {}, {}
-        for i, layer in enumerate(cache.layers):
-            if isinstance(layer, LinearLayerState):
+        for i in state.linear_layer_ids:
+            layer = state.linear(i)
+            if layer is not None:
                 linear[i] = LinearLayerState(layer.conv.clone(), layer.recurrent.clone())
-            elif isinstance(layer, AttentionLayerKV):
+        for i in state.attention_layer_ids:
+            layer = state.attention(i)
+            if layer is not None:
                 sel = layer.positions >= start
                 kv[i] = AttentionLayerKV(
                     layer.keys[:, :, sel].clone(),
@@ -83,7 +86,7 @@ class PrefixCache:
                     layer.positions[sel].clone(),
                     layer.shift[sel].clone(),
                 )
-        self._nodes.put(key, PrefixNode(cache.seq_len, linear, kv))
+        self._nodes.put(key, PrefixNode(state.seq_len, linear, kv))
 
     def clear(self) -> None:
         self._nodes.clear()

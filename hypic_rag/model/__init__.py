@@ -1,18 +1,19 @@
-"""The hybrid-model runtime: configuration, layers, cache and checkpoint loading."""
+"""The hybrid-model runtime: configuration, layers, request state and checkpoint loading."""
 
-from .cache import AttentionLayerKV, HybridCache, LinearLayerState
 from .config import FULL, LINEAR, SUPPORTED_MODEL_TYPES, HybridConfig
 from .loading import load_model
 from .model import HybridModel
+from .state import AttentionLayerKV, LinearLayerState, RequestState, TransitionCapture
 
 __all__ = [
     "FULL",
     "LINEAR",
     "SUPPORTED_MODEL_TYPES",
     "AttentionLayerKV",
-    "HybridCache",
     "HybridConfig",
     "HybridModel",
     "LinearLayerState",
+    "RequestState",
+    "TransitionCapture",
     "load_model",
 ]

@@ -1,6 +1,6 @@
 """Gated full attention with q/k RMSNorm, partial rotate-half RoPE and GQA.
 
-Keys are rotated at their absolute positions and masked by position, not by index, so a cache may
+Keys are rotated at their absolute positions and masked by position, not by index, so a request state may
 hold keys assembled out of order (HYPIC.md §3). For Qwen3.5's multi-axis RoPE, text-only positions
 make all three axes equal, which is exactly 1-D RoPE; that is the only case we serve.
 """
@@ -14,9 +14,9 @@ from torch import nn
 from hypic_rag.kernels.rope import apply_rope
 from hypic_rag.kernels.stitch import stitch
 
-from .cache import HybridCache
 from .config import HybridConfig
 from .layers import RMSNorm
+from .state import RequestState
 
 
 class GatedAttention(nn.Module):
@@ -39,11 +39,11 @@ class GatedAttention(nn.Module):
         x: torch.Tensor,
         positions: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        cache: HybridCache | None,
+        state: RequestState | None,
         pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``rope`` is (cos, sin) at ``positions`` and the inverse frequencies. ``pad_mask [B, T]``
-        (True for real tokens) hides padding keys; it is for a fresh cache only."""
+        (True for real tokens) hides padding keys; it is for a fresh state only."""
         b, t, _ = x.shape
         hd = self.head_dim
         q, gate = self.q_proj(x).view(b, t, self.num_heads, 2 * hd).chunk(2, dim=-1)
@@ -54,11 +54,11 @@ class GatedAttention(nn.Module):
         cos, sin, inv_freq = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
-        if cache is not None:
-            kv = cache.append_kv(self.layer_idx, k, v, positions)
-            if kv.keys.shape[2] != t:  # earlier tokens are cached: attend over the reassembled KV
+        if state is not None:
+            kv = state.append_kv(self.layer_idx, k, v, positions)
+            if kv.keys.shape[2] != t:  # earlier tokens are held: attend over the reassembled KV
                 if pad_mask is not None:
-                    raise ValueError("pad_mask needs a fresh cache")
+                    raise ValueError("pad_mask needs a fresh request state")
                 out = stitch(q, kv.keys, kv.values, positions, kv.positions, kv.shift, inv_freq, scale=hd**-0.5)
                 return self._output(out, gate)
         mask = None

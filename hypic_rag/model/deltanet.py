@@ -7,16 +7,18 @@ the loader converts Qwen3-Next's fused, interleaved ``in_proj_qkvz``/``in_proj_b
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hypic_rag.kernels.algebra import split_transition, transition
+from hypic_rag.kernels.algebra import split_transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 
-from .cache import HybridCache, Transition
 from .config import HybridConfig
 from .layers import GatedRMSNorm
+from .state import RequestState, TransitionCapture
 
 
 class GatedDeltaNet(nn.Module):
@@ -59,14 +61,21 @@ class GatedDeltaNet(nn.Module):
             out.addcmul_(full[:, j : j + t], w[j])
         return out, full[:, t:].transpose(1, 2).clone(memory_format=torch.contiguous_format)
 
-    def forward(self, x: torch.Tensor, cache: HybridCache | None, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+    ) -> torch.Tensor:
         """``pad_mask [B, T]`` is True for real tokens. Padding is made an exact identity for the state
-        (zero input and zero decay), so left-padded rows end in the state of their real tokens."""
+        (zero input and zero decay), so left-padded rows end in the state of their real tokens.
+        ``capture`` records this layer's segment operators (zero start only)."""
         b, t, _ = x.shape
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)
-        state = cache.linear(self.layer_idx) if cache is not None else None
-        mixed, tail = self.conv(self.in_proj_qkv(x), state.conv if state else None)
+        layer = state.linear(self.layer_idx) if state is not None else None
+        mixed, tail = self.conv(self.in_proj_qkv(x), layer.conv if layer else None)
         mixed = F.silu(mixed)
         q, k, v = mixed.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
         z = self.in_proj_z(x)
@@ -84,16 +93,13 @@ class GatedDeltaNet(nn.Module):
         q = l2norm(q.float()) * self.dk**-0.5
         k = l2norm(k.float())
         v, g, beta = v.float(), g.float(), beta.float()
-        s0 = state.recurrent if state is not None else None
-        if cache is not None and cache.capture_transitions:
+        s0 = layer.recurrent if layer is not None else None
+        if capture is not None:
             if s0 is not None:
                 raise ValueError("transitions are captured from a zero start only")
-            if cache.rest_split is not None and 0 < cache.rest_split < t:
-                s_end, p, out, b_rest, p_rest = split_transition(q, k, v, g, beta, cache.rest_split)
-                cache.transitions[self.layer_idx] = Transition(p, p_rest, b_rest)
-            else:
-                s_end, p, out, _ = transition(k, v, g, beta, q=q)
-                cache.transitions[self.layer_idx] = self._masked_rest(p, k, v, g, beta, cache.rest_mask)
+            split = split_transition(q, k, v, g, beta, capture.rest_start)
+            out, s_end = split.out, split.state
+            capture.operators[self.layer_idx] = replace(split, out=None)
         else:
             q, k, v, g, beta = (y.transpose(1, 2) for y in (q, k, v, g, beta))
             if s0 is not None and t == 1:
@@ -101,18 +107,8 @@ class GatedDeltaNet(nn.Module):
             else:
                 out, s_end = chunk_gated_delta_rule(q, k, v, g, beta, s0)
             out = out.transpose(1, 2)
-        if cache is not None:
-            cache.set_linear(self.layer_idx, tail, s_end)
+        if state is not None:
+            state.set_linear(self.layer_idx, tail, s_end)
         out = out.to(x.dtype)
         out = self.norm(out, z.view(b, t, self.num_v_heads, self.dv))
         return self.out_proj(out.reshape(b, t, -1))
-
-    @staticmethod
-    def _masked_rest(p, k, v, g, beta, rest_mask: torch.Tensor | None) -> Transition:
-        """The remainder's operator when rows split at different columns: tokens outside
-        ``rest_mask`` become identities (k = v = g = 0) in a second pass."""
-        if rest_mask is None:
-            return Transition(p=p)
-        keep = rest_mask[:, :, None].to(k.dtype)
-        b_rest, p_rest = transition(k * keep[..., None], v * keep[..., None], g * keep, beta)
-        return Transition(p=p, p_rest=p_rest, b_rest=b_rest)

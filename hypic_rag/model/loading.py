@@ -23,6 +23,31 @@ from hypic_rag.kernels.rope import rope_inv_freq
 from .config import HybridConfig
 from .model import HybridModel
 
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"unsupported dtype {dtype}; use float32, bfloat16 or float16")
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def default_model_path() -> Path:
+    """The checkpoint bundled inside the package."""
+    return Path(__file__).resolve().parent.parent / "assets" / "default_model"
+
+
 _IGNORED_PREFIXES = ("mtp.", "model.visual.", "visual.", "model.mtp.")
 _EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 

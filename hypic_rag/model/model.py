@@ -8,10 +8,10 @@ from torch import nn
 from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 
 from .attention import GatedAttention
-from .cache import HybridCache
 from .config import LINEAR, HybridConfig
 from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
+from .state import RequestState, TransitionCapture
 
 
 class DecoderLayer(nn.Module):
@@ -34,14 +34,15 @@ class DecoderLayer(nn.Module):
         x: torch.Tensor,
         positions: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        cache: HybridCache | None,
+        state: RequestState | None,
         pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
     ) -> torch.Tensor:
         h = self.input_layernorm(x)
         if self.is_linear:
-            h = self.linear_attn(h, cache, pad_mask)
+            h = self.linear_attn(h, state, pad_mask, capture)
         else:
-            h = self.self_attn(h, positions, rope, cache, pad_mask)
+            h = self.self_attn(h, positions, rope, state, pad_mask)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -57,8 +58,8 @@ class Backbone(nn.Module):
 class HybridModel(nn.Module):
     """``model(input_ids)`` is a plain causal forward returning logits ``[B, T, V]``.
 
-    With a ``cache`` it continues from the cached state and updates it; ``positions`` default to
-    ``cache.seq_len + arange(T)``.
+    With a request ``state`` it continues from it and updates it; ``positions`` default to
+    ``state.seq_len + arange(T)``.
     """
 
     def __init__(self, config: HybridConfig) -> None:
@@ -76,8 +77,8 @@ class HybridModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
 
-    def new_cache(self) -> HybridCache:
-        return HybridCache(self.config)
+    def new_state(self) -> RequestState:
+        return RequestState(self.config)
 
     def check_input_ids(self, input_ids: torch.Tensor, start: int = 0) -> None:
         """Raise ``ValueError`` for ids the model cannot embed or positions past its context."""
@@ -98,12 +99,14 @@ class HybridModel(nn.Module):
     def hidden_states(
         self,
         input_ids: torch.Tensor,
-        cache: HybridCache | None = None,
+        state: RequestState | None = None,
         positions: torch.Tensor | None = None,
         pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
     ) -> torch.Tensor:
-        """Final-norm hidden states ``[B, T, H]``; ``pad_mask [B, T]`` marks real tokens of left-padded rows."""
-        start = cache.seq_len if cache is not None else 0
+        """Final-norm hidden states ``[B, T, H]``; ``pad_mask [B, T]`` marks real tokens of left-padded
+        rows; ``capture`` records the linear layers' segment operators of a zero-start forward."""
+        start = state.seq_len if state is not None else 0
         self.check_input_ids(input_ids, start)
         t = input_ids.shape[1]
         if positions is None:
@@ -115,21 +118,21 @@ class HybridModel(nn.Module):
         x = self.model.embed_tokens(input_ids)
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
         for layer in self.model.layers:
-            x = layer(x, positions, rope, cache, pad_mask)
-        if cache is not None:
-            cache.seq_len += t
+            x = layer(x, positions, rope, state, pad_mask, capture)
+        if state is not None:
+            state.advance(t)
         return self.model.norm(x)
 
     def forward(
         self,
         input_ids: torch.Tensor,
-        cache: HybridCache | None = None,
+        state: RequestState | None = None,
         positions: torch.Tensor | None = None,
         logits_to_keep: int = 0,
         pad_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits for every token, or for the last ``logits_to_keep`` when it is positive."""
-        h = self.hidden_states(input_ids, cache, positions, pad_mask)
+        h = self.hidden_states(input_ids, state, positions, pad_mask)
         if logits_to_keep > 0:
             h = h[:, -logits_to_keep:]
         return self.lm_head(h)

@@ -24,11 +24,11 @@ def logits_max_diff(ours: HybridModel, reference: torch.nn.Module, ids: torch.Te
 @torch.inference_mode()
 def split_prefill_max_diff(model: HybridModel, ids: torch.Tensor, split: int) -> float:
     """Largest logit difference between a one-shot prefill and ``split`` tokens then the rest, through
-    the cache."""
+    the request state."""
     whole = model(ids)
-    cache = model.new_cache()
-    first = model(ids[:, :split], cache=cache)
-    second = model(ids[:, split:], cache=cache)
+    state = model.new_state()
+    first = model(ids[:, :split], state=state)
+    second = model(ids[:, split:], state=state)
     return float((torch.cat((first, second), dim=1) - whole).abs().max())
 
 

@@ -5,18 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypic_rag.cache import AttentionEntry, CorruptEntry, LinearEntry, SegmentEntry
+from hypic_rag.cache import (
+    AttentionEntry,
+    CorruptEntry,
+    LinearEntry,
+    LinearRemainder,
+    RemainderEntry,
+    SegmentEntry,
+)
 
 
-def make_entry(seed: int = 0, rest: bool = True, dtype: torch.dtype = torch.bfloat16) -> SegmentEntry:
+def make_entry(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> SegmentEntry:
     gen = torch.Generator().manual_seed(seed)
-    entry = SegmentEntry((5, 9, 300, 7), seam=2 if rest else 0)
+    entry = SegmentEntry((5, 9, 300, 7))
     entry.linear[0] = LinearEntry(
         b=torch.randn(4, 16, 8, generator=gen),
         p=torch.randn(4, 16, 16, generator=gen),
         conv_tail=torch.randn(72, 3, generator=gen).to(dtype),
-        p_rest=torch.randn(4, 16, 16, generator=gen) if rest else None,
-        b_rest=torch.randn(4, 16, 8, generator=gen) if rest else None,
     )
     entry.attention[1] = AttentionEntry(
         torch.randn(2, 4, 16, generator=gen).to(dtype), torch.randn(2, 4, 16, generator=gen).to(dtype)
@@ -24,22 +29,36 @@ def make_entry(seed: int = 0, rest: bool = True, dtype: torch.dtype = torch.bflo
     return entry
 
 
-def assert_same(a: SegmentEntry, b: SegmentEntry) -> None:
-    assert a.token_ids == b.token_ids and a.seam == b.seam
-    assert a.linear.keys() == b.linear.keys() and a.attention.keys() == b.attention.keys()
-    for i in a.linear:
-        for name in ("b", "p", "conv_tail", "p_rest", "b_rest"):
-            x, y = getattr(a.linear[i], name), getattr(b.linear[i], name)
-            assert (x is None and y is None) or (x.dtype == y.dtype and torch.equal(x, y))
-    for i in a.attention:
-        assert torch.equal(a.attention[i].keys, b.attention[i].keys)
-        assert torch.equal(a.attention[i].values, b.attention[i].values)
+def make_remainder(seed: int = 0, seam: int = 2) -> RemainderEntry:
+    gen = torch.Generator().manual_seed(seed)
+    rest = RemainderEntry((5, 9, 300, 7), seam)
+    rest.linear[0] = LinearRemainder(b=torch.randn(4, 16, 8, generator=gen), p=torch.randn(4, 16, 16, generator=gen))
+    return rest
 
 
-@pytest.mark.parametrize("rest", [True, False])
-def test_bytes_round_trip_is_bit_exact(rest):
-    entry = make_entry(rest=rest)
-    assert_same(SegmentEntry.from_bytes(entry.to_bytes("fp"), "fp"), entry)
+def assert_same(a: SegmentEntry | RemainderEntry, b: SegmentEntry | RemainderEntry) -> None:
+    assert type(a) is type(b) and a.token_ids == b.token_ids and getattr(a, "seam", 0) == getattr(b, "seam", 0)
+    layers = ("linear", "attention") if isinstance(a, SegmentEntry) else ("linear",)
+    for group in layers:
+        x, y = getattr(a, group), getattr(b, group)
+        assert x.keys() == y.keys()
+        for i in x:
+            for name, t in vars(x[i]).items():
+                u = getattr(y[i], name)
+                assert t.dtype == u.dtype and torch.equal(t, u), (group, i, name)
+
+
+@pytest.mark.parametrize("make", [make_entry, make_remainder])
+def test_bytes_round_trip_is_bit_exact(make):
+    entry = make()
+    assert_same(type(entry).from_bytes(entry.to_bytes("fp"), "fp"), entry)
+
+
+def test_a_remainder_is_not_read_as_a_segment_entry_nor_the_reverse():
+    with pytest.raises(CorruptEntry, match="'remainder' entry where a 'segment' one"):
+        SegmentEntry.from_bytes(make_remainder().to_bytes("fp"), "fp")
+    with pytest.raises(CorruptEntry, match="'segment' entry where a 'remainder' one"):
+        RemainderEntry.from_bytes(make_entry().to_bytes("fp"), "fp")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.cache import DiskCacheTier, PickledValue, SegmentStore, segment_key
 
-from .test_entry import assert_same, make_entry
+from .test_entry import assert_same, make_entry, make_remainder
 
 
 def test_memory_tier_returns_the_entry_it_was_given():
@@ -42,6 +42,21 @@ def test_disk_tier_round_trip_is_bit_exact(tmp_path):
     assert got is not None and fresh.counters["disk_hits"] == 1
     assert_same(got, entry)
     assert fresh.get("k", entry.token_ids) is got  # promoted to memory
+
+
+def test_remainders_of_several_seams_live_beside_one_entry(tmp_path):
+    entry, two, three = make_entry(), make_remainder(1, seam=2), make_remainder(2, seam=3)
+    store = SegmentStore("fp", disk=DiskCacheTier(tmp_path))
+    store.put("k", entry)
+    store.put_remainder("k", two)
+    store.put_remainder("k", three)
+    assert store.get("k", entry.token_ids) is entry
+    assert store.get_remainder("k", entry.token_ids, 2) is two and store.get_remainder("k", entry.token_ids, 3) is three
+    assert store.get_remainder("k", entry.token_ids, 5) is None
+    fresh = SegmentStore("fp", disk=DiskCacheTier(tmp_path))
+    assert_same(fresh.get_remainder("k", entry.token_ids, 3), three)
+    assert_same(fresh.get("k", entry.token_ids), entry)
+    assert fresh.counters["disk_hits"] == 2 and fresh.counters["corrupt"] == 0
 
 
 def test_disk_tier_refuses_values_that_are_not_bytes(tmp_path):
@@ -92,7 +107,9 @@ def test_a_corrupted_disk_entry_is_recomputed_and_the_answer_is_still_right(chec
     tier.set(key, data[:-100] + bytes(100))  # zero the tail of one entry
     reader = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0)
     out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
-    assert reader.store.counters["corrupt"] == 1 and reader.store.counters["disk_hits"] == 2
+    counters = reader.segment_store.counters
+    # Segment 0's entry and segment 2's entry and remainder come from disk; segment 1's entry is corrupt.
+    assert counters["corrupt"] == 1 and counters["disk_hits"] == 3
     assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
     assert torch.equal(reader.prompt_logits(segs, query, mode="hypic"), expected)
 
@@ -103,7 +120,7 @@ from hypic_rag.cache import AttentionEntry, DiskCacheTier, SegmentEntry, Segment
 
 def entry(seed):
     gen = torch.Generator().manual_seed(seed)
-    e = SegmentEntry((seed, 1, 2), seam=0)
+    e = SegmentEntry((seed, 1, 2))
     e.attention[1] = AttentionEntry(torch.randn(2, 64, 16, generator=gen), torch.randn(2, 64, 16, generator=gen))
     return e
 

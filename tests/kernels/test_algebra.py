@@ -36,11 +36,13 @@ def _token_recurrence(k, v, g, beta, s0=None):
 def test_transition_is_affine_in_the_start_state(backend, t, chunk):
     k, v, g, beta = _inputs(t, seed=t)
     s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(99))
-    end, p = transition(k, v, g, beta, chunk_size=chunk, backend=backend)
+    zero_start = transition(k, v, g, beta, chunk_size=chunk, backend=backend)
+    end, p = zero_start.state, zero_start.p
     assert (p @ s0 + end - _token_recurrence(k, v, g, beta, s0)).abs().max() < 1e-5
-    started, p_again = transition(k, v, g, beta, s0, chunk_size=chunk, backend=backend)
-    assert (started - _token_recurrence(k, v, g, beta, s0)).abs().max() < 1e-5
-    assert (p - p_again).abs().max() < 1e-6
+    started = transition(k, v, g, beta, s0, chunk_size=chunk, backend=backend)
+    assert (started.state - _token_recurrence(k, v, g, beta, s0)).abs().max() < 1e-5
+    assert (p - started.p).abs().max() < 1e-6
+    assert zero_start.out is None and zero_start.q_tilde is None
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="needs triton")
@@ -52,7 +54,8 @@ def test_triton_transition_agrees_with_torch(dtype, h, dk, dv, t):
     s0 = torch.randn(1, h, dk, dv, generator=torch.Generator().manual_seed(2))
     ref = transition(k, v, g, beta, s0, q=q, chunk_size=32, backend="torch")
     tri = transition(k, v, g, beta, s0, q=q, chunk_size=32, backend="triton")
-    for a, b in zip(ref, tri, strict=True):
+    for field in ("state", "p", "out", "q_tilde"):
+        a, b = getattr(ref, field), getattr(tri, field)
         assert a.dtype == b.dtype == torch.float32
         assert (a - b).abs().max() < 1e-4
 
@@ -61,7 +64,8 @@ def test_triton_transition_agrees_with_torch(dtype, h, dk, dv, t):
 def test_transition_with_queries_returns_the_ordinary_outputs(backend):
     k, v, g, beta = _inputs(70, seed=3)
     q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(4))) * 0.25
-    _, _, out, q_tilde = transition(k, v, g, beta, q=q, chunk_size=32, backend=backend)
+    result = transition(k, v, g, beta, q=q, chunk_size=32, backend=backend)
+    out, q_tilde = result.out, result.q_tilde
     qt, kt, vt, gt, bt = (x.transpose(1, 2) for x in (q, k, v, g, beta))
     expected, _ = chunk_gated_delta_rule(qt, kt, vt, gt, bt)
     assert (out - expected.transpose(1, 2)).abs().max() < 1e-5
@@ -72,21 +76,60 @@ def test_transition_with_queries_returns_the_ordinary_outputs(backend):
     assert (moved - from_s0.transpose(1, 2)).abs().max() < 1e-5
 
 
+def _split_case(t: int, seed: int, rows: int = 1):
+    parts = [_inputs(t, seed=seed + r) for r in range(rows)]
+    k, v, g, beta = (torch.cat(xs) for xs in zip(*parts, strict=True))
+    q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(6))) * 0.25
+    return q, k, v, g, beta
+
+
 @pytest.mark.parametrize("t,split", [(70, 8), (64, 63), (130, 64)])
 def test_split_transition_equals_a_whole_pass_and_a_rest_pass(t, split):
-    k, v, g, beta = _inputs(t, seed=t + split)
-    q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(6))) * 0.25
-    b, p, out, b_rest, p_rest = split_transition(q, k, v, g, beta, split)
-    whole_b, whole_p, whole_out, _ = transition(k, v, g, beta, q=q)
-    exp_b_rest, exp_p_rest = transition(k[:, split:], v[:, split:], g[:, split:], beta[:, split:])
-    for got, want in ((b, whole_b), (p, whole_p), (out, whole_out), (b_rest, exp_b_rest), (p_rest, exp_p_rest)):
-        assert (got - want).abs().max() < 1e-5
+    q, k, v, g, beta = _split_case(t, seed=t + split)
+    got = split_transition(q, k, v, g, beta, torch.tensor([split]))
+    whole = transition(k, v, g, beta, q=q)
+    rest = transition(k[:, split:], v[:, split:], g[:, split:], beta[:, split:])
+    pairs = ((got.state, whole.state), (got.p, whole.p), (got.out, whole.out))
+    for a, b in (*pairs, (got.rest_state, rest.state), (got.rest_p, rest.p)):
+        assert (a - b).abs().max() < 1e-5
+
+
+def test_split_transition_rows_split_at_their_own_columns():
+    """One masked path serves a batch whose rows split at different columns, at none (T) or at 0."""
+    t, splits = 50, [8, 31, 50, 0]
+    q, k, v, g, beta = _split_case(t, seed=3, rows=len(splits))
+    got = split_transition(q, k, v, g, beta, torch.tensor(splits))
+    for r, s in enumerate(splits):
+        row = (x[r : r + 1] for x in (q, k, v, g, beta))
+        qr, kr, vr, gr, br = row
+        whole = transition(kr, vr, gr, br, q=qr)
+        assert (got.state[r] - whole.state[0]).abs().max() < 1e-5
+        assert (got.p[r] - whole.p[0]).abs().max() < 1e-5
+        assert (got.out[r] - whole.out[0]).abs().max() < 1e-5
+        if s < t:
+            rest = transition(kr[:, s:], vr[:, s:], gr[:, s:], br[:, s:])
+            assert (got.rest_state[r] - rest.state[0]).abs().max() < 1e-5
+            assert (got.rest_p[r] - rest.p[0]).abs().max() < 1e-5
+        else:  # no remainder: identity operator, zero state
+            assert torch.equal(got.rest_state[r], torch.zeros_like(got.rest_state[r]))
+            assert (got.rest_p[r] - torch.eye(16)).abs().max() < 1e-6
+
+
+def test_split_transition_without_any_remainder_is_the_whole_pass():
+    q, k, v, g, beta = _split_case(40, seed=9, rows=2)
+    got = split_transition(q, k, v, g, beta, torch.tensor([40, 40]))
+    whole = transition(k, v, g, beta, q=q)
+    assert got.rest_state is None and got.rest_p is None
+    assert torch.equal(got.state, whole.state) and torch.equal(got.out, whole.out)
+    with pytest.raises(ValueError, match="rest_start must lie in"):
+        split_transition(q, k, v, g, beta, torch.tensor([41, 3]))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_composed_segments_equal_one_run_over_their_concatenation(backend):
     parts = [_inputs(t, seed=10 + t) for t in (23, 64, 41)]
-    ends, ps = zip(*[transition(*x, backend=backend) for x in parts], strict=True)
+    results = [transition(*x, backend=backend) for x in parts]
+    ends, ps = [r.state for r in results], [r.p for r in results]
     states = compose(torch.cat(ps), torch.cat(ends), backend=backend)
     whole = _token_recurrence(*(torch.cat(xs, dim=1) for xs in zip(*parts, strict=True)))
     assert states.shape == (3, 2, 16, 8)

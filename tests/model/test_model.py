@@ -35,9 +35,9 @@ def test_token_by_token_decode_equals_prefill(checkpoint):
     ids = _ids((1, 40), model.config.vocab_size)
     with torch.inference_mode():
         whole = model(ids)
-        cache = model.new_cache()
-        steps = torch.cat([model(ids[:, i : i + 1], cache=cache) for i in range(ids.shape[1])], dim=1)
-    assert cache.seq_len == 40
+        state = model.new_state()
+        steps = torch.cat([model(ids[:, i : i + 1], state=state) for i in range(ids.shape[1])], dim=1)
+    assert state.seq_len == 40
     assert (steps - whole).abs().max() < 1e-4
 
 

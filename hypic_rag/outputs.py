@@ -1,0 +1,46 @@
+"""What a request gives back: its statistics and, for ``generate``, the generated text."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class RequestStats:
+    """How a prompt was served. ``recomputed_tokens`` counts the tokens that went through the model
+    for it: seams, query, misses and segments run in context. The composed modes also say which seam,
+    variant and cold policy served them."""
+
+    mode: str
+    prompt_tokens: int
+    segments: int
+    hit_segments: int = 0
+    miss_segments: int = 0
+    recomputed_tokens: int = 0
+    cache_bytes: int = 0
+    seam: int | float | None = None
+    seam_variant: str | None = None
+    cold_policy: str | None = None
+    generated_tokens: int = 0
+
+    @classmethod
+    def uncached(cls, mode: str, prompt_tokens: int, segments: int) -> RequestStats:
+        """Every segment missed and every token recomputed, as in ``full``."""
+        return cls(mode, prompt_tokens, segments, miss_segments=segments, recomputed_tokens=prompt_tokens)
+
+    def as_dict(self) -> dict[str, Any]:
+        """API.md's stats dict; fields that do not apply to the mode are left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class GenerationOutput:
+    text: str | None
+    token_ids: list[int]
+    ttft_s: float
+    stats: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = "length"
+    prompt_logits: torch.Tensor | None = None  # next-token logits [V] at the end of the prompt

@@ -1,0 +1,64 @@
+"""Segment-parallel prefill (``hypic_rag.entries``): one left-padded batch must equal each segment
+prefilled alone, and an entry must hold what the model's own request state holds."""
+
+from __future__ import annotations
+
+import torch
+
+from hypic_rag.entries import prefill_isolated
+from hypic_rag.kernels.algebra import compose
+from hypic_rag.model import load_model
+
+
+def _segments(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 320, (n,), generator=gen).tolist() for n in lengths]
+
+
+def test_batched_entries_equal_single_segment_runs(checkpoint):
+    model = load_model(checkpoint("qwen3_next_moe"))
+    segs = _segments([37, 64, 5, 20])
+    rests = [8, 8, 8, 0]
+    batched = prefill_isolated(model, segs, rests)
+    alone = [prefill_isolated(model, [s], [w])[0] for s, w in zip(segs, rests, strict=True)]
+    for b, a, ids in zip(batched, alone, segs, strict=True):
+        assert b.entry.token_ids == tuple(ids)
+        for i in a.entry.linear:
+            for name in ("b", "p", "conv_tail"):
+                x, y = getattr(a.entry.linear[i], name), getattr(b.entry.linear[i], name)
+                assert (x - y).abs().max() < 1e-5, name
+        assert (a.rest is None) == (b.rest is None)
+        if a.rest is not None:
+            assert a.rest.seam == b.rest.seam == 8
+            for i in a.rest.linear:
+                for name in ("b", "p"):
+                    x, y = getattr(a.rest.linear[i], name), getattr(b.rest.linear[i], name)
+                    assert (x - y).abs().max() < 1e-5, name
+        for i in a.entry.attention:
+            assert (a.entry.attention[i].keys - b.entry.attention[i].keys).abs().max() < 1e-5
+            assert (a.entry.attention[i].values - b.entry.attention[i].values).abs().max() < 1e-5
+    assert batched[2].rest is None and batched[3].rest is None  # the seam covers all 5 tokens; no seam asked
+
+
+def test_entry_states_match_the_model_state(checkpoint):
+    """B is the zero-start end state, P composes it, K sits at positions 0..L-1, the tail is the conv's."""
+    model = load_model(checkpoint("qwen3_5_text"))
+    ids = _segments([45])[0]
+    made = prefill_isolated(model, [ids], [8])[0]
+    state, head = model.new_state(), model.new_state()
+    with torch.inference_mode():
+        model.hidden_states(torch.tensor([ids]), state)
+        model.hidden_states(torch.tensor([ids[:8]]), head)
+    for i, lin in made.entry.linear.items():
+        layer = state.linear(i)
+        assert (lin.b - layer.recurrent[0]).abs().max() < 1e-5
+        assert (lin.conv_tail - layer.conv[0]).abs().max() < 1e-5
+        # The remainder's operator carries the state after the 8 seam tokens to the segment's end.
+        after_seam = head.linear(i).recurrent[0]
+        rest = made.rest.linear[i]
+        assert (compose(rest.p[None], rest.b[None], after_seam)[0] - lin.b).abs().max() < 1e-5
+    for i, att in made.entry.attention.items():
+        kv = state.attention(i)
+        assert torch.equal(kv.positions, torch.arange(45))
+        assert (att.keys - kv.keys[0]).abs().max() < 1e-5
+        assert (att.values - kv.values[0]).abs().max() < 1e-5
