@@ -218,19 +218,21 @@ class Engine:
     ) -> list[tuple[SegmentPlan, Cached | None]]:
         """Look up, fill the misses (now, or owe them under the exact policy), assemble."""
         found = self._lookup(plan)
-        misses = [(seg, f) for seg, f in zip(plan.segments, found, strict=True) if _missing(seg, f)]
-        hits = sum(f is not None for f in found) - sum(f is not None for _, f in misses)
+        missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
+        owed = [(plan.segments[i], found[i]) for i in missed]
+        hits = sum(f is not None for f in found) - sum(had is not None for _, had in owed)
         filled = 0
-        if misses and self.cold_policy == "parallel":
-            fresh = dict(zip((id(seg) for seg, _ in misses), self._fill(misses), strict=True))
-            found = [fresh.get(id(seg), f) for seg, f in zip(plan.segments, found, strict=True)]
-            filled = sum(len(seg.ids) for seg, _ in misses)
-        usable = [None if _missing(seg, f) else f for seg, f in zip(plan.segments, found, strict=True)]
+        if owed and self.cold_policy == "parallel":
+            for i, made in zip(missed, self._fill(owed), strict=True):
+                found[i] = made
+            filled, owed = sum(len(seg.ids) for seg, _ in owed), []
+        for i in missed if owed else ():  # exact policy: the misses run in context
+            found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
-        stats.recomputed_tokens = filled + len(plan.query) + assemble(self.model, state, plan, usable)
-        stats.cache_bytes = sum(f.nbytes for f in usable if f is not None)
+        stats.recomputed_tokens = filled + len(plan.query) + assemble(self.model, state, plan, found)
+        stats.cache_bytes = sum(f.nbytes for f in found if f is not None)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
-        return misses if self.cold_policy == "exact" else []
+        return owed
 
     def _lookup(self, plan: RequestPlan) -> list[Cached | None]:
         """Each cached segment's entry, with the remainder its plan uses when that is cached too."""
