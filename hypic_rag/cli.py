@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "demo":
-        from .demo import run
+        from hypic_rag.integrations.demo import run
 
         return 0 if run() else 1
     if args.command == "bench":

@@ -19,8 +19,9 @@ import random
 from collections.abc import Callable
 from statistics import mean
 
-from .engine import Engine
-from .eval.metrics import f1
+from hypic_rag import Engine
+from hypic_rag.eval.workloads import corpus
+from hypic_rag.eval.metrics import f1
 
 DEMO_MODES = ("full", "prefix", "hypic")
 
@@ -56,8 +57,7 @@ def run(
     from langchain_core.runnables import RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    from hypic_rag.eval.workloads import corpus
-    from hypic_rag.integrations.langchain import ChatHypic, MiniLMEmbeddings, documents_to_messages
+    from .langchain import ChatHypic, MiniLMEmbeddings, documents_to_messages
 
     engine = engine or Engine.from_pretrained(min_cached_tokens=1)
     texts, qa = corpus(people, seed)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hypic_rag import Engine
-from hypic_rag.demo import DEMO_MODES, questions, run
+from hypic_rag.integrations.demo import DEMO_MODES, questions, run
 
 
 def test_demo_runs_every_mode_and_hypic_hits_reordered_documents():
