@@ -95,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--layers and --repeats must be >= 1")
         layers = args.layers or (2 if args.slo else 4)
         if args.slo:
-            from hypic_rag.eval.serving_sim import run as run_slo
+            from hypic_rag.eval.bench.slo import run as run_slo
 
             _write_json(run_slo(layers=layers), args.json)
             return 0
         if args.sweep:
-            from hypic_rag.eval.ttft_sweeps import plot, sweep
+            from hypic_rag.eval.bench.sweeps import plot, sweep
 
             try:
                 report = sweep(
@@ -119,11 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {plot(report, args.plot)}")
             return 0
         if args.runtime:
-            from hypic_rag.eval.runtime_bench import run as run_runtime
+            from hypic_rag.eval.bench.runtime import run as run_runtime
 
             _write_json(run_runtime(args.lengths, layers, args.repeats or 3), args.json)
             return 0
-        from hypic_rag.eval.ttft_bench import run as run_ttft
+        from hypic_rag.eval.bench.ttft import run as run_ttft
 
         try:
             report = run_ttft(

@@ -1,6 +1,6 @@
 """HYPIC's fidelity and speed on random-weight checkpoints, all measured in one run.
 
-    python -m hypic_rag.eval.hypic_measure --json hypic-measure.json
+    python -m hypic_rag.eval.bench.measure --json hypic-measure.json
 
 1. Fidelity: KL(full ‖ mode) and top-1 agreement at the end of the prompt for ``pic`` and for
    ``hypic`` with seam w in {0, 4, 8, 16, 32}, variants A and B, on a small random Qwen3.5-style
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,9 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.fidelity import kl_divergence, top1_agreement
-from hypic_rag.model import load_model
-from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
+from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, TINY, hybrid_layer_types
+
+from .common import RandomSegments, best_of, random_model, speedup
 
 FIDELITY_SHAPES: dict[str, Any] = {
     **TINY,
@@ -49,24 +49,10 @@ FIDELITY_SHAPES: dict[str, Any] = {
 }
 
 
-def random_model(shapes: dict[str, Any], seed: int = 0):
-    with tempfile.TemporaryDirectory() as tmp:
-        build_reference_model("qwen3_5_text", shapes, seed).save_pretrained(tmp)
-        return load_model(tmp)
-
-
-def random_segments(n: int, length: int, vocab: int, gen: torch.Generator) -> list[Segment]:
-    return [Segment(token_ids=torch.randint(3, vocab, (length,), generator=gen).tolist()) for _ in range(n)]
-
-
 def fidelity(prompts: int, seams: list[int], log: Callable[[str], None]) -> list[dict[str, Any]]:
     model = random_model(FIDELITY_SHAPES)
-    gen = torch.Generator().manual_seed(1)
-    vocab = FIDELITY_SHAPES["vocab_size"]
-    cases = [
-        (random_segments(8, 128, vocab, gen), Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist()))
-        for _ in range(prompts)
-    ]
+    segments = RandomSegments(FIDELITY_SHAPES["vocab_size"], seed=1)
+    cases = [(segments.segments(8, 128), segments.segment(16)) for _ in range(prompts)]
     rows = []
     engines = {v: Engine(model, seam_variant=v) for v in ("A", "B")}
     fulls = [engines["A"].prompt_logits(s, q, mode="full") for s, q in cases]
@@ -118,21 +104,21 @@ def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
 def _ttft(
     engine: Engine, segs: list[Segment], q: Segment, mode: str, repeats: int, prepare: Callable[[], None] = lambda: None
 ) -> tuple[float, dict[str, Any]]:
-    best, stats = float("inf"), {}
-    for _ in range(repeats):
+    """Best-of-``repeats`` TTFT of ``mode`` and its stats, ``prepare`` run before each repeat."""
+
+    def trial() -> tuple[float, dict[str, Any]]:
         prepare()
         out = engine.generate(segs, q, mode=mode, max_new_tokens=1)
-        if out.ttft_s < best:
-            best, stats = out.ttft_s, out.stats
-    return best, stats
+        return out.ttft_s, out.stats
+
+    return best_of(repeats, trial)
 
 
 def ttft(model, segments: int, length: int, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    gen = torch.Generator().manual_seed(2)
-    vocab = model.config.vocab_size
-    segs = random_segments(segments, length, vocab, gen)
-    q = Segment(token_ids=torch.randint(3, vocab, (64,), generator=gen).tolist(), kind="query")
-    shuffled = [segs[i] for i in torch.randperm(segments, generator=gen).tolist()]
+    prompts = RandomSegments(model.config.vocab_size, seed=2)
+    segs = prompts.segments(segments, length)
+    q = prompts.segment(64, "query")
+    shuffled = [segs[i] for i in torch.randperm(segments, generator=prompts.gen).tolist()]
     rows = []
 
     def record(case: str, mode: str, t: float, stats: dict[str, Any]) -> None:
@@ -172,11 +158,10 @@ def ttft(model, segments: int, length: int, repeats: int, log: Callable[[str], N
 
 def threshold(model, lengths: list[int], repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
     rows = []
-    gen = torch.Generator().manual_seed(3)
-    vocab = model.config.vocab_size
-    q = Segment(token_ids=torch.randint(3, vocab, (16,), generator=gen).tolist(), kind="query")
+    prompts = RandomSegments(model.config.vocab_size, seed=3)
+    q = prompts.segment(16, "query")
     for n in lengths:
-        segs = random_segments(max(4, 2048 // n), n, vocab, gen)
+        segs = prompts.segments(max(4, 2048 // n), n)
         times = {}
         for label, min_tokens in (("cached", 0), ("in_context", n + 1)):
             engine = Engine(model, min_cached_tokens=min_tokens)
@@ -187,7 +172,7 @@ def threshold(model, lengths: list[int], repeats: int, log: Callable[[str], None
                 "segment_tokens": n,
                 "segments": len(segs),
                 **{f"ttft_{k}_s": v for k, v in times.items()},
-                "cached_speedup": times["in_context"] / times["cached"],
+                "cached_speedup": speedup(times, base="in_context")["cached"],
             }
         )
         log(f"  {len(segs)} x {n}-token segments: cached {times['cached']:.3f}s, in context {times['in_context']:.3f}s")
@@ -221,8 +206,8 @@ def run(
         warm = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "warm"}
         cold = {r["mode"]: r["ttft_s"] for r in times if r["case"] == "cold"}
         report["ttft"] = times
-        report["warm_speedup_vs_full"] = {m: warm["full"] / t for m, t in warm.items()}
-        report["cold_speedup_vs_full"] = {m: cold["full"] / t for m, t in cold.items()}
+        report["warm_speedup_vs_full"] = speedup(warm, keep_base=True)
+        report["cold_speedup_vs_full"] = speedup(cold, keep_base=True)
     if "bytes" in parts:
         log("bytes per cached token:")
         report["bytes_per_token"] = bytes_per_token(big, [64, 256, 1024])

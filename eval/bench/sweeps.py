@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .ttft_bench import Prompts, _check, _setup, _speedup, measure, reordered
+from .common import RandomSegments, check_modes, measure, random_engine, reordered, speedup
 
 DEFAULTS: dict[str, list[float]] = {
     "length": [1024, 2048, 4096, 8192, 16384, 32768],
@@ -44,12 +44,12 @@ def sweep(
 ) -> dict[str, Any]:
     if name not in DEFAULTS:
         raise ValueError(f"unknown sweep {name!r}; expected one of {', '.join(SWEEPS)}")
-    _check(modes)
+    check_modes(modes)
     values = list(values or DEFAULTS[name])
     if name == "hits" and not all(0 <= v <= 1 for v in values):
         raise ValueError("hit ratios must lie in [0, 1]")
-    engine, reference, vocab = _setup(layers, shapes, log)
-    prompts = Prompts(vocab)
+    engine, reference, vocab = random_engine(layers, shapes, log)
+    prompts = RandomSegments(vocab)
     points = []
     for value in values:
         if name == "length":
@@ -69,11 +69,11 @@ def sweep(
             docs, warm_of = prompts.segments(8, total_tokens // 8), lambda d: None
         else:  # memory
             docs, warm_of = prompts.segments(1, int(value)), lambda d: d
-        query = prompts.segments(1, query_tokens, "query")[0]
+        query = prompts.segment(query_tokens, "query")
         rows = _point(name, value, engine, reference, docs, query, warm_of(docs), modes, repeats)
         point = {"x": value, "results": rows}
         if name != "memory":
-            point["speedup"] = _speedup(rows)
+            point["speedup"] = speedup({r["mode"]: r["ttft_s"] for r in rows})
         points.append(point)
         log(
             f"  {name}={value:g}: "

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from hypic_rag.eval.runtime_bench import run
+from hypic_rag.eval.bench.runtime import run
 from hypic_rag.testing.synthetic import TINY
 
 

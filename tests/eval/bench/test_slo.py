@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypic_rag.eval.serving_sim import CacheModel, Workload, max_qps, percentile, run, simulate
+from hypic_rag.eval.bench.slo import CacheModel, Traffic, max_qps, percentile, run, simulate
 from hypic_rag.testing.synthetic import TINY
 
 
@@ -24,7 +24,7 @@ def test_cache_models_count_what_each_mode_can_reuse():
 
 
 def test_queueing_grows_with_load_and_the_search_respects_the_slo():
-    wl = Workload(corpus=50, k=3)
+    wl = Traffic(corpus=50, k=3)
     service = [1.0, 0.7, 0.4, 0.1]
     light = percentile(simulate("hypic", service, 100, wl, 0.1, 2000, 0), 90)
     heavy = percentile(simulate("hypic", service, 100, wl, 1.5, 2000, 0), 90)
@@ -36,7 +36,7 @@ def test_queueing_grows_with_load_and_the_search_respects_the_slo():
 
 
 def test_requests_follow_zipf_popularity():
-    reqs = Workload(corpus=100, k=4, zipf=1.2).requests(500, 1)
+    reqs = Traffic(corpus=100, k=4, zipf=1.2).requests(500, 1)
     assert all(len(set(r)) == 4 for r in reqs)
     counts = [sum(d == i for r in reqs for d in r) for i in (0, 50)]
     assert counts[0] > 5 * counts[1]
@@ -44,7 +44,7 @@ def test_requests_follow_zipf_popularity():
 
 def test_end_to_end_on_a_tiny_model():
     report = run(
-        Workload(corpus=20, k=3, doc_tokens=32, query_tokens=4),
+        Traffic(corpus=20, k=3, doc_tokens=32, query_tokens=4),
         layers=2,
         requests=200,
         check_requests=4,
@@ -60,4 +60,4 @@ def test_end_to_end_on_a_tiny_model():
         "relative_difference",
     }
     with pytest.raises(ValueError, match="corpus larger than k"):
-        run(Workload(corpus=3, k=3), shapes=TINY, log=lambda _: None)
+        run(Traffic(corpus=3, k=3), shapes=TINY, log=lambda _: None)

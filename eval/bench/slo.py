@@ -1,6 +1,6 @@
 """Throughput under a TTFT SLO: a serving simulation driven by service times measured on the engine.
 
-    python -m hypic_rag.eval.serving_sim --json slo.json
+    python -m hypic_rag.eval.bench.slo --json slo.json
 
 1. **Measure.** On one checkpoint, the TTFT of a k-document prompt for each mode and each number of
    cached documents c = 0..k: ``hypic`` with c documents cached (in any order), ``prefix`` with the
@@ -32,13 +32,15 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-from .ttft_bench import _setup
+from .common import RandomSegments, best_of, random_engine
 
 SIM_MODES = ("full", "prefix", "hypic")
 
 
 @dataclass
-class Workload:
+class Traffic:
+    """What the simulated server is asked: ``k`` documents per request from a corpus with Zipf popularity."""
+
     corpus: int = 200
     k: int = 4
     zipf: float = 1.1
@@ -92,28 +94,25 @@ class CacheModel:
 
 
 class Docs:
-    """Random-token documents and fresh queries for an engine."""
+    """The corpus's documents as random-token segments, each made when first asked for, and fresh queries."""
 
-    def __init__(self, engine: Engine, workload: Workload, seed: int = 0) -> None:
-        self.gen = torch.Generator().manual_seed(seed)
-        self.vocab, self.workload = engine.config.vocab_size, workload
+    def __init__(self, engine: Engine, traffic: Traffic, seed: int = 0) -> None:
+        self.random, self.traffic = RandomSegments(engine.config.vocab_size, seed), traffic
         self.docs: dict[int, Segment] = {}
 
     def doc(self, i: int) -> Segment:
         if i not in self.docs:
-            ids = torch.randint(3, self.vocab, (self.workload.doc_tokens,), generator=self.gen).tolist()
-            self.docs[i] = Segment(token_ids=ids)
+            self.docs[i] = self.random.segment(self.traffic.doc_tokens)
         return self.docs[i]
 
     def query(self) -> Segment:
-        ids = torch.randint(3, self.vocab, (self.workload.query_tokens,), generator=self.gen).tolist()
-        return Segment(token_ids=ids, kind="query")
+        return self.random.segment(self.traffic.query_tokens, "query")
 
 
-def measure_service(engine: Engine, workload: Workload, repeats: int = 2, log: Callable = print) -> dict[str, Any]:
+def measure_service(engine: Engine, traffic: Traffic, repeats: int = 2, log: Callable = print) -> dict[str, Any]:
     """TTFT per mode per cached count c = 0..k, and the bytes one cached document / prefix node takes."""
-    docs = Docs(engine, workload, seed=1)
-    k = workload.k
+    docs = Docs(engine, traffic, seed=1)
+    k = traffic.k
     table: dict[str, list[float]] = {}
     nbytes: dict[str, float] = {}
     fresh = iter(range(10**6, 10**7))
@@ -122,8 +121,8 @@ def measure_service(engine: Engine, workload: Workload, repeats: int = 2, log: C
     for mode in SIM_MODES:
         row = []
         for c in range(k + 1):
-            best = float("inf")
-            for _ in range(repeats):
+
+            def trial(mode: str = mode, c: int = c) -> tuple[float, None]:
                 engine.clear_cache()
                 cached = [docs.doc(next(fresh)) for _ in range(c)]
                 if c and mode != "full":
@@ -132,10 +131,11 @@ def measure_service(engine: Engine, workload: Workload, repeats: int = 2, log: C
                 prompt = cached + [docs.doc(next(fresh)) for _ in range(k - c)]
                 out = engine.generate(prompt, docs.query(), mode=mode, max_new_tokens=1)
                 assert out.stats.get("hit_segments", 0) == (c if mode != "full" else 0), out.stats
-                best = min(best, out.ttft_s)
                 if mode == "hypic" and c:
                     nbytes["hypic"] = out.stats["cache_bytes"] / c
-            row.append(best)
+                return out.ttft_s, None
+
+            row.append(best_of(repeats, trial)[0])
         table[mode] = row
         log(f"  {mode:<7} TTFT by cached documents 0..{k}: " + " ".join(f"{t:.3f}" for t in row))
     engine.clear_cache()
@@ -147,14 +147,14 @@ def measure_service(engine: Engine, workload: Workload, repeats: int = 2, log: C
 
 
 def simulate(
-    mode: str, service: list[float], capacity: int, workload: Workload, qps: float, n: int, seed: int
+    mode: str, service: list[float], capacity: int, traffic: Traffic, qps: float, n: int, seed: int
 ) -> list[float]:
     """TTFT of each request (after a warm-up tenth) at ``qps`` Poisson arrivals on one server."""
     rng = random.Random(seed + 7)
     cache = CacheModel(mode, capacity)
     clock = free_at = 0.0
     ttfts = []
-    for docs in workload.requests(n, seed):
+    for docs in traffic.requests(n, seed):
         clock += rng.expovariate(qps)
         start = max(clock, free_at)
         free_at = start + service[cache.serve(docs)]
@@ -168,12 +168,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def max_qps(
-    mode: str, service: list[float], capacity: int, workload: Workload, slo: float, n: int, seed: int, pct: float = 90
+    mode: str, service: list[float], capacity: int, traffic: Traffic, slo: float, n: int, seed: int, pct: float = 90
 ) -> float:
     """The highest QPS (bisection, 1% resolution) whose P{pct} TTFT is within ``slo``."""
 
     def ok(q: float) -> bool:
-        return percentile(simulate(mode, service, capacity, workload, q, n, seed), pct) <= slo
+        return percentile(simulate(mode, service, capacity, traffic, q, n, seed), pct) <= slo
 
     lo, hi = 0.0, 1.0 / min(service)  # no server sustains more than its fastest service rate
     if not ok(hi * 0.01):
@@ -186,11 +186,11 @@ def max_qps(
 
 
 def closed_loop(
-    engine: Engine, workload: Workload, service: dict[str, list[float]], capacities: dict[str, int], n: int, seed: int
+    engine: Engine, traffic: Traffic, service: dict[str, list[float]], capacities: dict[str, int], n: int, seed: int
 ) -> dict[str, Any]:
     """Real back-to-back requests against the simulator's predicted service times for the same ones."""
-    docs = Docs(engine, workload, seed=2)
-    requests = workload.requests(n, seed)
+    docs = Docs(engine, traffic, seed=2)
+    requests = traffic.requests(n, seed)
     out: dict[str, Any] = {}
     for mode in SIM_MODES:
         engine.clear_cache()
@@ -211,7 +211,7 @@ def closed_loop(
 
 
 def run(
-    workload: Workload | None = None,
+    traffic: Traffic | None = None,
     layers: int = 2,
     slo_factor: float = 2.0,
     requests: int = 2000,
@@ -223,23 +223,23 @@ def run(
     repeats: int = 2,
 ) -> dict[str, Any]:
     """The SLO is ``slo_factor`` x the TTFT of a ``full`` request on an idle server."""
-    workload = workload or Workload()
-    if min(workload.k, workload.corpus - workload.k, layers, requests, check_requests) < 1 or slo_factor <= 0:
+    traffic = traffic or Traffic()
+    if min(traffic.k, traffic.corpus - traffic.k, layers, requests, check_requests) < 1 or slo_factor <= 0:
         raise ValueError("k, layers and request counts must be >= 1, the corpus larger than k, the SLO factor > 0")
-    engine = _setup(layers, shapes, log, memory_bytes=memory_bytes)[0]
-    log(f"measuring service times: {workload.k} docs x {workload.doc_tokens} tokens, {layers} layers")
-    measured = measure_service(engine, workload, repeats, log=log)
+    engine = random_engine(layers, shapes, log, memory_bytes=memory_bytes)[0]
+    log(f"measuring service times: {traffic.k} docs x {traffic.doc_tokens} tokens, {layers} layers")
+    measured = measure_service(engine, traffic, repeats, log=log)
     service = measured["ttft_s"]
     capacities = {m: max(1, int(memory_bytes // measured["bytes_per_entry"].get(m, 1))) for m in SIM_MODES}
     slo = slo_factor * service["full"][0]
     log(f"SLO: P90 TTFT <= {slo:.3f}s ({slo_factor}x an idle full request)")
-    qps = {m: max_qps(m, service[m], capacities[m], workload, slo, requests, seed) for m in SIM_MODES}
+    qps = {m: max_qps(m, service[m], capacities[m], traffic, slo, requests, seed) for m in SIM_MODES}
     for m, q in qps.items():
         log(f"  {m:<7} max QPS {q:.3f}")
     ratio = {m: qps[m] / qps["prefix"] if qps["prefix"] else float("inf") for m in SIM_MODES}
     log(f"hypic / prefix QPS: {ratio['hypic']:.2f}x")
     log(f"closed-loop check: {check_requests} real requests per mode")
-    check = closed_loop(engine, workload, service, capacities, check_requests, seed + 1)
+    check = closed_loop(engine, traffic, service, capacities, check_requests, seed + 1)
     for m, row in check.items():
         log(
             f"  {m:<7} measured {row['measured_mean_ttft_s']:.3f}s  predicted {row['predicted_mean_ttft_s']:.3f}s  "
@@ -247,7 +247,7 @@ def run(
         )
     return {
         "benchmark": "slo",
-        "workload": vars(workload),
+        "workload": vars(traffic),  # the key earlier reports used
         "layers": layers,
         "threads": torch.get_num_threads(),
         "slo_s": slo,
@@ -274,8 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--check-requests", type=int, default=24, help="real closed-loop requests per mode")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    wl = Workload(args.corpus, args.k, args.zipf, args.doc_tokens, args.query_tokens)
-    report = run(wl, args.layers, args.slo_factor, args.requests, args.check_requests)
+    traffic = Traffic(args.corpus, args.k, args.zipf, args.doc_tokens, args.query_tokens)
+    report = run(traffic, args.layers, args.slo_factor, args.requests, args.check_requests)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -1,7 +1,7 @@
 """GPU benchmark of HYPIC's kernels and of hypic against full prefill, in one command (< 5 minutes
 on an H200-class GPU):
 
-    python -m hypic_rag.eval.kernel_bench --json kernel-bench.json
+    python -m hypic_rag.eval.bench.kernels --json kernel-bench.json
 
 1. Kernel throughput, Triton against the torch reference, at realistic shapes: ``transition`` over
    16k tokens of 16 heads of 128, ``compose`` of 64 segments, ``stitch`` of 512 new tokens over
@@ -9,40 +9,32 @@ on an H200-class GPU):
 2. TTFT of warm ``hypic`` against ``full`` at 16k, 32k and 64k tokens (segments of 2k, a 64-token
    query) on the Qwen3.5-0.8B layer shapes with 8 layers, random weights, bf16.
 
-``--device cpu --small`` runs the same code on tiny shapes (the tests use it); its times mean nothing.
+``--device cpu --small`` runs the same code on tiny shapes (the tests use it), with ``TRITON_INTERPRET=1``
+set so that the Triton kernels run interpreted; its times mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hypic_rag import Engine, Segment
+from hypic_rag import Engine
 from hypic_rag.kernels import compose, stitch, transition
 from hypic_rag.kernels.rope import rope_inv_freq
-from hypic_rag.model import load_model
-from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, TINY, build_reference_model, hybrid_layer_types
+from hypic_rag.testing.synthetic import TINY
+
+from .common import RandomSegments, best_of, layer_shapes, random_model, speedup, timed
 
 
 def _time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
-    fn()  # compile / warm up
-    best = float("inf")
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
+    """Best-of-``repeats`` seconds of ``fn`` after one call to compile and warm up."""
+    fn()
+    return best_of(repeats, lambda: timed(fn, device))[0]
 
 
 def kernels(device: torch.device, small: bool, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -76,42 +68,28 @@ def kernels(device: torch.device, small: bool, repeats: int, log: Callable[[str]
 
 
 def ttft(device: torch.device, small: bool, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    shapes = (
-        dict(TINY, max_position_embeddings=4096)
-        if small
-        else {
-            **QWEN3_5_0_8B_SHAPES,
-            "num_hidden_layers": 8,
-            "layer_types": hybrid_layer_types(8),
-            "max_position_embeddings": 131072,
-        }
-    )
+    shapes = dict(TINY, max_position_embeddings=4096) if small else layer_shapes(8, max_position_embeddings=131072)
     dtype = torch.float32 if small else torch.bfloat16
-    with tempfile.TemporaryDirectory() as tmp:
-        build_reference_model("qwen3_5_text", shapes).save_pretrained(tmp)
-        model = load_model(tmp, device=device, dtype=dtype)
-    engine = Engine(model)
-    gen = torch.Generator().manual_seed(1)
+    engine = Engine(random_model(shapes, device=device, dtype=dtype))
+    prompts = RandomSegments(shapes["vocab_size"], seed=1)
     seg_len, lengths = (32, [128, 256]) if small else (2048, [16384, 32768, 65536])
-    query = Segment(token_ids=torch.randint(3, shapes["vocab_size"], (64,), generator=gen).tolist())
+    query = prompts.segment(64)
     rows = []
     for n in lengths:
-        segs = [
-            Segment(token_ids=torch.randint(3, shapes["vocab_size"], (seg_len,), generator=gen).tolist())
-            for _ in range(n // seg_len)
-        ]
+        segs = prompts.segments(n // seg_len, seg_len)
         engine.generate(segs[::-1], query, mode="hypic", max_new_tokens=1)  # warm, in another order
         times = {}
         for mode in ("full", "hypic"):
-            best = float("inf")
-            for _ in range(repeats):
-                best = min(best, engine.generate(segs, query, mode=mode, max_new_tokens=1).ttft_s)
-            times[mode] = best
+
+            def trial(mode: str = mode, segs: list = segs) -> tuple[float, None]:
+                return engine.generate(segs, query, mode=mode, max_new_tokens=1).ttft_s, None
+
+            times[mode] = best_of(repeats, trial)[0]
         rows.append(
             {
                 "prompt_tokens": n,
                 **{f"{m}_ttft_s": v for m, v in times.items()},
-                "speedup": times["full"] / times["hypic"],
+                "speedup": speedup(times)["hypic"],
             }
         )
         log(

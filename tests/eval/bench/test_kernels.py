@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypic_rag.eval.kernel_bench import run
+from hypic_rag.eval.bench.kernels import run
 from hypic_rag.kernels import HAS_TRITON
 
 

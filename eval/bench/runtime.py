@@ -7,21 +7,14 @@ absolute times on a shared machine are noise.
 
 from __future__ import annotations
 
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from hypic_rag.model import load_model
-from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, build_reference_model, hybrid_layer_types
 
-
-def _timed(fn: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
+from .common import layer_shapes, random_checkpoint, speedup, timed
 
 
 def run(
@@ -37,13 +30,10 @@ def run(
     ``shapes`` replaces the Qwen3.5-0.8B layer shapes (tests use tiny ones)."""
     if layers < 1:
         raise ValueError("layers must be >= 1")
-    shapes = {**(shapes or QWEN3_5_0_8B_SHAPES), "num_hidden_layers": layers}
-    shapes["layer_types"] = hybrid_layer_types(layers)
+    shapes = layer_shapes(layers, shapes)
     log(f"building a random qwen3_5_text checkpoint with {layers} layers (hidden {shapes['hidden_size']})")
-    reference = build_reference_model("qwen3_5_text", shapes, seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        reference.save_pretrained(tmp)
-        ours = load_model(tmp)
+    with random_checkpoint(shapes, seed) as (reference, path):
+        ours = load_model(path)
     results: list[dict[str, Any]] = []
     ratios: dict[str, float] = {}
     gen = torch.Generator().manual_seed(seed)
@@ -54,17 +44,17 @@ def run(
             for r in range(repeats):
                 # Alternate which goes first, so neither always runs on a freshly freed heap.
                 if r % 2:
-                    t_our, our_logits = _timed(lambda x=ids: ours(x, logits_to_keep=1))
-                t_ref, ref_logits = _timed(lambda x=ids: reference(x, logits_to_keep=1, use_cache=False).logits)
+                    t_our, our_logits = timed(lambda x=ids: ours(x, logits_to_keep=1))
+                t_ref, ref_logits = timed(lambda x=ids: reference(x, logits_to_keep=1, use_cache=False).logits)
                 if not r % 2:
-                    t_our, our_logits = _timed(lambda x=ids: ours(x, logits_to_keep=1))
+                    t_our, our_logits = timed(lambda x=ids: ours(x, logits_to_keep=1))
                 best["transformers"] = min(best["transformers"], t_ref)
                 best["hypic-rag"] = min(best["hypic-rag"], t_our)
                 log(f"  {n} tokens, repeat {r + 1}/{repeats}: transformers {t_ref:.2f}s, hypic-rag {t_our:.2f}s")
             diff = float((ref_logits.float() - our_logits.float()).abs().max())
             for impl, t in best.items():
                 results.append({"impl": impl, "prompt_tokens": n, "prefill_s": t, "layers": layers})
-            ratios[str(n)] = best["transformers"] / best["hypic-rag"]
+            ratios[str(n)] = speedup(best, base="transformers")["hypic-rag"]
             log(f"{n} tokens: transformers/hypic-rag = {ratios[str(n)]:.2f}x (max |logit diff| {diff:.1e})")
             results[-1]["max_abs_logit_diff"] = diff
     return {
