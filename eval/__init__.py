@@ -1,1 +1,2 @@
-"""Evaluation harness and benchmarks, installed as ``hypic_rag.eval``."""
+"""Evaluation, installed as ``hypic_rag.eval``: the data (``data``), the harness and its metrics and
+report, the benchmarks (``bench``) and the training script of the bundled model (``train``)."""

@@ -9,7 +9,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from hypic_rag.eval.workloads import corpus
+from hypic_rag.eval.data import corpus
 from hypic_rag.integrations.langchain import ChatHypic, MiniLMEmbeddings, documents_to_messages
 
 

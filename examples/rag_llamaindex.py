@@ -10,7 +10,7 @@ from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import TextNode
 
-from hypic_rag.eval.workloads import corpus
+from hypic_rag.eval.data import corpus
 from hypic_rag.integrations.llamaindex import HypicSynthesizer, MiniLMEmbedding
 
 

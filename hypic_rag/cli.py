@@ -140,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "eval":
         from hypic_rag import Engine
-        from hypic_rag.eval.harness import evaluate, evaluate_many, write_report
-        from hypic_rag.eval.workloads import WORKLOADS
+        from hypic_rag.eval.data.workloads import WORKLOADS
+        from hypic_rag.eval.harness import evaluate, evaluate_many
+        from hypic_rag.eval.report import write_report
 
         if args.n < 1:
             parser.error("--n must be >= 1")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from statistics import mean
 
 from hypic_rag import Engine
-from hypic_rag.eval.workloads import corpus
+from hypic_rag.eval.data import corpus
 from hypic_rag.eval.metrics import f1
 
 DEMO_MODES = ("full", "prefix", "hypic")

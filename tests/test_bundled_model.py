@@ -10,7 +10,7 @@ import torch
 
 from hypic_rag import Engine
 from hypic_rag.engine import default_model_path
-from hypic_rag.eval.workloads import make
+from hypic_rag.eval.data import make
 from hypic_rag.testing.parity import load_reference, logits_max_diff
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from hypic_rag.eval.workloads import corpus
+from hypic_rag.eval.data import corpus
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -6,18 +6,17 @@ import pytest
 
 from hypic_rag import Engine
 from hypic_rag.cli import main
+from hypic_rag.eval.data.longbench import write_longbench_jsonl
+from hypic_rag.eval.data.workloads import make
 from hypic_rag.eval.harness import evaluate, load_examples
-from hypic_rag.eval.workloads import make, write_longbench_jsonl
-
-from .test_train import _args
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    from hypic_rag.eval.train import run
+def trained(tmp_path_factory, train_args):
+    from hypic_rag.eval.train.train import run
 
     out = tmp_path_factory.mktemp("trained")
-    run(_args(out))
+    run(train_args(out))
     return out
 
 
@@ -78,7 +77,8 @@ def test_eval_command_writes_json(trained, tmp_path):
 
 
 def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
-    from hypic_rag.eval.harness import evaluate_many, write_report
+    from hypic_rag.eval.harness import evaluate_many
+    from hypic_rag.eval.report import write_report
 
     engine = Engine.from_pretrained(trained, min_cached_tokens=0)
     report = evaluate_many(

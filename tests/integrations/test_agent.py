@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypic_rag.eval.workloads import TOOLS
+from hypic_rag.eval.data import TOOLS
 from hypic_rag.integrations.agent import Tool, ToolAgent, describe
 
 NAME = "Stithgo Dithgaith"

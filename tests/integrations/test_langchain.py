@@ -15,7 +15,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from hypic_rag import GenerationOutput, Segment
-from hypic_rag.eval.workloads import TOOLS, corpus
+from hypic_rag.eval.data import TOOLS, corpus
 from hypic_rag.integrations.langchain import (
     ChatHypic,
     HypicRetriever,

@@ -10,7 +10,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from hypic_rag import Segment
-from hypic_rag.eval.workloads import corpus
+from hypic_rag.eval.data import corpus
 from hypic_rag.integrations.llamaindex import HypicLLM, HypicSynthesizer, MiniLMEmbedding
 from hypic_rag.integrations.prompting import REGISTRY, answer_text, segment, stop_ids
 from hypic_rag.prompt_format import wrap

@@ -2,9 +2,11 @@
 
     make("single_doc", n=200, seed=1) -> list[Example]
 
-Every example draws fresh fictional people, places, organisations and products, so answers can only
-come from the prompt's segments, never from memory. Segment texts carry their prompt-format wrappers
-(``hypic_rag.prompt_format``), so the same segment is the same tokens wherever it appears.
+Every example draws fresh fictional people, places, organisations and products (from ``pools``), so
+answers can only come from the prompt's segments, never from memory. Segment texts carry their
+prompt-format wrappers (``hypic_rag.prompt_format``), so the same segment is the same tokens wherever
+it appears. ``corpus`` builds the demo's knowledge base from the same people; ``longbench`` reads and
+writes these examples in LongBench's schema.
 
 - ``single_doc``: one of 4-12 documents states the answer (F1).
 - ``multi_hop``: a fact in one document leads to the answer in another (F1).
@@ -18,25 +20,15 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hypic_rag.prompt_format import format_call, tool_schema_text, tool_turn, wrap
 from hypic_rag.segments import Segment
 
+from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
+
 WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory")
 METRICS = {"single_doc": "f1", "multi_hop": "f1", "aggregate": "f1", "tool_call": "tool_call", "memory": "f1"}
-
-_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "tr"]
-_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
-_CODAS = ["", "n", "r", "l", "s", "th", "m"]
-_ROLES = ["engineer", "pilot", "chemist", "teacher", "architect", "nurse", "editor", "lawyer", "baker"]
-_ORG_KINDS = ["Labs", "Group", "Systems", "Works", "Partners", "Foundry", "Dynamics"]
-_PRODUCT_KINDS = ["lamp", "drone", "kettle", "scanner", "bicycle", "speaker", "router", "tent"]
-_COLORS = ["red", "blue", "green", "amber", "violet", "silver", "teal", "orange"]
-_PETS = ["dog", "cat", "parrot", "rabbit", "turtle"]
-_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
 @dataclass
@@ -49,65 +41,13 @@ class Example:
     meta: dict = field(default_factory=dict)  # "id"; "qa": every (question, answer) the segments support
 
 
-def _lexicon(size: int, salt: str) -> list[str]:
-    """A fixed pool of made-up two-syllable words, the same on every machine.
-
-    Names are drawn from small pools rather than invented per example: each pool word recurs often
-    enough to become one token, so matching a name is matching one token. Examples still combine them
-    afresh (people are random first-last pairs with random facts), so answers come only from the prompt.
-    """
-    rng = random.Random(f"lexicon:{salt}")
-    words: dict[str, None] = {}
-    while len(words) < size:
-        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(2))
-        words.setdefault(w.capitalize(), None)
-    return list(words)
-
-
-_FIRST = _lexicon(96, "first")
-_LAST = _lexicon(96, "last")
-_SUFFIXES = ["ford", "ville", "holm", "port", "dale", "burg"] * 16
-_PLACES = [w + s for w, s in zip(_lexicon(96, "place"), _SUFFIXES, strict=True)]
-_BRANDS = _lexicon(96, "brand")
-_PET_NAMES = _lexicon(48, "pet")
-
-
-class World:
-    """Fictional names from the pools, each unique within one example (no shared first or last names)."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.used: set[str] = set()
-
-    def _pick(self, pool: list[str]) -> str:
-        while True:
-            w = self.rng.choice(pool)
-            if w not in self.used:
-                self.used.add(w)
-                return w
-
-    def person(self) -> str:
-        return f"{self._pick(_FIRST)} {self._pick(_LAST)}"
-
-    def city(self) -> str:
-        return self._pick(_PLACES)
-
-    def org(self) -> str:
-        return f"{self._pick(_BRANDS)} {self.rng.choice(_ORG_KINDS)}"
-
-    def product(self) -> str:
-        return f"{self._pick(_BRANDS)} {self.rng.choice(_PRODUCT_KINDS)}"
-
-    def pet_name(self) -> str:
-        return self._pick(_PET_NAMES)
-
-
-def _person_doc(w: World, rng: random.Random) -> dict:
+def person_doc(w: World, rng: random.Random) -> dict:
+    """A fictional person: a name, a home city, an employer, a role and an age."""
     return {
         "name": w.person(),
         "city": w.city(),
         "org": w.org(),
-        "role": rng.choice(_ROLES),
+        "role": rng.choice(ROLES),
         "age": rng.randint(21, 79),
     }
 
@@ -126,7 +66,7 @@ def _describe_person(p: dict, rng: random.Random) -> str:
     return rng.choice(forms)
 
 
-_PERSON_QUESTIONS = [
+PERSON_QUESTIONS = [
     ("city", "Where does {name} live?"),
     ("org", "Which company does {name} work for?"),
     ("role", "What is the job of {name}?"),
@@ -136,15 +76,15 @@ _PERSON_QUESTIONS = [
 
 def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
-    people = [_person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
-    qa = [(q.format(name=p["name"]), str(p[k])) for p in people for k, q in _PERSON_QUESTIONS]
+    people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
+    qa = [(q.format(name=p["name"]), str(p[k])) for p in people for k, q in PERSON_QUESTIONS]
     rng.shuffle(qa)
     docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
     return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def person_facts(p: dict) -> dict[str, str]:
-    """One sentence per attribute of a person, keyed like ``_PERSON_QUESTIONS``."""
+    """One sentence per attribute of a person, keyed like ``PERSON_QUESTIONS``."""
     name = p["name"]
     return {
         "city": f"{name} lives in {p['city']}.",
@@ -154,22 +94,9 @@ def person_facts(p: dict) -> dict[str, str]:
     }
 
 
-def corpus(people: int, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
-    """A retrieval corpus for the demo and the integrations: a knowledge base chunked one fact per
-    document (unwrapped: the integrations add the prompt format), four facts per person, and every
-    question the facts answer (``qa[4 * person + k]`` asks about ``texts[4 * person + k]``)."""
-    if not 1 <= people <= len(_FIRST):
-        raise ValueError(f"people must be between 1 and {len(_FIRST)}, got {people}")
-    rng = random.Random(f"corpus:{seed}")
-    w = World(rng)
-    persons = [_person_doc(w, rng) for _ in range(people)]
-    qa = [(q.format(name=p["name"]), str(p[k])) for p in persons for k, q in _PERSON_QUESTIONS]
-    return [person_facts(p)[k] for p in persons for k, _ in _PERSON_QUESTIONS], qa
-
-
 def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
-    people = [_person_doc(w, rng) for _ in range(rng.randint(*size["multi_hop"]))]
+    people = [person_doc(w, rng) for _ in range(rng.randint(*size["multi_hop"]))]
     hq = {p["org"]: w.city() for p in people}
     texts = [_describe_person(p, rng) for p in people]
     texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
@@ -185,7 +112,7 @@ def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     cities = [w.city() for _ in range(3)]
     people = []
     for _ in range(rng.randint(*size["aggregate"])):
-        p = _person_doc(w, rng)
+        p = person_doc(w, rng)
         p["city"] = rng.choice(cities)
         people.append(p)
     qa = [
@@ -238,7 +165,7 @@ def _weather(w: World, rng: random.Random) -> Call:
     if rng.random() < 0.5:
         city = w.city()
         return "get_weather", {"city": city}, f"What is the weather in {city} right now?", []
-    p = _person_doc(w, rng)  # the argument comes from a document
+    p = person_doc(w, rng)  # the argument comes from a document
     return (
         "get_weather",
         {"city": p["city"]},
@@ -248,7 +175,7 @@ def _weather(w: World, rng: random.Random) -> Call:
 
 
 def _stock(w: World, rng: random.Random) -> Call:
-    p = _person_doc(w, rng)
+    p = person_doc(w, rng)
     query = f"What is the stock price of {p['name']}'s employer?"
     return "get_stock_price", {"company": p["org"]}, query, [_describe_person(p, rng)]
 
@@ -300,7 +227,7 @@ def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     rng.shuffle(tools)
     segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
     for _ in range(rng.randint(0, 2)):  # distractor documents
-        doc_texts.append(_describe_person(_person_doc(w, rng), rng))
+        doc_texts.append(_describe_person(person_doc(w, rng), rng))
     rng.shuffle(doc_texts)
     segs += [Segment(wrap("document", t), kind="document") for t in doc_texts]
     return Example(segs, query, [format_call(name, args)], "tool_call")
@@ -308,8 +235,8 @@ def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
 
 def _memory(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
-    pet, pet_name, color = rng.choice(_PETS), w.pet_name(), rng.choice(_COLORS)
-    town, day, manager = w.city(), rng.choice(_DAYS), w.person()
+    pet, pet_name, color = rng.choice(PETS), w.pet_name(), rng.choice(COLORS)
+    town, day, manager = w.city(), rng.choice(DAYS), w.person()
     facts = {  # (memory entry, question, answer)
         "pet": (f"The user's {pet} is called {pet_name}.", "What is my pet called?", pet_name),
         "color": (f"The user's favourite colour is {color}.", "What is my favourite colour?", color),
@@ -329,23 +256,20 @@ def _memory(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     return Example(segs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
 
 
-_FORECASTS = ["sunny", "light rain", "heavy rain", "snow", "fog", "clear skies", "storms", "cloudy"]
-
-
 def employee_record(p: dict) -> dict:
     """What ``lookup_employee`` returns for a person (the agent workload's first tool)."""
     return {"name": p["name"], "city": p["city"], "company": p["org"], "role": p["role"]}
 
 
 def weather_report(city: str, rng: random.Random) -> dict:
-    return {"city": city, "forecast": f"{rng.choice(_FORECASTS)}, {rng.randint(-5, 35)} degrees"}
+    return {"city": city, "forecast": f"{rng.choice(FORECASTS)}, {rng.randint(-5, 35)} degrees"}
 
 
 def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     """One step of a tool loop: earlier calls and results are ``turn`` segments, the task is the query;
     the answer is the next call, or the final answer once the last result is in."""
     w = World(rng)
-    p = _person_doc(w, rng)
+    p = person_doc(w, rng)
     price = f"{rng.randint(10, 999)}.{rng.randint(0, 99):02d}"
     plans = [
         (
@@ -429,49 +353,4 @@ def make(workload: str, n: int, seed: int, small: bool = False) -> list[Example]
         ex.workload = workload
         ex.meta["id"] = f"{workload}-{seed}-{i}"
         out.append(ex)
-    return out
-
-
-# -- LongBench schema -----------------------------------------------------------------------------
-
-PASSAGE_SEPARATOR = "\n\n"
-
-
-def write_longbench_jsonl(examples: Iterable[Example], path: str | Path) -> int:
-    """Write examples in LongBench's schema (``input, context, answers, length, dataset, _id``)."""
-    count = 0
-    with Path(path).open("w") as f:
-        for ex in examples:
-            context = PASSAGE_SEPARATOR.join(s.text or "" for s in ex.segments)
-            row = {
-                "input": ex.query,
-                "context": context,
-                "answers": ex.answers,
-                "length": len(context.split()),
-                "dataset": ex.workload,
-                "all_classes": None,
-                "_id": ex.meta.get("id", str(count)),
-            }
-            f.write(json.dumps(row) + "\n")
-            count += 1
-    return count
-
-
-def read_longbench_jsonl(path: str | Path) -> list[Example]:
-    """Read LongBench-schema JSONL; each passage of ``context`` (blank-line separated) is a segment."""
-    out = []
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            passages = [p for p in row["context"].split(PASSAGE_SEPARATOR) if p.strip()]
-            answers = [str(a) for a in row["answers"]]
-            query = str(row["input"])
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{path}:{lineno} is not a LongBench-schema row: {exc}") from exc
-        dataset = str(row.get("dataset", ""))
-        metric = METRICS.get(dataset, "f1")
-        segs = [Segment(p if p.endswith("\n") else p + PASSAGE_SEPARATOR, kind="document") for p in passages]
-        out.append(Example(segs, query, answers, metric, dataset, {"id": str(row.get("_id", lineno))}))
     return out

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from hypic_rag.eval.data.workloads import WORKLOADS, make
 from hypic_rag.eval.metrics import parse_call
-from hypic_rag.eval.workloads import WORKLOADS, corpus, make, read_longbench_jsonl, write_longbench_jsonl
 from hypic_rag.prompt_format import TAGS
 
 
@@ -51,24 +51,6 @@ def test_unknown_workload_and_bad_n():
         make("memory", 0, 0)
 
 
-def test_longbench_jsonl_round_trip(tmp_path):
-    examples = make("multi_hop", 5, 1)
-    path = tmp_path / "multi_hop.jsonl"
-    assert write_longbench_jsonl(examples, path) == 5
-    row = json.loads(path.read_text().splitlines()[0])
-    assert set(row) >= {"input", "context", "answers", "length", "dataset", "_id"}
-    back = read_longbench_jsonl(path)
-    assert [b.query for b in back] == [e.query for e in examples]
-    assert [b.answers for b in back] == [e.answers for e in examples]
-    assert [b.metric for b in back] == ["f1"] * 5
-    assert [[s.text.strip() for s in b.segments] for b in back] == [
-        [s.text.strip() for s in e.segments] for e in examples
-    ]
-    (tmp_path / "bad.jsonl").write_text('{"input": "q"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1 is not a LongBench-schema row"):
-        read_longbench_jsonl(tmp_path / "bad.jsonl")
-
-
 def test_agent_steps_follow_from_the_earlier_turns():
     examples = make("agent", 200, 5)
     assert {ex.metric for ex in examples} == {"tool_call", "f1"}
@@ -88,14 +70,3 @@ def test_people_in_one_example_share_no_first_or_last_name():
         names = [q.removeprefix("How old is ").removesuffix("?") for q, _ in ex.meta["qa"] if q.startswith("How old")]
         firsts, lasts = zip(*(n.split() for n in names), strict=True)
         assert len(set(firsts)) == len(firsts) and len(set(lasts)) == len(lasts)
-
-
-def test_corpus_is_one_fact_per_document_and_each_question_has_its_fact():
-    texts, qa = corpus(12, seed=3)
-    assert len(texts) == len(qa) == 48 and len(set(texts)) == 48
-    for text, (question, answer) in zip(texts, qa, strict=True):
-        assert " ".join(text.split()[:2]) in question  # the fact is about the person asked about
-        assert text.endswith((f" {answer}.", f" {answer} years old."))
-    assert corpus(12, seed=3) == (texts, qa)
-    with pytest.raises(ValueError, match="people must be between"):
-        corpus(0, seed=3)

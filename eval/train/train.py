@@ -8,8 +8,8 @@ backward pass is the reference) and trains on one example per row, the loss on t
 plus ``--context-loss`` on the rest. Training examples are drawn fresh for every window of batches
 and never repeat: on a fixed set the model memorised its examples instead of learning to retrieve.
 The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
-them a ``--recall`` share of each window is recall drills in the prompt format, ``--mix`` weighs the
-workloads, and a first ``--curriculum`` share of the steps uses smaller examples. The README gives
+them a ``--recall`` share of each window is recall drills in the prompt format (both in ``drills``),
+``--mix`` weighs the workloads, and a first ``--curriculum`` share of the steps uses smaller examples. The README gives
 the chain of runs (each ``--init`` from the last) that made the bundled model. Every
 ``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
 decoding yields the answer exactly when every answer token is the argmax) and writes an HF
@@ -33,7 +33,8 @@ import torch
 
 from hypic_rag.prompt_format import TAGS, answer_text, wrap
 
-from .workloads import WORKLOADS, Example, make
+from ..data.workloads import WORKLOADS, Example, make
+from .drills import kv_drills, recall_examples
 
 TRAIN_MIX = (*WORKLOADS, "agent")
 # Chat front ends add these around the prompt; the model sees some in training so they don't throw it.
@@ -71,80 +72,6 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
     )
     tok.train_from_iterator(texts(examples), trainer)
     return tok
-
-
-def recall_examples(n: int, seed: int, broad: bool = False) -> list[Example]:
-    """Associative recall in the prompt format: one document of key-value pairs, then a question per
-    key: short, dense copying practice, the skill every workload needs. Keys and values are pool
-    names; ``broad`` makes keys full names and values anything an answer can be (numbers, roles,
-    phrases), since a model drilled on names alone copied names and guessed everything else."""
-    from hypic_rag.segments import Segment
-
-    from .workloads import _BRANDS, _FIRST, _LAST, _PLACES
-
-    rng = random.Random(f"recall:{seed}" + (":broad" if broad else ""))
-    keys, values = _FIRST + _LAST, _PLACES + _BRANDS
-    out = []
-    for _ in range(n):
-        count = rng.randint(2, 8)
-        if broad:
-            firsts, lasts = rng.sample(_FIRST, count), rng.sample(_LAST, count)
-            pairs = [(f"{f} {la}", _any_value(rng)) for f, la in zip(firsts, lasts, strict=True)]
-        else:
-            pairs = list(zip(rng.sample(keys, count), rng.sample(values, 8), strict=False))
-        text = " ".join(f"{k} {v}." for k, v in pairs)
-        qa = [(f"{k}?", v) for k, v in pairs]
-        rng.shuffle(qa)
-        out.append(
-            Example([Segment(wrap("document", text), kind="document")], qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
-        )
-    return out
-
-
-def _any_value(rng: random.Random) -> str:
-    """A value of any kind an answer can be: place, company, role, number, forecast, colour or day, name."""
-    from .workloads import _BRANDS, _COLORS, _DAYS, _FORECASTS, _ORG_KINDS, _PET_NAMES, _PLACES, _ROLES
-
-    kind = rng.randrange(7)
-    if kind == 0:
-        return rng.choice(_PLACES)
-    if kind == 1:
-        return f"{rng.choice(_BRANDS)} {rng.choice(_ORG_KINDS)}"
-    if kind == 2:
-        return rng.choice(_ROLES)
-    if kind == 3:
-        return str(rng.randint(0, 99))
-    if kind == 4:
-        return f"{rng.choice(_FORECASTS)}, {rng.randint(-5, 35)} degrees"
-    if kind == 5:
-        return rng.choice(_COLORS + _DAYS)
-    return rng.choice(_PET_NAMES)
-
-
-def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:
-    """Dense key-value recall on the pools' one-token names, ``k1v1k2v2...k2v2k1v1``, the loss
-    on every recalled value: the first phase of training. On these the retrieval circuit forms within
-    a few hundred steps (2-4 pairs); from the workloads alone it never did here, from 2-8 pairs not in
-    2,700 steps, nor with a space token between the names (``spaced``, as in the prompts), which
-    serves as the bridge once the circuit has formed."""
-    from .workloads import _BRANDS, _FIRST, _LAST, _PLACES
-
-    rng = random.Random(f"kv:{seed}")
-    space = tok.encode(" ", add_special_tokens=False).ids if spaced else []
-    keys, values = _FIRST + _LAST, _PLACES + _BRANDS
-    out = []
-    for _ in range(n):
-        pairs = list(zip(rng.sample(keys, rng.randint(2, max_pairs)), rng.sample(values, max_pairs), strict=False))
-        asked = pairs + rng.sample(pairs, len(pairs))
-        ids: list[int] = []
-        labels: list[int] = []
-        for i, (k, v) in enumerate(asked):
-            k_ids, v_ids = tok.encode(k, add_special_tokens=False).ids, tok.encode(v, add_special_tokens=False).ids
-            ids += k_ids + space + v_ids + space
-            labels += [-100] * len(k_ids + space) + (v_ids if i >= len(pairs) else [-100] * len(v_ids))
-            labels += [-100] * len(space)
-        out.append((ids, labels))
-    return out
 
 
 def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = None) -> tuple[list[int], list[int]]:
@@ -351,7 +278,11 @@ def save(model, tok, out: Path, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m hypic_rag.eval.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,57 @@
+"""LongBench's JSONL schema (``input, context, answers, length, dataset, _id``) for the workloads' examples.
+
+A file written here is one LongBench-style dataset; ``hypic-rag eval --workload FILE.jsonl`` reads one
+back, each blank-line-separated passage of ``context`` becoming a document segment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from hypic_rag.segments import Segment
+
+from .workloads import METRICS, Example
+
+PASSAGE_SEPARATOR = "\n\n"
+
+
+def write_longbench_jsonl(examples: Iterable[Example], path: str | Path) -> int:
+    """Write examples in LongBench's schema (``input, context, answers, length, dataset, _id``)."""
+    count = 0
+    with Path(path).open("w") as f:
+        for ex in examples:
+            context = PASSAGE_SEPARATOR.join(s.text or "" for s in ex.segments)
+            row = {
+                "input": ex.query,
+                "context": context,
+                "answers": ex.answers,
+                "length": len(context.split()),
+                "dataset": ex.workload,
+                "all_classes": None,
+                "_id": ex.meta.get("id", str(count)),
+            }
+            f.write(json.dumps(row) + "\n")
+            count += 1
+    return count
+
+
+def read_longbench_jsonl(path: str | Path) -> list[Example]:
+    """Read LongBench-schema JSONL; each passage of ``context`` (blank-line separated) is a segment."""
+    out = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            passages = [p for p in row["context"].split(PASSAGE_SEPARATOR) if p.strip()]
+            answers = [str(a) for a in row["answers"]]
+            query = str(row["input"])
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}:{lineno} is not a LongBench-schema row: {exc}") from exc
+        dataset = str(row.get("dataset", ""))
+        metric = METRICS.get(dataset, "f1")
+        segs = [Segment(p if p.endswith("\n") else p + PASSAGE_SEPARATOR, kind="document") for p in passages]
+        out.append(Example(segs, query, answers, metric, dataset, {"id": str(row.get("_id", lineno))}))
+    return out
