@@ -85,7 +85,8 @@ def evaluate(
             full = engine.prompt_logits(ex.segments, query, mode="full")
         for label, out in outputs.items():
             prediction = (out.text or "").split(END)[0].strip()
-            scores[label].append(score(ex.metric, prediction, ex.answers))
+            classes = ex.meta.get("all_classes")
+            scores[label].append(score(ex.metric, prediction, ex.answers, all_classes=classes, dataset=ex.workload))
             for key in SECONDARY:
                 extra[label][key].append(score(key, prediction, ex.answers))
             if label != "full":

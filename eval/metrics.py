@@ -72,6 +72,8 @@ from collections.abc import Callable, Sequence
 
 from hypic_rag.prompt_format import parse_call
 
+Pair = Callable[..., float]
+
 _PUNCT = set(string.punctuation)
 # normalize_zh_answer's punctuation: ASCII punctuation plus LongBench's list of CJK and full-width
 # marks. The list is LongBench's as it stands, gaps included: it has 》 but not 《, and no full-width
@@ -237,70 +239,6 @@ def code_line_similarity(prediction: str, reference: str, *, all_classes: Sequen
 
 
 # ---------------------------------------------------------------------------------------------------
-# Metrics: the best pair score over the references, x 100
-
-Pair = Callable[..., float]
-
-
-def _best(pair: Pair, prediction: str, references: Sequence[str], all_classes: Sequence[str] | None) -> float:
-    return 100.0 * max((pair(prediction, r, all_classes=all_classes) for r in references), default=0.0)
-
-
-def f1(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """QA F1, best over the references, x 100."""
-    return _best(token_f1, prediction, references, all_classes)
-
-
-def f1_zh(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """Chinese QA F1, best over the references, x 100."""
-    return _best(token_f1_zh, prediction, references, all_classes)
-
-
-def exact_match(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """Normalised exact match, best over the references, x 100."""
-    return _best(exact, prediction, references, all_classes)
-
-
-def tool_call(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """100 when the output parses to the same call as a reference."""
-    return _best(call_match, prediction, references, all_classes)
-
-
-def rouge_l(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """py-rouge ROUGE-L F as LongBench scores summaries, best over the references, x 100."""
-    return _best(rouge_l_f, prediction, references, all_classes)
-
-
-def rouge_l_zh(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """ROUGE-L F on jieba words, best over the references, x 100."""
-    return _best(rouge_l_f_zh, prediction, references, all_classes)
-
-
-def classification(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """LongBench's classification score, best over the references, x 100."""
-    return _best(class_match, prediction, references, all_classes)
-
-
-def retrieval_en(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """LongBench's English passage retrieval score, best over the references, x 100."""
-    return _best(paragraph_id_en, prediction, references, all_classes)
-
-
-def retrieval_zh(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """LongBench's Chinese passage retrieval score, best over the references, x 100."""
-    return _best(paragraph_id_zh, prediction, references, all_classes)
-
-
-def count(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """LongBench's passage count score, best over the references, x 100."""
-    return _best(count_match, prediction, references, all_classes)
-
-
-def code_sim(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
-    """LongBench's code edit similarity, best over the references, x 100."""
-    return _best(code_line_similarity, prediction, references, all_classes)
-
-
 #: Pair scorers by metric name, each ``(prediction, reference, *, all_classes=None) -> [0, 1]``.
 PAIR_METRICS: dict[str, Pair] = {
     "f1": token_f1,
@@ -316,20 +254,20 @@ PAIR_METRICS: dict[str, Pair] = {
     "code_sim": code_line_similarity,
 }
 
+def _metric(name: str, pair: Pair) -> Callable[..., float]:
+    """The metric of a pair scorer: its best score over the references, x 100."""
+
+    def metric(prediction: str, references: Sequence[str], *, all_classes: Sequence[str] | None = None) -> float:
+        return 100.0 * max((pair(prediction, r, all_classes=all_classes) for r in references), default=0.0)
+
+    metric.__name__ = metric.__qualname__ = name
+    metric.__doc__ = f"``{pair.__name__}``, best over the references, x 100."
+    return metric
+
+
 #: Metrics by name, each ``(prediction, references, *, all_classes=None) -> [0, 100]``.
-METRICS: dict[str, Callable[..., float]] = {
-    "f1": f1,
-    "f1_zh": f1_zh,
-    "exact_match": exact_match,
-    "tool_call": tool_call,
-    "rouge_l": rouge_l,
-    "rouge_l_zh": rouge_l_zh,
-    "classification": classification,
-    "retrieval_en": retrieval_en,
-    "retrieval_zh": retrieval_zh,
-    "count": count,
-    "code_sim": code_sim,
-}
+METRICS: dict[str, Callable[..., float]] = {name: _metric(name, pair) for name, pair in PAIR_METRICS.items()}
+f1, exact_match, tool_call, rouge_l = METRICS["f1"], METRICS["exact_match"], METRICS["tool_call"], METRICS["rouge_l"]
 
 _LONGBENCH = {
     "narrativeqa": "f1",

@@ -1,7 +1,9 @@
 """LongBench's JSONL schema (``input, context, answers, length, dataset, _id``) for the workloads' examples.
 
 A file written here is one LongBench-style dataset; ``hypic-rag eval --workload FILE.jsonl`` reads one
-back, each blank-line-separated passage of ``context`` becoming a document segment.
+back, each blank-line-separated passage of ``context`` becoming a document segment. A row is scored
+with its dataset's metric: LongBench's own for LongBench's dataset names (``eval.metrics``), the
+workload's for ours, F1 otherwise.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 
 from hypic_rag.segments import Segment
 
-from .workloads import METRICS, Example
+from ..metrics import LONGBENCH_METRICS
+from .workloads import WORKLOAD_METRICS, Example
 
 PASSAGE_SEPARATOR = "\n\n"
 
@@ -51,7 +54,13 @@ def read_longbench_jsonl(path: str | Path) -> list[Example]:
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{path}:{lineno} is not a LongBench-schema row: {exc}") from exc
         dataset = str(row.get("dataset", ""))
-        metric = METRICS.get(dataset, "f1")
+        metric = LONGBENCH_METRICS.get(dataset) or WORKLOAD_METRICS.get(dataset, "f1")
+        classes = row.get("all_classes")
+        if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+            raise ValueError(f"{path}:{lineno}: all_classes must be a list of strings or null")
+        if metric == "classification" and not classes:
+            raise ValueError(f"{path}:{lineno}: dataset {dataset!r} is scored by class and needs all_classes")
         segs = [Segment(p if p.endswith("\n") else p + PASSAGE_SEPARATOR, kind="document") for p in passages]
-        out.append(Example(segs, query, answers, metric, dataset, {"id": str(row.get("_id", lineno))}))
+        meta = {"id": str(row.get("_id", lineno)), "all_classes": classes}
+        out.append(Example(segs, query, answers, metric, dataset, meta))
     return out

@@ -28,7 +28,7 @@ from hypic_rag.segments import Segment
 from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
 
 WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory")
-METRICS = {"single_doc": "f1", "multi_hop": "f1", "aggregate": "f1", "tool_call": "tool_call", "memory": "f1"}
+WORKLOAD_METRICS = {"single_doc": "f1", "multi_hop": "f1", "aggregate": "f1", "tool_call": "tool_call", "memory": "f1"}
 
 
 @dataclass

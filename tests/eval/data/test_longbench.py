@@ -26,3 +26,30 @@ def test_longbench_jsonl_round_trip(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"input": "q"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1 is not a LongBench-schema row"):
         read_longbench_jsonl(tmp_path / "bad.jsonl")
+
+
+def _row(dataset: str, **extra) -> str:
+    return json.dumps({"input": "q", "context": "a passage", "answers": ["x"], "dataset": dataset, **extra})
+
+
+def test_each_longbench_dataset_is_scored_with_its_own_metric(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    rows = [
+        _row("hotpotqa"),
+        _row("gov_report"),
+        _row("trec", all_classes=["Abbreviation", "Entity"]),
+        _row("passage_count"),
+        _row("lcc"),
+        _row("tool_call"),
+        _row("someone_elses"),
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    back = read_longbench_jsonl(path)
+    assert [b.metric for b in back] == ["f1", "rouge_l", "classification", "count", "code_sim", "tool_call", "f1"]
+    assert back[2].meta["all_classes"] == ["Abbreviation", "Entity"] and back[0].meta["all_classes"] is None
+    path.write_text(_row("lsht") + "\n")
+    with pytest.raises(ValueError, match="dataset 'lsht' is scored by class and needs all_classes"):
+        read_longbench_jsonl(path)
+    path.write_text(_row("trec", all_classes="Entity") + "\n")
+    with pytest.raises(ValueError, match="all_classes must be a list of strings"):
+        read_longbench_jsonl(path)
