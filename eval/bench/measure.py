@@ -77,21 +77,21 @@ def fidelity(prompts: int, seams: list[int], log: Callable[[str], None]) -> list
 
 
 def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
-    from hypic_rag.prefill import prefill_isolated
+    """What one cached segment takes: its entry and its remainder after an 8-token seam."""
+    from hypic_rag.entries import prefill_isolated
 
     rows = []
     for n in lengths:
-        entry = prefill_isolated(model, [list(range(3, 3 + n))], [8])[0]
-        linear = sum(
-            e.b.nbytes + e.p.nbytes + e.conv_tail.nbytes + e.p_rest.nbytes + e.b_rest.nbytes
-            for e in entry.linear.values()
-        )
+        made = prefill_isolated(model, [list(range(3, 3 + n))], [8])[0]
+        entry, rest = made.entry, made.rest
+        linear = sum(e.b.nbytes + e.p.nbytes + e.conv_tail.nbytes for e in entry.linear.values()) + rest.nbytes
         attention = sum(e.keys.nbytes + e.values.nbytes for e in entry.attention.values())
+        total = entry.nbytes + rest.nbytes
         rows.append(
             {
                 "tokens": n,
-                "bytes": entry.nbytes,
-                "bytes_per_token": entry.nbytes / n,
+                "bytes": total,
+                "bytes_per_token": total / n,
                 "linear_bytes": linear,
                 "attention_bytes": attention,
                 "linear_layers": len(entry.linear),

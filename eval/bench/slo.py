@@ -141,7 +141,7 @@ def measure_service(engine: Engine, traffic: Traffic, repeats: int = 2, log: Cal
     engine.clear_cache()
     prompt = [docs.doc(next(fresh)) for _ in range(k)]
     engine.generate(prompt, docs.query(), mode="prefix", max_new_tokens=1)
-    nbytes["prefix"] = engine.prefix_cache.stats()["prefix_bytes"] / k
+    nbytes["prefix"] = engine.prefix_store.stats()["prefix_bytes"] / k
     engine.clear_cache()
     return {"ttft_s": table, "bytes_per_entry": nbytes}
 
