@@ -1,5 +1,5 @@
-"""Choosing the next token (greedy, or sampled with temperature and nucleus truncation) and the decode
-loop that continues a prefilled request state one token at a time."""
+"""Choosing the next token (greedy, or sampled with temperature, top-k and nucleus truncation) and the
+decode loop that continues a prefilled request state one token at a time."""
 
 from __future__ import annotations
 
@@ -18,12 +18,17 @@ class Sampler:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    top_k: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)):
+            raise ValueError(f"top_k must be an integer or None, got {self.top_k!r}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 or None: off), got {self.top_k}")
 
     def generator(self, device: torch.device) -> torch.Generator | None:
         if self.temperature == 0:
@@ -39,7 +44,12 @@ class Sampler:
         """The next id from logits ``[V]``."""
         if self.temperature == 0:
             return int(torch.argmax(logits))
-        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        logits = logits.float()
+        if self.top_k and self.top_k < logits.numel():
+            # As transformers' TopKLogitsWarper, before top-p: ties with the k-th logit stay in.
+            kth = torch.topk(logits, self.top_k).values[-1]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits / self.temperature, dim=-1)
         if self.top_p < 1:
             sorted_p, order = torch.sort(probs, descending=True)
             before = sorted_p.cumsum(0) - sorted_p  # mass of strictly more likely tokens

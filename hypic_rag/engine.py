@@ -298,6 +298,7 @@ class Engine:
         temperature: float = 0.0,
         seam: int | float | None = None,
         top_p: float = 1.0,
+        top_k: int | None = None,
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
         on_token: TokenCallback | None = None,
@@ -310,7 +311,7 @@ class Engine:
         self._check_mode(mode)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed)
+        sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, top_k=top_k)
         prompt = self.build_prompt(segments, query)
         generator = sampler.generator(self.model.device)
 
