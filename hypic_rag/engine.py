@@ -19,12 +19,13 @@ from .assembly import Cached, assemble, run_in_context
 from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
 from .decoding import Sampler, TokenCallback, decode
 from .entries import prefill_isolated
+from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .outputs import GenerationOutput, RequestStats
 from .plan import VARIANTS, Prompt, RequestPlan, SegmentPlan, plan_request, resolve_seam
 from .segments import Segment, as_query
-from .tokenizer import eos_token_ids, load_tokenizer
+from .tokenizer import load_tokenizer
 
 MODES = ("full", "prefix", "pic", "hypic")
 COLD_POLICIES = ("parallel", "exact")
@@ -65,13 +66,16 @@ class Engine:
         cold_policy: str = "parallel",
         min_cached_tokens: int = 48,
         memory_bytes: int = 2 << 30,
+        generation_defaults: GenerationDefaults | None = None,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
         filled: ``parallel`` prefills them in isolation at once, ``exact`` in context (and makes
         their entries after the first token); segments under ``min_cached_tokens`` skip the cache
         and run in context (the default 48 is where composing began to beat recomputing, measured
-        on CPU with an 8-token seam; see the README)."""
+        on CPU with an 8-token seam; see the README). ``generation_defaults`` are the checkpoint's
+        own sampling settings, for requests that leave theirs unset (``generate`` keeps its fixed
+        defaults)."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -81,6 +85,7 @@ class Engine:
         self.config = model.config
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
+        self.generation_defaults = generation_defaults or GenerationDefaults()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.name = name
         self.seam = seam
@@ -114,6 +119,8 @@ class Engine:
         path = Path(path)
         model = load_model(path, device=device, dtype=resolve_dtype(dtype))
         eos = eos_token_ids(path, model.config.eos_token_ids)
+        if "generation_defaults" not in options:
+            options["generation_defaults"] = read_generation_defaults(path)
         return cls(
             model,
             load_tokenizer(path),
