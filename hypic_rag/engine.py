@@ -20,6 +20,7 @@ from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerpr
 from .decoding import Sampler, TokenCallback, decode
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
+from .hub import resolve_checkpoint
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .outputs import GenerationOutput, RequestStats
@@ -104,30 +105,26 @@ class Engine:
         device: str | torch.device = "cpu",
         dtype: torch.dtype | str = torch.float32,
         cache_dir: str | Path | None = None,
+        revision: str | None = None,
         **options: Any,
     ) -> Engine:
-        """Load a local Hugging Face checkpoint directory; ``None`` means the bundled default model.
+        """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
+        through the local Hugging Face cache), or, for ``None``, the bundled default model.
 
         ``cache_dir`` adds a persistent segment tier there; ``options`` go to ``Engine``."""
-        if path is None:
-            path = default_model_path()
-            if not (path / "config.json").is_file():
-                raise ValueError(
-                    f"the bundled default model is missing from this install ({path}); reinstall "
-                    "hypic-rag or pass the path of a local Qwen3-Next or Qwen3.5 checkpoint"
-                )
-        path = Path(path)
-        model = load_model(path, device=device, dtype=resolve_dtype(dtype))
-        eos = eos_token_ids(path, model.config.eos_token_ids)
+        root = resolve_checkpoint(path, revision)
+        is_hub = path is not None and root != Path(path).expanduser()
+        model = load_model(root, device=device, dtype=resolve_dtype(dtype))
+        eos = eos_token_ids(root, model.config.eos_token_ids)
         if "generation_defaults" not in options:
-            options["generation_defaults"] = read_generation_defaults(path)
+            options["generation_defaults"] = read_generation_defaults(root)
         return cls(
             model,
-            load_tokenizer(path),
+            load_tokenizer(root),
             eos_token_ids=eos,
             cache_dir=cache_dir,
-            name=path.name,
-            fingerprint=checkpoint_fingerprint(path) + str(model.dtype),
+            name=str(path) if is_hub else root.name,
+            fingerprint=checkpoint_fingerprint(root) + str(model.dtype),
             **options,
         )
 

@@ -153,6 +153,6 @@ def test_dtype_strings_and_default_model(checkpoint, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown dtype 'float8'"):
         Engine.from_pretrained(checkpoint("qwen3_5_text"), dtype="float8")
     assert Engine.from_pretrained().tokenizer is not None  # the bundled model
-    monkeypatch.setattr("hypic_rag.engine.default_model_path", lambda: tmp_path)
+    monkeypatch.setattr("hypic_rag.hub.default_model_path", lambda: tmp_path)
     with pytest.raises(ValueError, match="bundled default model is missing from this install"):
         Engine.from_pretrained()
