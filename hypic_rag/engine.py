@@ -8,8 +8,8 @@ orchestrates them. The math is in ``hypic_rag.model`` and ``hypic_rag.kernels``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,10 @@ import torch
 
 from .assembly import Cached, assemble, run_in_context
 from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
+from .chat.conversation import ChatSetup, thinking_opened
+from .chat.segmentation import RenderedPrompt, segment_prompt
+from .chat.template import ChatTemplate
+from .chat.tool_calls import parse_output
 from .decoding import Sampler, TokenCallback, decode
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
@@ -68,6 +72,7 @@ class Engine:
         min_cached_tokens: int = 48,
         memory_bytes: int = 2 << 30,
         generation_defaults: GenerationDefaults | None = None,
+        chat_template: ChatTemplate | None = None,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
@@ -76,7 +81,7 @@ class Engine:
         and run in context (the default 48 is where composing began to beat recomputing, measured
         on CPU with an 8-token seam; see the README). ``generation_defaults`` are the checkpoint's
         own sampling settings, for requests that leave theirs unset (``generate`` keeps its fixed
-        defaults)."""
+        defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -87,6 +92,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
         self.generation_defaults = generation_defaults or GenerationDefaults()
+        self.chat_setup = ChatSetup.build(chat_template, tokenizer) if chat_template is not None else None
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.name = name
         self.seam = seam
@@ -118,6 +124,8 @@ class Engine:
         eos = eos_token_ids(root, model.config.eos_token_ids)
         if "generation_defaults" not in options:
             options["generation_defaults"] = read_generation_defaults(root)
+        if "chat_template" not in options:
+            options["chat_template"] = ChatTemplate.from_checkpoint(root)
         return cls(
             model,
             load_tokenizer(root),
@@ -158,7 +166,7 @@ class Engine:
         empty = [i for i, ids in enumerate(seg_ids) if not ids]
         if empty:
             raise ValueError(f"segment {empty[0]} tokenizes to no tokens")
-        prompt = Prompt(seg_ids, query_ids)
+        prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments))
         n = len(prompt.ids)
         if n == 0:
             raise ValueError("the prompt is empty: give at least one segment or a non-empty query")
@@ -339,3 +347,67 @@ class Engine:
         done.stats.generated_tokens = len(ids)
         text = self.decode(ids) if self.tokenizer is not None else None
         return GenerationOutput(text, ids, ttft, done.stats.as_dict(), finish, prompt_logits=done.logits)
+
+    # -- chat ---------------------------------------------------------------------------------------
+
+    def _require_chat(self) -> ChatSetup:
+        if self.chat_setup is None:
+            raise ValueError(f"checkpoint {self.name!r} has no chat template; use generate() with segments")
+        self._require_tokenizer()
+        return self.chat_setup
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        segmentation: str = "auto",
+    ) -> RenderedPrompt:
+        """The checkpoint's template applied to ``messages`` (the text transformers' ``apply_chat_template``
+        gives), cut into segments (``chat.segmentation``), with the prompt's token ids."""
+        setup = self._require_chat()
+        rendered = segment_prompt(
+            setup.template,
+            messages,
+            tools=tools,
+            chat_template_kwargs=chat_template_kwargs,
+            segmentation=segmentation,
+        )
+        return replace(rendered, token_ids=self.build_prompt(rendered.segments, rendered.query).ids)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        mode: str = "hypic",
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        seam: int | float | None = None,
+        segmentation: str = "auto",
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> GenerationOutput:
+        """Answer OpenAI-style ``messages`` with the checkpoint's own template: its documents, tool schemas
+        and turns served as cached segments, settings left unset taken from ``generation_config.json``,
+        stopping at every EOS id and the template's end-of-turn token; ``text`` is the answer, with the
+        reasoning and the tool calls (parsed in the template's own format) split off."""
+        setup = self._require_chat()
+        rendered = self.render(messages, tools, chat_template_kwargs, segmentation)
+        settings = self.generation_defaults.resolve(max_new_tokens, temperature, top_p, top_k)
+        out = self.generate(
+            rendered.segments,
+            rendered.query,
+            mode=mode,
+            seam=seam,
+            seed=seed,
+            stop_token_ids=setup.end_of_turn_ids,
+            on_token=on_token,
+            **settings,
+        )
+        thinking = thinking_opened(rendered.text)
+        parsed = parse_output(out.text or "", setup.tool_format, tools, thinking_open=thinking)
+        return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)

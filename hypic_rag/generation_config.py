@@ -39,6 +39,21 @@ class GenerationDefaults:
         """The temperature to sample with: 0 (greedy) when ``do_sample`` is false, else ``temperature``."""
         return 0.0 if self.do_sample is False else self.temperature
 
+    def resolve(
+        self, max_new_tokens: int | None, temperature: float | None, top_p: float | None, top_k: int | None
+    ) -> dict[str, Any]:
+        """A request's settings: what it sets, else these defaults, else greedy and 64 tokens."""
+
+        def pick(given: Any, default: Any, fallback: Any) -> Any:
+            return given if given is not None else default if default is not None else fallback
+
+        return {
+            "max_new_tokens": pick(max_new_tokens, self.max_new_tokens, 64),
+            "temperature": pick(temperature, self.effective_temperature, 0.0),
+            "top_p": pick(top_p, self.top_p, 1.0),
+            "top_k": pick(top_k, self.top_k, None),
+        }
+
 
 def _read(path: Path) -> dict[str, Any] | None:
     """The parsed ``generation_config.json`` of checkpoint directory ``path``, or None without one."""

@@ -44,3 +44,7 @@ class GenerationOutput:
     stats: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = "length"
     prompt_logits: torch.Tensor | None = None  # next-token logits [V] at the end of the prompt
+    # ``Engine.chat`` only: calls parsed in the template's format ({"id", "name", "arguments"}) and the
+    # reasoning split off the answer; ``text`` is then the answer without either.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: str | None = None

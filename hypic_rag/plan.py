@@ -8,7 +8,7 @@ This is the one home of the seam rule:
 - under seam variant B a segment whose seam leaves part of it cached uses the operator of that
   remainder; a cold segment records the remainder for the request's seam (or, where this request
   needs none, the engine's default seam) so that later requests find it;
-- segments shorter than ``min_cached_tokens`` are not cached and run in context.
+- segments shorter than ``min_cached_tokens``, or marked not to be cached, run in context.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Prompt:
 
     segments: list[list[int]]
     query: list[int]
+    cacheable: tuple[bool, ...] | None = None  # per segment; None: all may be cached
 
     @property
     def ids(self) -> list[int]:
@@ -84,7 +85,7 @@ def plan_request(
         width = resolve_seam(seam, n) if i else 0
         rest = width if variant == "B" and 0 < width < n else 0
         record = resolve_seam(record_seam, n) if variant == "B" else 0
-        cached = n >= max(1, min_cached_tokens)
+        cached = n >= max(1, min_cached_tokens) and (prompt.cacheable is None or prompt.cacheable[i])
         plans.append(
             SegmentPlan(
                 ids=tuple(ids),

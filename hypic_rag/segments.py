@@ -14,9 +14,15 @@ class Segment:
     text: str | None = None
     token_ids: tuple[int, ...] | None = None
     kind: str = "document"
+    cache: bool = True  # False: always run in context (template glue), whatever its length
 
     def __init__(
-        self, text: str | None = None, *, token_ids: list[int] | tuple[int, ...] | None = None, kind: str = "document"
+        self,
+        text: str | None = None,
+        *,
+        token_ids: list[int] | tuple[int, ...] | None = None,
+        kind: str = "document",
+        cache: bool = True,
     ) -> None:
         if (text is None) == (token_ids is None):
             raise ValueError("a Segment needs exactly one of text and token_ids")
@@ -33,7 +39,10 @@ class Segment:
             ids = tuple(token_ids)
         object.__setattr__(self, "text", text)
         object.__setattr__(self, "token_ids", ids)
+        if not isinstance(cache, bool):
+            raise ValueError(f"Segment cache must be True or False, got {cache!r}")
         object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "cache", cache)
 
 
 def as_query(query: str | Segment) -> Segment:

@@ -30,3 +30,17 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def reference():
     return load_reference
+
+
+@pytest.fixture(scope="session")
+def chat_checkpoint(checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random ``qwen3_5_text`` checkpoint with a Qwen-style tokenizer, chat template
+    (tests/chat/templates/qwen3.jinja) and generation config, as a real checkpoint ships them."""
+    import shutil
+
+    from hypic_rag.testing.synthetic import add_chat_files
+
+    path = tmp_path_factory.mktemp("chat") / "qwen-style"
+    shutil.copytree(checkpoint("qwen3_5_text"), path)
+    template = (Path(__file__).parent / "chat" / "templates" / "qwen3.jinja").read_text()
+    return add_chat_files(path, template)

@@ -122,3 +122,60 @@ def build_checkpoint(kind: str, out: str | Path, overrides: dict[str, Any] | Non
     out = Path(out)
     build_reference_model(kind, overrides, seed).save_pretrained(out)
     return out
+
+
+# Special tokens of a Qwen-style chat vocabulary: turn delimiters, reasoning and tool-call tags.
+CHAT_SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+_CHAT_CORPUS = (
+    "You are a helpful assistant. Answer the question based only on the following context.",
+    "Ana Lee lives in Oslo and works as a pilot. Bo Ek lives in Rome. Question: where does Ana live?",
+    '{"type": "function", "function": {"name": "get_weather", "parameters": {"city": "string"}}}',
+    "The weather in Lima is sunny, 24 degrees. Context information is below. Given the context, answer.",
+)
+
+
+def add_chat_files(
+    path: str | Path,
+    template: str,
+    vocab_size: int = 320,
+    generation: dict | None = None,
+    texts: list[str] | None = None,
+) -> Path:
+    """Write a Qwen-style byte-level BPE ``tokenizer.json`` (with ``CHAT_SPECIALS``), a ``tokenizer_config.json``
+    carrying ``template`` as its chat template, and a ``generation_config.json`` (EOS: ``<|im_end|>`` and
+    ``<|endoftext|>``, plus ``generation``) into a checkpoint directory, as a real checkpoint ships them.
+    The BPE learns from ``texts`` (a small fixed corpus by default) up to ``vocab_size`` tokens."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    path = Path(path)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(CHAT_SPECIALS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(list(texts or _CHAT_CORPUS) * 10, trainer)
+    tok.save(str(path / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": template,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "bos_token": None,
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    eos = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, **(generation or {})}))
+    return path

@@ -1,0 +1,117 @@
+"""``Engine.chat`` and ``Engine.render`` on a random-weight checkpoint that ships a Qwen-style tokenizer,
+chat template and generation config, checked against transformers on the same files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from hypic_rag import Engine
+from hypic_rag.generation_config import GenerationDefaults
+
+DOCS = ["Ana Lee lives in Oslo.", "Bo Ek lives in Rome.", "Cy Ru lives in Lima and works as a pilot."]
+
+
+def _ask(docs: list[str], question: str = "Who lives in Rome?") -> list[dict]:
+    context = "\n\n".join(docs)
+    user = f"Answer the question based only on the following context:\n{context}\n\nQuestion: {question}"
+    return [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}]
+
+
+@pytest.fixture(scope="module")
+def engine(chat_checkpoint) -> Engine:
+    return Engine.from_pretrained(chat_checkpoint, min_cached_tokens=1)
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(chat_checkpoint):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(chat_checkpoint)
+
+
+@pytest.mark.parametrize("thinking", [None, True, False])
+def test_render_equals_transformers_apply_chat_template(engine, hf_tokenizer, thinking):
+    kwargs = {} if thinking is None else {"enable_thinking": thinking}
+    messages = _ask(DOCS)
+    rendered = engine.render(messages, chat_template_kwargs=kwargs)
+    expected = hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    assert rendered.text == expected
+    assert "".join(s.text for s in rendered.segments) + rendered.query.text == expected
+    # Prompt ids are the concatenation of each segment's own ids, then the query's.
+    ids = [i for s in rendered.segments for i in engine.encode(s.text)] + engine.encode(rendered.query.text)
+    assert rendered.token_ids == ids
+    if thinking is False:
+        assert rendered.text.endswith("<think>\n\n</think>\n\n")
+
+
+def test_full_mode_logits_equal_transformers_on_the_same_ids(engine, chat_checkpoint, reference):
+    out = engine.chat(_ask(DOCS), mode="full", max_new_tokens=1, temperature=0.0)
+    ids = engine.render(_ask(DOCS)).token_ids
+    with torch.inference_mode():
+        theirs = reference(chat_checkpoint)(torch.tensor([ids])).logits[0, -1]
+    assert (out.prompt_logits - theirs).abs().max() < 1e-4
+
+
+def test_reordered_documents_hit_every_document_segment_through_chat(engine):
+    engine.clear_cache()
+    first = engine.chat(_ask(DOCS), max_new_tokens=1, temperature=0.0)
+    assert first.stats["hit_segments"] == 0
+    again = engine.chat(_ask(DOCS[::-1]), max_new_tokens=1, temperature=0.0)
+    cached = [s.text for s in engine.render(_ask(DOCS[::-1])).segments if s.cache]
+    assert cached == ["You are a helpful assistant.", *DOCS[::-1]]
+    assert again.stats["hit_segments"] == len(cached)
+    # Glue (role headers, separators) runs in context: only the cached pieces hit, and the answer
+    # is computed over the same token ids as a full prefill of the rendered text.
+    full = engine.chat(_ask(DOCS[::-1]), mode="full", max_new_tokens=1, temperature=0.0)
+    assert full.stats["prompt_tokens"] == again.stats["prompt_tokens"]
+
+
+def test_generation_settings_come_from_generation_config(chat_checkpoint, tmp_path):
+    path = tmp_path / "ck"
+    shutil.copytree(chat_checkpoint, path)
+    config = json.loads((path / "generation_config.json").read_text())
+    config.update(max_new_tokens=3, do_sample=True, temperature=0.7, top_p=0.8, top_k=5)
+    (path / "generation_config.json").write_text(json.dumps(config))
+    engine = Engine.from_pretrained(path)
+    assert engine.generation_defaults == GenerationDefaults(0.7, 0.8, 5, 3, True)
+    assert engine.generation_defaults.resolve(None, None, None, None) == {
+        "max_new_tokens": 3,
+        "temperature": 0.7,
+        "top_p": 0.8,
+        "top_k": 5,
+    }
+    assert GenerationDefaults(do_sample=False, temperature=0.7).resolve(None, None, None, None)["temperature"] == 0.0
+    assert GenerationDefaults().resolve(None, None, None, None) == {
+        "max_new_tokens": 64,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": None,
+    }
+    out = engine.chat(_ask(DOCS), seed=0)
+    assert len(out.token_ids) <= 3
+    a, b = (engine.chat(_ask(DOCS), seed=7, max_new_tokens=8) for _ in range(2))
+    assert a.token_ids == b.token_ids  # sampled, and reproducible with a seed
+
+
+def test_chat_stops_on_every_eos_and_the_end_of_turn_token(engine):
+    im_end = engine.tokenizer.token_to_id("<|im_end|>")
+    assert engine.chat_setup.end_of_turn_ids == (im_end,)
+    assert engine.chat_setup.tool_format == "qwen3_json"
+    out = engine.chat(_ask(DOCS), max_new_tokens=40, temperature=0.0)
+    stops = set(engine.eos_token_ids) | {im_end}
+    assert not stops & set(out.token_ids)
+    assert out.finish_reason in ("stop", "length")
+
+
+def test_chat_errors(engine, checkpoint):
+    bare = Engine.from_pretrained(checkpoint("qwen3_5_text"))
+    with pytest.raises(ValueError, match="has no chat template"):
+        bare.chat([{"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="role must be one of"):
+        engine.chat([{"role": "narrator", "content": "hi"}])
+    with pytest.raises(ValueError, match="segmentation must be one of"):
+        engine.render([{"role": "user", "content": "hi"}], segmentation="sentences")
