@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 from pathlib import Path
 
@@ -12,26 +10,10 @@ import torch
 
 from hypic_rag import Engine
 from hypic_rag.hub import hub_cache_dir, hub_offline, is_hub_id, resolve_checkpoint
+from hypic_rag.testing.synthetic import place_in_hub_cache
 
 COMMIT = "a" * 40
 OLD_COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def _add_snapshot(repo: Path, source: Path, commit: str, refs: tuple[str, ...]) -> Path:
-    """Lay ``source``'s files out as huggingface_hub does: content-named blobs, a snapshot folder of
-    relative symlinks to them, and ``refs/<name>`` files holding the commit."""
-    snapshot = repo / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (repo / "blobs").mkdir(exist_ok=True)
-    for file in source.iterdir():
-        blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
-        if not blob.exists():
-            shutil.copyfile(file, blob)
-        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
-    for ref in refs:
-        (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
-        (repo / "refs" / ref).write_text(commit)
-    return snapshot
 
 
 @pytest.fixture
@@ -41,13 +23,12 @@ def hub(checkpoint, tmp_path, monkeypatch) -> Path:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    repo = tmp_path / "hf" / "hub" / "models--org--name"
-    _add_snapshot(repo, checkpoint("qwen3_5_text"), COMMIT, ("main",))
+    place_in_hub_cache(checkpoint("qwen3_5_text"), tmp_path / "hf", "org/name", COMMIT, ("main",))
     old = tmp_path / "old"
     shutil.copytree(checkpoint("qwen3_5_text"), old)
     (old / "generation_config.json").write_text('{"eos_token_id": 1, "temperature": 0.25}')
-    _add_snapshot(repo, old, OLD_COMMIT, ("v1",))
-    return repo
+    place_in_hub_cache(old, tmp_path / "hf", "org/name", OLD_COMMIT, ("v1",))
+    return tmp_path / "hf" / "hub" / "models--org--name"
 
 
 def test_hub_id_loads_the_same_model_as_its_directory(hub, checkpoint):

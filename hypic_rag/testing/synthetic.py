@@ -179,3 +179,28 @@ def add_chat_files(
     eos = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
     (path / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, **(generation or {})}))
     return path
+
+
+def place_in_hub_cache(
+    source: str | Path, hf_home: str | Path, repo_id: str, commit: str = "a" * 40, refs: tuple[str, ...] = ("main",)
+) -> Path:
+    """Lay a checkpoint directory out as huggingface_hub caches a download under ``hf_home``:
+    content-named blobs, a snapshot folder of relative symlinks to them, and ``refs/<name>`` files
+    holding the commit. Returns the snapshot folder."""
+    import hashlib
+    import os
+    import shutil
+
+    repo = Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for file in Path(source).iterdir():
+        blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+        if not blob.exists():
+            shutil.copyfile(file, blob)
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+    for ref in refs:
+        (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+    return snapshot
