@@ -4,6 +4,8 @@ and which answers questions about the bundled world from them."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.query_engine import RetrieverQueryEngine
@@ -69,3 +71,19 @@ def test_synthesizer_needs_a_hypic_llm_and_a_query(engine):
         HypicSynthesizer(llm="gpt")
     with pytest.raises(ValueError, match="query is empty"):
         HypicSynthesizer(HypicLLM(engine=engine)).synthesize("  ", [NodeWithScore(node=TextNode(text="x"))])
+
+
+def test_synthesizer_goes_through_chat_with_todays_prompt(engine, world, monkeypatch):
+    _, texts, qa = world
+    sent = []
+    real = engine.chat
+    monkeypatch.setattr(engine, "chat", lambda messages, **kw: sent.append(messages) or real(messages, **kw))
+    synth = HypicSynthesizer(HypicLLM(engine=engine, max_tokens=24))
+    nodes = [NodeWithScore(node=TextNode(text=t)) for t in texts[:3]]
+    response = synth.synthesize(qa[0][0], nodes)
+    # exactly the segments it sent before it went through engine.chat
+    today = [segment("document", t) for t in texts[:3]], Segment(wrap("query", qa[0][0]), kind="query")
+    assert engine.render(sent[-1]).token_ids == engine.build_prompt(*today).ids
+    assert [p.get("hypic") for p in sent[-1][0]["content"]] == [{"kind": "document"}] * 3 + [None]
+    again = asyncio.run(synth.asynthesize(qa[0][0], nodes))
+    assert again.response == response.response and again.metadata["hypic"]["hit_segments"] == 3
