@@ -1,7 +1,9 @@
 """``hypic-rag eval``: score a workload in several modes on one model, with fidelity against ``full``.
 
-Each example's segments and query go through ``Engine.generate`` in every mode on the same token
-ids; the answer is what the model writes up to its end tag, scored with the workload's metric. For
+Each example's messages and tools go through ``Engine.chat`` in every mode, so the checkpoint's own
+chat template makes the prompt and every mode gets the same segments and token ids; the answer is
+what the model writes up to its end of answer (a tool call as it wrote it), scored with the
+workload's metric. For
 modes other than ``full`` it also reports KL(full ‖ mode) and top-1 agreement of the first answer
 token. The JSON follows API.md: ``{"workload", "n", "results": {mode: {"score", "metric", "kl",
 "top1"}}, "gap_points": {mode: full - mode}}``; ``report.write_report`` turns it into a table and plots.
@@ -13,13 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hypic_rag import Engine, Segment
+from hypic_rag import Engine, GenerationOutput
 from hypic_rag.engine import MODES
 from hypic_rag.fidelity import kl_divergence, top1_agreement
-from hypic_rag.prompt_format import END, wrap
 
 from .data.longbench import read_longbench_jsonl
-from .data.workloads import WORKLOADS, Example, make
+from .data.workloads import SEGMENTATION, WORKLOADS, Example, make
 from .metrics import score
 
 
@@ -51,6 +52,12 @@ def _variants(modes: Sequence[str], seams: Sequence[int | float]) -> list[tuple[
     return out + [(f"hypic@w{w:g}", "hypic", w) for w in seams]
 
 
+def prediction(engine: Engine, out: GenerationOutput) -> str:
+    """The answer to score: ``out.text``, or where the model wrote a tool call, the call as it wrote it (the
+    tool-call metric parses it; exact match and ROUGE read what the model wrote)."""
+    return engine.decode(out.token_ids).strip() if out.tool_calls else (out.text or "").strip()
+
+
 def evaluate(
     engine: Engine,
     workload: str,
@@ -62,10 +69,11 @@ def evaluate(
     seams: Sequence[int | float] = (),
 ) -> dict[str, Any]:
     variants = _variants(modes, seams)
-    if engine.tokenizer is None:
-        raise ValueError("evaluation needs a checkpoint with a tokenizer")
+    if engine.tokenizer is None or engine.chat_setup is None:
+        raise ValueError(
+            f"evaluation needs a checkpoint with a tokenizer and a chat template; {engine.name!r} lacks one"
+        )
     name, examples = load_examples(workload, n, seed)
-    stops = [i for i in (engine.tokenizer.token_to_id(END),) if i is not None]
     labels = [v[0] for v in variants]
     scores: dict[str, list[float]] = {m: [] for m in labels}
     extra: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SECONDARY} for m in labels}
@@ -73,22 +81,28 @@ def evaluate(
     agree: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
     bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
-        query = Segment(wrap("query", ex.query), kind="query")
         outputs = {
-            label: engine.generate(
-                ex.segments, query, mode=mode, max_new_tokens=max_new_tokens, stop_token_ids=stops, seam=seam
+            label: engine.chat(
+                ex.messages,
+                tools=ex.tools,
+                mode=mode,
+                seam=seam,
+                segmentation=SEGMENTATION,
+                temperature=0.0,
+                max_new_tokens=max_new_tokens,
             )
             for label, mode, seam in variants
         }
         full = outputs["full"].prompt_logits if "full" in outputs else None
         if full is None and kls:
-            full = engine.prompt_logits(ex.segments, query, mode="full")
+            rendered = engine.render(ex.messages, ex.tools, segmentation=SEGMENTATION)
+            full = engine.prompt_logits(rendered.segments, rendered.query, mode="full")
         for label, out in outputs.items():
-            prediction = (out.text or "").split(END)[0].strip()
+            answer = prediction(engine, out)
             classes = ex.meta.get("all_classes")
-            scores[label].append(score(ex.metric, prediction, ex.answers, all_classes=classes, dataset=ex.workload))
+            scores[label].append(score(ex.metric, answer, ex.answers, all_classes=classes, dataset=ex.workload))
             for key in SECONDARY:
-                extra[label][key].append(score(key, prediction, ex.answers))
+                extra[label][key].append(score(key, answer, ex.answers))
             if label != "full":
                 kls[label].append(kl_divergence(full, out.prompt_logits))
                 agree[label].append(top1_agreement(full, out.prompt_logits))

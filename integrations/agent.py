@@ -1,12 +1,15 @@
-"""An agent tool loop on the engine: tool schemas, memory entries, earlier steps and the task are all
-segments, so each step recomputes only its seams, the newest step and the task.
+"""An agent tool loop on the engine: each step is a chat request (``Engine.chat``) whose tool schemas,
+memory entries and earlier steps the checkpoint's template makes segments, so each step recomputes
+only its seams, the newest step and the task.
 
     agent = ToolAgent(tools=[Tool.from_function(lookup_employee, "Employee record by full name.")])
     result = agent.run("Look up Ana Lee in the employee records, then get the weather in their home city.")
     result.answer, result.trace
 
 Written here rather than on LangChain's agent runtime (which pulls in langgraph) because the loop is a
-dozen lines and each step's prompt must keep the exact segment layout the model was trained on.
+dozen lines and each step's messages must keep the form the model was trained on: the task as the
+user's question after the memory entries, each step an assistant ``tool_calls`` message and a ``tool``
+message (``prompt_format.tool_step``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypic_rag import Engine, Segment
-from hypic_rag.prompt_format import wrap
+from hypic_rag import Engine
+from hypic_rag.prompt_format import tool_step
 
-from .prompting import answer_text, default_engine, parse_tool_call, segment, step_segment, stop_ids, tool_segment
+from .prompting import default_engine
 
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
@@ -105,21 +108,22 @@ class ToolAgent:
         if not task.strip():
             raise ValueError("the task is empty")
         engine = self.engine or default_engine()
-        fixed: list[Segment] = [tool_segment(t.schema) for t in self.tools.values()]
-        fixed += [segment("memory", m) for m in self.memory]
-        steps: list[Segment] = []
+        schemas = [t.schema for t in self.tools.values()]
+        memory = [{"type": "text", "text": m.strip(), "hypic": {"kind": "memory"}} for m in self.memory]
+        messages = [{"role": "user", "content": [*memory, {"type": "text", "text": task}]}]
         trace: list[AgentStep] = []
-        query = Segment(wrap("query", task), kind="query")
-        for _ in range(self.max_steps):
-            out = engine.generate(
-                fixed + steps,
-                query,
+        for i in range(self.max_steps):
+            out = engine.chat(
+                messages,
+                tools=schemas,
                 mode=self.mode,
                 max_new_tokens=self.max_new_tokens,
-                stop_token_ids=stop_ids(engine),
+                temperature=0.0,
+                segmentation="auto",
             )
-            text = answer_text(out.text)
-            call = parse_tool_call(text, self.tools)
+            calls = [c for c in out.tool_calls if c["name"] in self.tools]
+            call = (calls[0]["name"], calls[0]["arguments"]) if calls else None
+            text = engine.decode(out.token_ids).strip() if out.tool_calls else (out.text or "").strip()
             step = AgentStep(text, call, ttft_s=out.ttft_s, stats=out.stats)
             trace.append(step)
             if call is None:
@@ -129,7 +133,7 @@ class ToolAgent:
             step.result, step.error = self._call(*call)
             if on_step is not None:
                 on_step(step)
-            steps.append(step_segment(call[0], call[1], step.result))
+            messages += tool_step(f"call_{i}", call[0], call[1], step.result)
         return AgentResult(None, trace, "max_steps")
 
 

@@ -11,7 +11,7 @@ from .workloads import PERSON_QUESTIONS, person_doc, person_facts
 
 def corpus(people: int, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
     """A retrieval corpus for the demo and the integrations: a knowledge base chunked one fact per
-    document (unwrapped: the integrations add the prompt format), four facts per person, and every
+    document (plain text: a chat template wraps each piece), four facts per person, and every
     question the facts answer (``qa[4 * person + k]`` asks about ``texts[4 * person + k]``)."""
     if not 1 <= people <= len(FIRST_NAMES):
         raise ValueError(f"people must be between 1 and {len(FIRST_NAMES)}, got {people}")

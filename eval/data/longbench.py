@@ -1,7 +1,9 @@
 """LongBench's JSONL schema (``input, context, answers, length, dataset, _id``) for the workloads' examples.
 
-A file written here is one LongBench-style dataset; ``hypic-rag eval --workload FILE.jsonl`` reads one
-back, each blank-line-separated passage of ``context`` becoming a document segment. A row is scored
+A file written here is one LongBench-style dataset: ``context`` holds an example's pieces as plain text,
+blank-line separated. ``hypic-rag eval --workload FILE.jsonl`` reads one back as messages, each passage of
+``context`` a document part and ``input`` the question, so the checkpoint's chat template makes the prompt
+as for the workloads. A row is scored
 with its dataset's metric: LongBench's own for LongBench's dataset names (``eval.metrics``), the
 workload's for ours, F1 otherwise.
 """
@@ -12,12 +14,24 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from hypic_rag.segments import Segment
-
 from ..metrics import LONGBENCH_METRICS
-from .workloads import WORKLOAD_METRICS, Example
+from .workloads import WORKLOAD_METRICS, Example, ask, part
 
 PASSAGE_SEPARATOR = "\n\n"
+
+
+def passages(ex: Example) -> list[str]:
+    """An example's pieces as plain text, in prompt order: tool schemas and tool calls as JSON, the tagged
+    parts' texts and tool results as they are."""
+    out = [json.dumps(tool) for tool in ex.tools or []]
+    for message in ex.messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            out += [p["text"] for p in content if "hypic" in p]
+        elif message["role"] == "tool" and isinstance(content, str):
+            out.append(content)
+        out += [json.dumps(call["function"]) for call in message.get("tool_calls") or []]
+    return out
 
 
 def write_longbench_jsonl(examples: Iterable[Example], path: str | Path) -> int:
@@ -25,7 +39,7 @@ def write_longbench_jsonl(examples: Iterable[Example], path: str | Path) -> int:
     count = 0
     with Path(path).open("w") as f:
         for ex in examples:
-            context = PASSAGE_SEPARATOR.join(s.text or "" for s in ex.segments)
+            context = PASSAGE_SEPARATOR.join(passages(ex))
             row = {
                 "input": ex.query,
                 "context": context,
@@ -41,14 +55,15 @@ def write_longbench_jsonl(examples: Iterable[Example], path: str | Path) -> int:
 
 
 def read_longbench_jsonl(path: str | Path) -> list[Example]:
-    """Read LongBench-schema JSONL; each passage of ``context`` (blank-line separated) is a segment."""
+    """Read LongBench-schema JSONL as examples: one user message with each passage of ``context`` (blank-line
+    separated, stripped) a document part, then ``input`` as the question."""
     out = []
     for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            passages = [p for p in row["context"].split(PASSAGE_SEPARATOR) if p.strip()]
+            docs = [part("document", p.strip()) for p in row["context"].split(PASSAGE_SEPARATOR) if p.strip()]
             answers = [str(a) for a in row["answers"]]
             query = str(row["input"])
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
@@ -60,7 +75,6 @@ def read_longbench_jsonl(path: str | Path) -> list[Example]:
             raise ValueError(f"{path}:{lineno}: all_classes must be a list of strings or null")
         if metric == "classification" and not classes:
             raise ValueError(f"{path}:{lineno}: dataset {dataset!r} is scored by class and needs all_classes")
-        segs = [Segment(p if p.endswith("\n") else p + PASSAGE_SEPARATOR, kind="document") for p in passages]
         meta = {"id": str(row.get("_id", lineno)), "all_classes": classes}
-        out.append(Example(segs, query, answers, metric, dataset, meta))
+        out.append(Example([ask(docs, query)], answers, metric, workload=dataset, meta=meta))
     return out

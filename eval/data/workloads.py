@@ -3,10 +3,13 @@
     make("single_doc", n=200, seed=1) -> list[Example]
 
 Every example draws fresh fictional people, places, organisations and products (from ``pools``), so
-answers can only come from the prompt's segments, never from memory. Segment texts carry their
-prompt-format wrappers (``hypic_rag.prompt_format``), so the same segment is the same tokens wherever
-it appears. ``corpus`` builds the demo's knowledge base from the same people; ``longbench`` reads and
-writes these examples in LongBench's schema.
+answers can only come from the prompt's segments, never from memory. An example is OpenAI-style
+``messages`` and ``tools``: one user message whose text parts are its documents, memory entries and
+turns (each tagged ``"hypic": {"kind": ...}``), then the question as plain text; an agent step's earlier
+calls are assistant ``tool_calls`` with ``tool`` results. A checkpoint's chat template makes the prompt
+(``render``, ``Engine.chat``); the bundled model's wraps each piece in its tag, so the same piece is the
+same segment and the same tokens wherever it appears. ``corpus`` builds the demo's knowledge base from
+the same people; ``longbench`` reads and writes these examples in LongBench's schema.
 
 - ``single_doc``: one of 4-12 documents states the answer (F1).
 - ``multi_hop``: a fact in one document leads to the answer in another (F1).
@@ -18,27 +21,71 @@ writes these examples in LongBench's schema.
 
 from __future__ import annotations
 
-import json
+import copy
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hypic_rag.prompt_format import format_call, tool_schema_text, tool_turn, wrap
+from hypic_rag.chat.segmentation import RenderedPrompt, segment_prompt
+from hypic_rag.chat.template import ChatTemplate
+from hypic_rag.prompt_format import bundled_template, format_call, tool_step
 from hypic_rag.segments import Segment
 
 from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
 
 WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory")
 WORKLOAD_METRICS = {"single_doc": "f1", "multi_hop": "f1", "aggregate": "f1", "tool_call": "tool_call", "memory": "f1"}
+# How an example's prompt is cut into segments (``segment_prompt``): its tagged parts, and also the tool
+# schemas and tool results, which ``explicit`` would leave to run in context as template glue.
+SEGMENTATION = "auto"
+
+
+def part(kind: str, text: str) -> dict:
+    """A text part that is one segment of ``kind`` (``document``, ``memory``, ``turn`` ...)."""
+    return {"type": "text", "text": text, "hypic": {"kind": kind}}
+
+
+def ask(parts: Sequence[dict], question: str) -> dict:
+    """The user message: ``parts``, then the question as plain text."""
+    return {"role": "user", "content": [*parts, {"type": "text", "text": question}]}
 
 
 @dataclass
 class Example:
-    segments: list[Segment]
-    query: str
+    messages: list[dict]  # OpenAI-style chat messages
     answers: list[str]
     metric: str
+    tools: list[dict] | None = None  # OpenAI function schemas
     workload: str = ""
     meta: dict = field(default_factory=dict)  # "id"; "qa": every (question, answer) the segments support
+
+    def _question_at(self) -> int:
+        return max(i for i, m in enumerate(self.messages) if m["role"] == "user")
+
+    @property
+    def query(self) -> str:
+        """The question: the plain text of the last user message."""
+        content = self.messages[self._question_at()]["content"]
+        return content if isinstance(content, str) else "".join(p["text"] for p in content if "hypic" not in p)
+
+    def asking(self, question: str) -> list[dict]:
+        """The messages with ``question`` in place of the example's own."""
+        at = self._question_at()
+        content = self.messages[at]["content"]
+        parts = [] if isinstance(content, str) else [p for p in content if "hypic" in p]
+        return [*self.messages[:at], {**self.messages[at], **ask(parts, question)}, *self.messages[at + 1 :]]
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments of the prompt the bundled model's template makes (``render``)."""
+        return render(self).segments
+
+
+def render(ex: Example, template: ChatTemplate | None = None, *, question: str | None = None) -> RenderedPrompt:
+    """``ex``'s prompt through ``template`` (the bundled model's by default), cut into
+    segments as ``Engine.chat`` cuts it; ``question`` asks another of the questions its pieces support."""
+    messages = ex.messages if question is None else ex.asking(question)
+    return segment_prompt(template or bundled_template(), messages, tools=ex.tools, segmentation=SEGMENTATION)
 
 
 def person_doc(w: World, rng: random.Random) -> dict:
@@ -79,8 +126,8 @@ def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
     qa = [(q.format(name=p["name"]), str(p[k])) for p in people for k, q in PERSON_QUESTIONS]
     rng.shuffle(qa)
-    docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
-    return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
+    docs = [part("document", _describe_person(p, rng)) for p in people]
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def person_facts(p: dict) -> dict[str, str]:
@@ -103,8 +150,8 @@ def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     rng.shuffle(texts)
     qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
     rng.shuffle(qa)
-    docs = [Segment(wrap("document", t), kind="document") for t in texts]
-    return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
+    docs = [part("document", t) for t in texts]
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
@@ -120,8 +167,8 @@ def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
         for city in dict.fromkeys(p["city"] for p in people)
     ]
     rng.shuffle(qa)
-    docs = [Segment(wrap("document", _describe_person(p, rng)), kind="document") for p in people]
-    return Example(docs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
+    docs = [part("document", _describe_person(p, rng)) for p in people]
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _tool(name: str, description: str, params: dict[str, str]) -> dict:
@@ -225,12 +272,11 @@ def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     others = [t for t in TOOLS if t["function"]["name"] != name]
     tools = rng.sample(others, rng.randint(*size["tool_call"])) + [t for t in TOOLS if t["function"]["name"] == name]
     rng.shuffle(tools)
-    segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
     for _ in range(rng.randint(0, 2)):  # distractor documents
         doc_texts.append(_describe_person(person_doc(w, rng), rng))
     rng.shuffle(doc_texts)
-    segs += [Segment(wrap("document", t), kind="document") for t in doc_texts]
-    return Example(segs, query, [format_call(name, args)], "tool_call")
+    docs = [part("document", t) for t in doc_texts]
+    return Example([ask(docs, query)], [format_call(name, args)], "tool_call", copy.deepcopy(tools))
 
 
 def _memory(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
@@ -245,15 +291,14 @@ def _memory(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
         "manager": (f"The user's manager is {manager}.", "Who is my manager?", manager),
     }
     keys = rng.sample(list(facts), rng.randint(3, 5))
-    segs = [Segment(wrap("memory", facts[k][0]), kind="memory") for k in keys]
+    parts = [part("memory", facts[k][0]) for k in keys]
     for _ in range(rng.randint(*size["memory"])):
         topic = rng.choice(["the weather", "a recipe", "train times", "a book"])
-        turn = f"user: Tell me about {topic}.\nassistant: Here is a short note on {topic}."
-        segs.append(Segment(wrap("turn", turn), kind="turn"))
-    rng.shuffle(segs)
+        parts.append(part("turn", f"user: Tell me about {topic}.\nassistant: Here is a short note on {topic}."))
+    rng.shuffle(parts)
     qa = [facts[k][1:] for k in keys]
     rng.shuffle(qa)
-    return Example(segs, qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
+    return Example([ask(parts, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def employee_record(p: dict) -> dict:
@@ -266,8 +311,8 @@ def weather_report(city: str, rng: random.Random) -> dict:
 
 
 def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
-    """One step of a tool loop: earlier calls and results are ``turn`` segments, the task is the query;
-    the answer is the next call, or the final answer once the last result is in."""
+    """One step of a tool loop: the task, then the earlier calls and their results (each a ``turn``
+    segment); the answer is the next call, or the final answer once the last result is in."""
     w = World(rng)
     p = person_doc(w, rng)
     price = f"{rng.randint(10, 999)}.{rng.randint(0, 99):02d}"
@@ -298,14 +343,14 @@ def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     tools += rng.sample([t for t in TOOLS if t["function"]["name"] not in needed], rng.randint(*size["agent"]))
     rng.shuffle(tools)
     done = rng.randint(0, len(steps))
-    segs = [Segment(wrap("tool", tool_schema_text(t)), kind="tool") for t in tools]
-    for name, args, result in steps[:done]:
-        turn = tool_turn(format_call(name, args), json.dumps(result, separators=(",", ":"), sort_keys=True))
-        segs.append(Segment(wrap("turn", turn), kind="turn"))
+    messages = [ask([], task)]
+    for i, (name, args, result) in enumerate(steps[:done]):
+        messages += tool_step(f"call_{i}", name, args, result)
+    tools = copy.deepcopy(tools)
     if done < len(steps):
         name, args, _ = steps[done]
-        return Example(segs, task, [format_call(name, args)], "tool_call")
-    return Example(segs, task, [str(steps[-1][2][field_name])], "f1")
+        return Example(messages, [format_call(name, args)], "tool_call", tools)
+    return Example(messages, [str(steps[-1][2][field_name])], "f1", tools)
 
 
 # How many documents / people / tools / turns an example draws: the workloads as specified, and a

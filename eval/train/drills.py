@@ -1,22 +1,19 @@
 """Recall drills: the copying practice training runs before and beside the workloads.
 
 - ``kv_drills``: dense key-value recall on the pools' one-token names, the first phase of training.
-- ``recall_examples``: key-value documents in the prompt format, each followed by questions about it.
+- ``recall_examples``: key-value documents as workload examples, each followed by questions about it.
 """
 
 from __future__ import annotations
 
 import random
 
-from hypic_rag.prompt_format import wrap
-from hypic_rag.segments import Segment
-
 from ..data.pools import BRANDS, COLORS, DAYS, FIRST_NAMES, FORECASTS, LAST_NAMES, ORG_KINDS, PET_NAMES, PLACES, ROLES
-from ..data.workloads import Example
+from ..data.workloads import Example, ask, part
 
 
 def recall_examples(n: int, seed: int, broad: bool = False) -> list[Example]:
-    """Associative recall in the prompt format: one document of key-value pairs, then a question per
+    """Associative recall as a workload example: one document of key-value pairs, then a question per
     key: short, dense copying practice, the skill every workload needs. Keys and values are pool
     names; ``broad`` makes keys full names and values anything an answer can be (numbers, roles,
     phrases), since a model drilled on names alone copied names and guessed everything else."""
@@ -33,9 +30,7 @@ def recall_examples(n: int, seed: int, broad: bool = False) -> list[Example]:
         text = " ".join(f"{k} {v}." for k, v in pairs)
         qa = [(f"{k}?", v) for k, v in pairs]
         rng.shuffle(qa)
-        out.append(
-            Example([Segment(wrap("document", text), kind="document")], qa[0][0], [qa[0][1]], "f1", meta={"qa": qa})
-        )
+        out.append(Example([ask([part("document", text)], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
     return out
 
 

@@ -5,16 +5,18 @@
 Deterministic for a given command (seeded data, init and order; CPU). It trains a byte-level BPE
 tokenizer on generated text, builds a ``qwen3_5_text`` model with transformers' own class (its
 backward pass is the reference) and trains on one example per row, the loss on the answer tokens
-plus ``--context-loss`` on the rest. Training examples are drawn fresh for every window of batches
-and never repeat: on a fixed set the model memorised its examples instead of learning to retrieve.
+plus ``--context-loss`` on the rest. Prompts are the examples' messages through the bundled model's
+chat template (the format's one home), each segment encoded on its own as the engine serves it.
+Training examples are drawn fresh for every window of batches and never repeat: on a fixed set the
+model memorised its examples instead of learning to retrieve.
 The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
 them a ``--recall`` share of each window is recall drills in the prompt format (both in ``drills``),
 ``--mix`` weighs the workloads, and a first ``--curriculum`` share of the steps uses smaller examples. The README gives
 the chain of runs (each ``--init`` from the last) that made the bundled model. Every
 ``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
 decoding yields the answer exactly when every answer token is the argmax) and writes an HF
-checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``)
-and ``curves.json``; ``--init`` continues from one.
+checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``,
+``chat_template.jinja``) and ``curves.json``; ``--init`` continues from one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import json
 import math
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -31,9 +34,11 @@ from typing import Any
 
 import torch
 
-from hypic_rag.prompt_format import TAGS, answer_text, wrap
+from hypic_rag.chat.segmentation import plain_messages
+from hypic_rag.prompt_format import ANSWER, END, bundled_template
+from hypic_rag.segments import KINDS
 
-from ..data.workloads import WORKLOADS, Example, make
+from ..data.workloads import WORKLOADS, Example, make, render
 from .drills import kv_drills, recall_examples
 
 TRAIN_MIX = (*WORKLOADS, "agent")
@@ -44,16 +49,36 @@ SYSTEM_PROMPTS = [
     "You are a concise assistant. Use the tools when needed.",
 ]
 QUESTION_PREFIXES = ["Question: ", "Answer the question. ", "Use the context to answer. Question: "]
-SPECIALS = ["<pad>", "</a>", "<a>"] + [f"<{t}>" for t in TAGS.values()] + [f"</{t}>" for t in TAGS.values()]
 HELD_OUT_SEED = 1_000_003
 
 
+def special_tokens() -> list[str]:
+    """The tokenizer's special tokens: padding, the answer's end (the EOS), the answer tag, then every tag the
+    bundled template writes, opening and closing, found by rendering one piece of each kind and a question."""
+    parts = [{"type": "text", "text": "x", "hypic": {"kind": kind}} for kind in KINDS if kind != "query"]
+    messages = plain_messages([{"role": "user", "content": [*parts, {"type": "text", "text": "x"}]}])
+    tags = [t for t in dict.fromkeys(re.findall(r"</?[^<>\s/]+>", bundled_template().render(messages))) if t != ANSWER]
+    return [
+        "<pad>",
+        END,
+        ANSWER,
+        *(t for t in tags if not t.startswith("</")),
+        *(t for t in tags if t.startswith("</")),
+    ]
+
+
+def system_text(prompt: str) -> str:
+    """A system prompt as the bundled template writes it: one segment."""
+    return bundled_template().render([{"role": "system", "content": prompt}], add_generation_prompt=False)
+
+
 def texts(examples: Iterable[Example]) -> Iterable[str]:
-    yield from (wrap("system", s) for s in SYSTEM_PROMPTS)
+    yield from (system_text(s) for s in SYSTEM_PROMPTS)
     yield from QUESTION_PREFIXES
     for ex in examples:
-        yield from (s.text or "" for s in ex.segments)
-        yield wrap("query", ex.query) + answer_text(ex.answers[0])
+        rendered = render(ex)
+        yield from (s.text or "" for s in rendered.segments)
+        yield rendered.query.text + ex.answers[0] + END
 
 
 def train_tokenizer(examples: list[Example], vocab_size: int):
@@ -68,28 +93,33 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=special_tokens(), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(texts(examples), trainer)
     return tok
 
 
 def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = None) -> tuple[list[int], list[int]]:
-    """Token ids and labels (-100 outside the answers): each segment encoded on its own, as served,
-    then up to ``questions`` question-answer pairs that the segments support (the example's own first).
-    With ``rng``, some examples get a system segment first and some questions a chat-style prefix."""
-    texts = [seg.text or "" for seg in ex.segments]
+    """Token ids and labels (-100 outside the answers): the example's prompt through the bundled template,
+    each segment encoded on its own, as served, then up to ``questions`` question-answer pairs that the
+    segments support (the example's own first), each the query segment, the answer and the EOS. With
+    ``rng``, some examples get a system segment first (before any tool schemas: the model was trained so,
+    though the template puts the tools first) and some questions a chat-style prefix."""
+    rendered = render(ex)
+    texts = [seg.text or "" for seg in rendered.segments]
     if rng is not None and rng.random() < 0.25:
-        texts.insert(0, wrap("system", rng.choice(SYSTEM_PROMPTS)))
+        texts.insert(0, system_text(rng.choice(SYSTEM_PROMPTS)))
     ids: list[int] = []
     for text in texts:
         ids += tok.encode(text, add_special_tokens=False).ids
     labels = [-100] * len(ids)
+    eos = tok.token_to_id(END)
     for question, answer in ex.meta.get("qa", [(ex.query, ex.answers[0])])[:questions]:
         if rng is not None and rng.random() < 0.15:
             question = rng.choice(QUESTION_PREFIXES) + question
-        q = tok.encode(wrap("query", question), add_special_tokens=False).ids
-        a = tok.encode(answer_text(answer), add_special_tokens=False).ids
+        query = rendered.query if question == ex.query else render(ex, question=question).query
+        q = tok.encode(query.text or "", add_special_tokens=False).ids
+        a = tok.encode(answer, add_special_tokens=False).ids + [eos]
         ids += q + a
         labels += [-100] * len(q) + a
     return ids, labels
@@ -189,7 +219,7 @@ def build_model(args: argparse.Namespace):
     tok = train_tokenizer([ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)], args.vocab)
     cfg = Qwen3_5TextConfig(
         **model_config(tok.get_vocab_size(), args.hidden, args.layers.split(","), args.attn_head_dim),
-        eos_token_id=tok.token_to_id("</a>"),
+        eos_token_id=tok.token_to_id(END),
         pad_token_id=tok.token_to_id("<pad>"),
     )
     return Qwen3_5ForCausalLM(cfg), tok
@@ -268,11 +298,13 @@ def lineage(init: str | None) -> list[dict[str, Any]]:
 
 
 def save(model, tok, out: Path, report: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint as it stands (written at every evaluation, so an interrupted run leaves one)."""
+    """The checkpoint as it stands (written at every evaluation, so an interrupted run leaves one), with the
+    bundled model's chat template, the format it was trained on."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save(str(out / "tokenizer.json"))
-    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": tok.token_to_id("</a>")}))
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": tok.token_to_id(END)}))
+    (out / "chat_template.jinja").write_text(bundled_template().templates["default"])
     (out / "curves.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 

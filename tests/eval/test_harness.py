@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hypic_rag import Engine
+from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cli import main
 from hypic_rag.eval.data.longbench import write_longbench_jsonl
 from hypic_rag.eval.data.workloads import make
-from hypic_rag.eval.harness import evaluate, load_examples
+from hypic_rag.eval.harness import evaluate, load_examples, prediction
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,40 @@ def test_eval_report_follows_the_api(trained):
         assert ("kl" in row) == (mode != "full")
     assert report["results"]["pic"]["kl"] >= 0.0 and 0.0 <= report["results"]["hypic"]["top1"] <= 1.0
     assert report["gap_points"]["hypic"] == report["results"]["full"]["score"] - report["results"]["hypic"]["score"]
+
+
+def test_each_example_goes_through_chat_with_its_messages_and_tools(trained, monkeypatch):
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    seen, chat = [], engine.chat
+
+    def spy(messages, **kwargs):
+        out = chat(messages, **kwargs)
+        seen.append((messages, kwargs["tools"], kwargs["mode"], out))
+        return out
+
+    monkeypatch.setattr(engine, "chat", spy)
+    evaluate(engine, "tool_call", ["full", "hypic"], n=2, seed=1, max_new_tokens=3, log=lambda _: None)
+    examples = make("tool_call", 2, 1)
+    assert [(m, t, mode) for m, t, mode, _ in seen] == [
+        (ex.messages, ex.tools, mode) for ex in examples for mode in ("full", "hypic")
+    ]
+    # the same prompt in every mode, the one the bundled template makes
+    assert seen[0][3].stats["prompt_tokens"] == len(engine.render(examples[0].messages, examples[0].tools).token_ids)
+
+
+def test_a_tool_call_is_scored_as_the_model_wrote_it(trained):
+    engine = Engine.from_pretrained(trained)
+    ids = engine.encode('{"arguments":{"city":"Oslo"},"name":"get_weather"}')
+    call = {"id": "call_0", "name": "get_weather", "arguments": {"city": "Oslo"}}
+    out = GenerationOutput("", ids, 0.0, tool_calls=[call])
+    assert prediction(engine, out) == '{"arguments":{"city":"Oslo"},"name":"get_weather"}'
+    assert prediction(engine, GenerationOutput(" Oslo ", engine.encode(" Oslo "), 0.0)) == "Oslo"
+
+
+def test_eval_needs_a_chat_template(trained):
+    engine = Engine.from_pretrained(trained, chat_template=None)
+    with pytest.raises(ValueError, match="chat template"):
+        evaluate(engine, "memory", ["full"], n=1, log=lambda _: None)
 
 
 def test_eval_reads_longbench_files(tmp_path):

@@ -4,6 +4,9 @@ errors reach the trace, and bad arguments are clear errors."""
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 
 from hypic_rag.eval.data import TOOLS
@@ -55,6 +58,29 @@ def test_two_tool_task_completes_and_every_step_reuses_the_cache(engine):
         assert step.stats["hit_segments"] + step.stats["miss_segments"] == 3 + i
         assert step.stats["miss_segments"] == (3 if i == 0 else 1)
     assert describe(result).count("\n") == len(result.trace) - 1
+
+
+def test_each_step_is_a_chat_request_in_the_layout_the_model_was_trained_on(engine, monkeypatch):
+    seen, chat = [], engine.chat
+
+    def spy(messages, **kwargs):
+        seen.append((copy.deepcopy(messages), kwargs["tools"]))
+        return chat(messages, **kwargs)
+
+    monkeypatch.setattr(engine, "chat", spy)
+    ToolAgent(_tools(), engine, memory=[" The user's manager is Girsti Krumnoum. "]).run(TASK)
+    assert len(seen) == 3 and all(tools == [t.schema for t in _tools()] for _, tools in seen)
+    rendered = engine.render(*seen[-1])
+    record = json.dumps(PEOPLE[NAME], separators=(",", ":"), sort_keys=True)
+    report = json.dumps(get_weather("Kothvenville"), separators=(",", ":"), sort_keys=True)
+    assert [s.text for s in rendered.segments] == [
+        f"<tool>{json.dumps(_schema('lookup_employee'), separators=(',', ':'))}</tool>\n",
+        f"<tool>{json.dumps(_schema('get_weather'), separators=(',', ':'))}</tool>\n",
+        "<mem>The user's manager is Girsti Krumnoum.</mem>\n",
+        f'<turn>call: {{"arguments":{{"name":"{NAME}"}},"name":"lookup_employee"}}\nresult: {record}</turn>\n',
+        f'<turn>call: {{"arguments":{{"city":"Kothvenville"}},"name":"get_weather"}}\nresult: {report}</turn>\n',
+    ]
+    assert rendered.query.text == f"<q>{TASK}</q>\n<a>"
 
 
 def test_step_cap_holds(engine):

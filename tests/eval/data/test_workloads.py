@@ -1,14 +1,97 @@
-"""The synthetic workloads: deterministic, answerable from their own segments, well-formed."""
+"""The synthetic workloads: deterministic, answerable from their own segments, well-formed; their
+messages make, through the bundled model's template, exactly the prompts it was trained on."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
-from hypic_rag.eval.data.workloads import WORKLOADS, make
+from hypic_rag.eval.data.workloads import WORKLOADS, make, render
 from hypic_rag.eval.metrics import parse_call
-from hypic_rag.prompt_format import TAGS
+from hypic_rag.eval.train.drills import recall_examples
+from hypic_rag.prompt_format import format_call
+
+TAGS = {"system": "sys", "document": "doc", "tool": "tool", "memory": "mem", "turn": "turn"}
+ALL = (*WORKLOADS, "agent")
+# sha256 of each workload's segments, query, answers and meta (``_digest``), computed on the code that built
+# the segments by hand (``Segment(wrap(kind, text))``, query ``wrap("query", q)``) before the workloads
+# became messages: the prompts, and so the training data, must not change by a byte.
+DIGESTS = {
+    "single_doc": "6e7e202b139b0f958b359f39cc336e70ebf1867933438c5bdf6566213d68cafa",
+    "single_doc:small": "370f49e2b74a4cf7437cec712c3c310492fb92f1e6976c80ec2c5189dd312bf9",
+    "multi_hop": "cb78f68c0a64bd78a888f72302fe3a0e1f2683eeee49d190c004c8f7a3d0bba7",
+    "multi_hop:small": "520f630486dbea6fddeef4c9f92fb5c8428e05e3d23b60ad50c7baaa05fc9382",
+    "aggregate": "34f66944cb18526e06734974778c4163e4a240bdbf99968a4897e08f88e341d6",
+    "aggregate:small": "f333974cc98f6366a4716c4489cd200ca05d20f86c90ee343fa3be0465066cec",
+    "tool_call": "2d67375fa1a9ad0c3927abbd21be1236cb536cfe91fe73730ec734a81123b63c",
+    "tool_call:small": "e03215a0d98d0adc33486e1dae994046454749259654ffc7b7a19f50e3da4c77",
+    "memory": "4e8c872d8443a838de50c4916d16a0963efd7460aaa20a9dfb4f66bfee055603",
+    "memory:small": "0b7874dba65e6a7f8a4538013d1dd02bf694163d30746bb7e19770247c425825",
+    "agent": "26dfe9d02e909b96f331a07bf055729de36bd21f79e92a7bcc539e8b400f3278",
+    "agent:small": "90317acf424a2c5e9ba902767f0a3c749c2cfbf88e1f7c6f10c66509501f3b7a",
+    "recall": "dfccc2355b0ad7cb9457bf62637eb32ad125fa7647fb1323ba7b98961379f609",
+}
+
+
+def _digest(h, examples) -> None:
+    for ex in examples:
+        rendered = render(ex)
+        segments = [(s.kind, s.text) for s in rendered.segments]
+        h.update(json.dumps([segments, rendered.query.text, ex.answers, ex.metric, ex.meta], sort_keys=True).encode())
+
+
+@pytest.mark.parametrize("workload", ALL)
+@pytest.mark.parametrize("small", [False, True])
+def test_the_prompts_are_todays_to_the_byte(workload, small):
+    h = hashlib.sha256()
+    for seed in range(40):
+        _digest(h, make(workload, 5, seed, small=small))
+    assert h.hexdigest() == DIGESTS[workload + (":small" if small else "")]
+
+
+def test_the_recall_drills_are_todays_to_the_byte():
+    h = hashlib.sha256()
+    for broad in (False, True):
+        for seed in range(20):
+            for ex in recall_examples(5, seed, broad=broad):
+                rendered = render(ex)
+                segments = [(s.kind, s.text) for s in rendered.segments]
+                h.update(json.dumps([segments, rendered.query.text, ex.answers, ex.meta], sort_keys=True).encode())
+    assert h.hexdigest() == DIGESTS["recall"]
+
+
+def _hand_wrapped(ex) -> tuple[list[tuple[str, str]], str]:
+    """The prompt as it was built by hand: tool schemas, the user's parts, the steps, then the question."""
+    segments = [("tool", f"<tool>{json.dumps(t, separators=(',', ':'))}</tool>\n") for t in ex.tools or []]
+    user, *steps = ex.messages
+    for part in user["content"][:-1]:
+        kind = part["hypic"]["kind"]
+        segments.append((kind, f"<{TAGS[kind]}>{part['text']}</{TAGS[kind]}>\n"))
+    for call, result in zip(steps[::2], steps[1::2], strict=True):
+        function = call["tool_calls"][0]["function"]
+        text = f"call: {format_call(function['name'], json.loads(function['arguments']))}\nresult: {result['content']}"
+        segments.append(("turn", f"<turn>{text}</turn>\n"))
+    return segments, f"<q>{user['content'][-1]['text']}</q>\n<a>"
+
+
+@pytest.mark.parametrize("workload", ALL)
+def test_the_template_wraps_each_piece_as_the_format_did_by_hand(workload):
+    for small in (False, True):
+        for ex in make(workload, 30, 11, small=small):
+            rendered = render(ex)
+            assert ([(s.kind, s.text) for s in rendered.segments], rendered.query.text) == _hand_wrapped(ex)
+            assert all(s.cache for s in rendered.segments) and ex.query == ex.messages[0]["content"][-1]["text"]
+            assert "".join(s.text for s in rendered.segments) + rendered.query.text == rendered.text
+
+
+def test_another_question_changes_only_the_query():
+    ex = make("memory", 1, 2)[0]
+    question, _ = ex.meta["qa"][-1]
+    other = render(ex, question=question)
+    assert other.segments == render(ex).segments and other.query.text == f"<q>{question}</q>\n<a>"
+    assert ex.asking(question)[0]["content"][:-1] == ex.messages[0]["content"][:-1] and ex.query != question
 
 
 def _fingerprint(examples):

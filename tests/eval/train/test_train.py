@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 
 import torch
 from safetensors.torch import load_file
+from tokenizers import Tokenizer
 
 from hypic_rag import Engine
-from hypic_rag.eval.data.workloads import make
+from hypic_rag.eval.data.workloads import make, render
+from hypic_rag.eval.train import train
 from hypic_rag.eval.train.drills import recall_examples
-from hypic_rag.eval.train.train import HELD_OUT_SEED, SPECIALS, fresh_window, run
+from hypic_rag.eval.train.train import HELD_OUT_SEED, encode, fresh_window, run, special_tokens
+from hypic_rag.model.loading import default_model_path
+from hypic_rag.prompt_format import bundled_template
 from hypic_rag.testing.parity import load_reference, logits_max_diff
+
+# sha256 of training ids and labels (``test_training_ids_are_todays``) and of the tokenizer's training
+# texts, computed on the code that wrapped each segment by hand, before the examples became messages.
+ENCODE_DIGEST = "7813c25ebbf344cd04308bb9f19e63078f6c8f7a6f1d7ff82a0caca88db0147c"
+TEXTS_DIGEST = "37feda76482a5882b28054728daf560bb30fd7fc72b93bd816539cae9c7cf75b"
 
 
 def test_training_is_reproducible_and_the_checkpoint_loads_everywhere(tmp_path, train_args):
@@ -21,8 +32,12 @@ def test_training_is_reproducible_and_the_checkpoint_loads_everywhere(tmp_path, 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [r["step"] for r in report["curves"]] == [3]
     engine = Engine.from_pretrained(tmp_path / "a")
-    assert all(len(engine.encode(tag)) == 1 for tag in SPECIALS)
+    assert all(len(engine.encode(tag)) == 1 for tag in special_tokens())
     assert engine.eos_token_ids == (engine.tokenizer.token_to_id("</a>"),)
+    # the checkpoint carries the format it was trained on, so Engine.chat serves it as training saw it
+    assert (tmp_path / "a" / "chat_template.jinja").read_text() == bundled_template().templates["default"]
+    ex = make("tool_call", 1, 3)[0]
+    assert engine.render(ex.messages, ex.tools).segments == render(ex).segments
     ids = torch.randint(0, engine.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(0))
     assert logits_max_diff(engine.model, load_reference(tmp_path / "a"), ids) < 1e-4
 
@@ -37,6 +52,34 @@ def test_training_continues_from_a_checkpoint(tmp_path, train_args):
     assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
     report = json.loads((tmp_path / "b" / "curves.json").read_text())
     assert [r["args"]["out"] for r in report["previous"]] == [str(tmp_path / "a")]  # the lineage is kept
+
+
+def test_the_special_tokens_are_the_templates_tags_in_the_bundled_tokenizers_order():
+    tags = ["sys", "doc", "tool", "mem", "turn", "q"]
+    assert special_tokens() == ["<pad>", "</a>", "<a>", *(f"<{t}>" for t in tags), *(f"</{t}>" for t in tags)]
+    bundled = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    assert [bundled.id_to_token(i) for i in range(len(special_tokens()))] == special_tokens()
+
+
+def test_training_ids_are_todays():
+    """Each segment encoded on its own through the template, then each question, answer and EOS: the same ids
+    and labels as when the segments were wrapped by hand, augmentation and extra questions included."""
+    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    h = hashlib.sha256()
+    for k in range(3):
+        for small in (False, True):
+            exs = fresh_window(k, 96, 6, small, 0.3, (*train.TRAIN_MIX, "agent"), True)
+            augment = random.Random(f"augment:{k}")
+            for ex in exs:
+                for questions in (1, 16):
+                    h.update(json.dumps(encode(tok, ex, questions, augment)).encode())
+            for ex in exs[:20]:
+                h.update(json.dumps(encode(tok, ex)).encode())
+    assert h.hexdigest() == ENCODE_DIGEST
+    h = hashlib.sha256()
+    for text in train.texts([ex for w in train.TRAIN_MIX for ex in make(w, 30, 0)]):
+        h.update(text.encode() + b"\0")
+    assert h.hexdigest() == TEXTS_DIGEST
 
 
 def _texts(examples):
