@@ -7,6 +7,7 @@ orchestrates them. The math is in ``hypic_rag.model`` and ``hypic_rag.kernels``.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -409,5 +410,7 @@ class Engine:
             **settings,
         )
         thinking = thinking_opened(rendered.text)
-        parsed = parse_output(out.text or "", setup.tool_format, tools, thinking_open=thinking)
+        # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
+        seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
+        parsed = parse_output(out.text or "", setup.tool_format, tools, thinking_open=thinking, id_seed=seed_text)
         return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)
