@@ -1,118 +1,276 @@
-"""LangChain (langchain-core 1.x): ``ChatHypic``, a chat model whose prompt pieces become cached segments.
+"""LangChain (langchain-core 1.x): ``ChatHypic``, a chat model served through ``Engine.chat`` on any checkpoint.
 
-Where segments come from, in order of precedence:
+Messages become OpenAI-style dicts (``to_chat_messages``) and the checkpoint's own chat template renders
+them; ``engine.chat`` cuts the prompt into cached segments. Where segments come from:
 
-- text content blocks with ``extras={"hypic": {"kind": ...}}`` (the v1 standard's provider field),
-  which ``documents_to_messages`` builds from retrieved documents;
-- texts that ``HypicRetriever`` handed out, found again inside flat prompts, so an unchanged
-  ``retriever | format_docs | prompt | llm`` chain keeps its document boundaries;
-- otherwise each message: system → ``system``, earlier human and AI messages → ``turn``, a tool call
-  with its result → one ``turn``; bound tools → one ``tool`` segment each. The last human message is
-  the query.
+- text content blocks with ``extras={"hypic": {"kind": ...}}`` (the v1 standard's provider field) are one
+  segment of that kind each; ``documents_to_messages`` builds them from retrieved documents;
+- texts that ``HypicRetriever`` handed out, found again inside flat messages, are ``document`` parts, so an
+  unchanged ``retriever | format_docs | prompt | llm`` chain keeps its document boundaries;
+- the rest is the engine's ``segmentation`` (default ``"auto"``): tool schemas, earlier turns, and flat
+  content cut at paragraphs, so a recurring document is found again on templates that allow it.
+
+On the bundled model the messages are first normalised as its prompt format was trained (whitespace collapsed,
+a tool call with its result one turn, ASCII-escaped JSON), so its segments are the ones the integrations have
+always built.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.output_parsers import BaseGenerationOutputParser
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, Generation
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, Field
+from langchain_core.utils.pydantic import is_basemodel_subclass
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from hypic_rag import Engine, GenerationOutput, Segment
+from hypic_rag import Engine, GenerationOutput
+from hypic_rag.chat.conversation import thinking_opened
+from hypic_rag.chat.segmentation import SEGMENTATIONS
+from hypic_rag.chat.tool_calls import format_tool_result, split_reasoning
 from hypic_rag.engine import MODES
-from hypic_rag.prompt_format import wrap
+from hypic_rag.segments import KINDS
 
 from . import embeddings
 from .prompting import (
+    DEFAULT_MODEL,
     HYPIC_KEY,
     REGISTRY,
-    PromptParts,
     TextRegistry,
-    answer_text,
-    default_engine,
-    parse_tool_call,
-    segment,
-    step_segment,
-    stop_ids,
+    load_engine,
     stream_tokens,
+    text_part,
     token_usage,
     tool_names,
-    tool_segment,
+    uses_bundled_format,
 )
 
+_ROLES = {SystemMessage: "system", HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool"}
+_CHAT_ROLES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "ai": "assistant"}
+# Blocks of an AIMessage's content that repeat its tool calls (``message.tool_calls`` carries them).
+_CALL_BLOCKS = ("tool_call", "tool_call_chunk", "tool_use", "function_call")
+_REASONING_BLOCKS = ("reasoning", "thinking")
+# What a call may set besides the constructor's own fields (``stream`` and ``model`` come from langchain-core).
+_CALL_OPTIONS = frozenset(
+    {
+        "tools",
+        "tool_choice",
+        "mode",
+        "seam",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "seed",
+        "segmentation",
+        "chat_template_kwargs",
+        "stream",
+        "model",
+    }
+)
+_TOOL_TAGS = ("<tool_call>", "<function=")
 
-def _blocks(message: BaseMessage) -> list[tuple[str | None, str]]:
-    """(kind or None, text) for each text block of a message."""
+
+# -- messages ----------------------------------------------------------------------------------------------------
+
+
+def _role(message: BaseMessage, where: str) -> str:
+    for cls, role in _ROLES.items():
+        if isinstance(message, cls):
+            return role
+    if isinstance(message, ChatMessage) and message.role in _CHAT_ROLES:
+        return _CHAT_ROLES[message.role]
+    raise ValueError(
+        f"{where}: ChatHypic renders system, human, AI and tool messages (and ChatMessage with role "
+        f"{', '.join(_CHAT_ROLES)}), not {type(message).__name__}"
+        + (f" with role {message.role!r}" if isinstance(message, ChatMessage) else "")
+    )
+
+
+def _block_kind(block: Mapping[str, Any], where: str) -> str | None:
+    meta = (block.get("extras") or {}).get(HYPIC_KEY, block.get(HYPIC_KEY))
+    if meta is None:
+        return None
+    kind = meta.get("kind") if isinstance(meta, Mapping) else None
+    if kind not in KINDS:
+        raise ValueError(f"{where}: unknown segment kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return kind
+
+
+def _content(message: BaseMessage, where: str) -> tuple[list[tuple[str | None, str]], list[str]]:
+    """``(kind or None, text)`` for each text block of a message, and an AI message's reasoning blocks."""
     content = message.content
     if isinstance(content, str):
-        return [(None, content)]
-    out: list[tuple[str | None, str]] = []
-    for block in content:
+        return [(None, content)], []
+    parts: list[tuple[str | None, str]] = []
+    reasoning: list[str] = []
+    is_ai = isinstance(message, AIMessage)
+    for j, block in enumerate(content):
+        at = f"{where} block {j}"
         if isinstance(block, str):
-            out.append((None, block))
-        elif isinstance(block, dict) and block.get("type") == "text":
-            kind = ((block.get("extras") or {}).get(HYPIC_KEY) or {}).get("kind")
-            out.append((kind, str(block.get("text", ""))))
+            parts.append((None, block))
+            continue
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise ValueError(f"{at}: a text block needs a string 'text', got {text!r:.80}")
+            parts.append((_block_kind(block, at), text))
+        elif is_ai and kind in _REASONING_BLOCKS:
+            reasoning.append(str(block.get(kind) or block.get("reasoning") or ""))
+        elif is_ai and kind in _CALL_BLOCKS:
+            continue
+        else:
+            raise ValueError(
+                f"{at}: ChatHypic renders text only and cannot render a {kind or type(block).__name__!r} block"
+            )
+    return parts, reasoning
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _plain_text(parts: list[tuple[str | None, str]]) -> str:
+    """The bundled format's text of a message's plain blocks: the non-blank ones, a line each."""
+    return "\n".join(t for k, t in parts if k is None and t.strip())
+
+
+def _message(role: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A chat message; content is a string unless some part carries a kind."""
+    if any(HYPIC_KEY in p for p in parts):
+        return {"role": role, "content": parts}
+    return {"role": role, "content": "".join(p["text"] for p in parts)}
+
+
+def _generic(role: str, parts: list[tuple[str | None, str]], registry: TextRegistry | None) -> list[dict[str, Any]]:
+    """The message as written; registered texts inside system and user text become document parts."""
+    out: list[dict[str, Any]] = []
+    for kind, text in parts:
+        if kind is None and registry is not None and role in ("system", "user"):
+            out.extend(registry.parts(text))
+        else:
+            out.append(text_part(text, kind))
+    return [_message(role, out)]
+
+
+def _bundled(
+    role: str, parts: list[tuple[str | None, str]], last_user: bool, registry: TextRegistry | None, where: str
+) -> list[dict[str, Any]]:
+    """The message as the bundled model's prompt format was trained: kinded blocks stripped, plain text
+    collapsed (assistant text right-stripped), registered texts as documents after the text they were found in."""
+    kinded = [text_part(t.strip(), k) for k, t in parts if k is not None and k != "query"]
+    queries = [_collapse(t) for k, t in parts if k == "query"]
+    text = _plain_text(parts)
+    docs: list[str] = []
+    if role == "assistant":
+        text = text.rstrip()  # inside "assistant: {text}", stripped whole as it always was
+    elif registry is not None:
+        docs, text = registry.split(text)
+    else:
+        text = _collapse(text)
+    doc_parts = [text_part(d, "document") for d in docs]
+    if queries and (text or len(queries) > 1):
+        raise ValueError(f"{where}: a message with a 'query' block can hold no other question text")
+    own = kinded + ([text_part(text)] if text else []) + [text_part(q, "query") for q in queries]
+    if last_user:  # its documents come before the question, as the template puts every kinded part first
+        return [_message(role, kinded + doc_parts + own[len(kinded) :])]
+    out = [_message(role, own)]
+    if doc_parts:  # after the message's own text: a message of their own, which the template renders as documents
+        out.append(_message(role, doc_parts))
     return out
 
 
-def messages_to_parts(
-    messages: Sequence[BaseMessage], tools: Sequence[dict] = (), registry: TextRegistry | None = REGISTRY
-) -> PromptParts:
-    """The prompt's segments and query, in the format the bundled model was trained on."""
+def _tool_call(call: Mapping[str, Any], bundled: bool) -> dict[str, Any]:
+    args = call.get("args") or {}
+    if bundled:  # the bundled model's calls: compact JSON, sorted keys, ASCII-escaped
+        args = json.dumps(args, separators=(",", ":"), sort_keys=True)
+    return {"id": call.get("id") or "", "type": "function", "function": {"name": call["name"], "arguments": args}}
+
+
+def to_chat_messages(
+    messages: Sequence[BaseMessage], *, bundled: bool = False, registry: TextRegistry | None = REGISTRY
+) -> list[dict[str, Any]]:
+    """LangChain messages as ``engine.chat``'s OpenAI-style dicts.
+
+    System → ``system``, human → ``user`` (blocks with a hypic kind become parts of that kind), AI →
+    ``assistant`` with ``tool_calls`` in OpenAI form, tool → ``tool`` with ``format_tool_result``'s canonical
+    text. Registered texts inside flat system and user text become ``document`` parts. ``bundled`` normalises
+    as the bundled model was trained. Content that cannot be rendered (a non-text block, a text block without
+    text, a tool result with no earlier call) is a ValueError, never dropped.
+    """
     if not messages:
         raise ValueError("no messages")
-    parts = PromptParts(tools=[tool_segment(t) for t in tools])
-    last_human = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
-    calls: dict[str, tuple[str, dict]] = {}
-    for i, msg in enumerate(messages):
-        plain: list[str] = []
-        for kind, text in _blocks(msg):
-            if kind is None:
-                plain.append(text)
-            elif kind == "query":
-                parts.query = " ".join(text.split())
-            else:
-                parts.context.append(segment(kind, text))  # raises ValueError on an unknown kind
-        text = "\n".join(t for t in plain if t.strip())
-        if isinstance(msg, SystemMessage):
-            parts.add_text("system", text, registry)
-        elif isinstance(msg, HumanMessage):
-            if i == last_human:
-                rest = parts.add_text("query", text, registry)
-                parts.query = parts.query or rest
-            elif text:
-                parts.add_text("turn", f"user: {text}", registry)
-        elif isinstance(msg, AIMessage):
-            for call in msg.tool_calls:
-                calls[call.get("id") or ""] = (call["name"], call.get("args", {}))
-            if text:
-                parts.context.append(segment("turn", f"assistant: {text}"))
-        elif isinstance(msg, ToolMessage):
-            name, args = calls.pop(msg.tool_call_id, (msg.name or "tool", {}))
-            parts.context.append(step_segment(name, args, text))
-        elif text:
-            parts.add_text("turn", text, registry)
-    parts.check()
-    return parts
+    where = [f"message {i} ({type(m).__name__})" for i, m in enumerate(messages)]
+    roles = [_role(m, w) for m, w in zip(messages, where, strict=True)]
+    last_user = max((i for i, r in enumerate(roles) if r == "user"), default=-1)
+    calls: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for i, (msg, role) in enumerate(zip(messages, roles, strict=True)):
+        parts, reasoning = _content(msg, where[i])
+        if role == "tool":
+            assert isinstance(msg, ToolMessage)
+            if any(kind for kind, _ in parts):
+                raise ValueError(f"{where[i]}: a tool result cannot hold blocks with a hypic kind")
+            if msg.tool_call_id not in calls:
+                raise ValueError(
+                    f"{where[i]}: tool_call_id {msg.tool_call_id!r} matches no earlier AIMessage tool call"
+                )
+            text = _plain_text(parts) if bundled else "".join(t for _, t in parts)
+            result = format_tool_result(text, ensure_ascii=bundled)
+            out.append(
+                {"role": "tool", "tool_call_id": msg.tool_call_id, "content": result.strip() if bundled else result}
+            )
+            continue
+        if bundled:
+            out.extend(_bundled(role, parts, i == last_user, registry, where[i]))
+        else:
+            out.extend(_generic(role, parts, registry))
+        if isinstance(msg, AIMessage):
+            if msg.invalid_tool_calls:
+                raise ValueError(f"{where[i]}: it holds invalid tool calls, which no chat template can render")
+            if msg.tool_calls:
+                out[-1]["tool_calls"] = [_tool_call(c, bundled) for c in msg.tool_calls]
+                calls.update(c.get("id") or "" for c in msg.tool_calls)
+            thought = msg.additional_kwargs.get("reasoning_content") or "".join(reasoning)
+            if thought:
+                out[-1]["reasoning_content"] = thought
+    if bundled and not _has_question(out):
+        raise ValueError("the prompt has no question: the last user message has no text outside its documents")
+    return out
+
+
+def _has_question(messages: list[dict[str, Any]]) -> bool:
+    users = [m for m in messages if m["role"] == "user"]
+    if not users:
+        return False
+    content = users[-1]["content"]
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(p.get(HYPIC_KEY, {"kind": "query"})["kind"] == "query" and p["text"].strip() for p in content)
+
+
+# -- the chat model ----------------------------------------------------------------------------------------------
 
 
 def _truncate(text: str, stop: Sequence[str] | None) -> str:
@@ -122,28 +280,78 @@ def _truncate(text: str, stop: Sequence[str] | None) -> str:
     return text
 
 
-class ChatHypic(BaseChatModel):
-    """A chat model served by hypic-rag; ``engine=None`` loads the bundled default model."""
+def _tool_choice(choice: Any, names: Sequence[str]) -> str | None:
+    """``None``, ``"auto"``, ``"any"``, ``"required"`` or a bound tool's name (also in OpenAI's dict form)."""
+    if isinstance(choice, Mapping):
+        choice = (choice.get("function") or {}).get("name") or choice.get("name")
+    if choice in (None, "auto", "any", "required") or choice in names:
+        return choice
+    raise ValueError(f"tool_choice {choice!r} is not one of the bound tools ({', '.join(names) or 'none bound'})")
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
+
+class ChatHypic(BaseChatModel):
+    """A chat model served by hypic-rag through ``Engine.chat``.
+
+    ``model`` is a local checkpoint directory or a hub id ``org/name`` (``"hypic-default"``, the default, is the
+    bundled model), loaded once per (model, cache_dir) per process on first use; ``cache_dir`` adds a persistent
+    segment tier. Or pass a ready ``engine``. Sampling settings left ``None`` come from the checkpoint's
+    ``generation_config.json``, else greedy and 64 tokens. ``timeout`` and ``max_retries`` are LangChain's standard
+    parameters, accepted for compatibility: a local engine has nothing to time out or retry.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True, extra="forbid")
 
     engine: Any = Field(default=None, exclude=True)
-    model: str = Field(default="hypic-default", alias="model_name")
+    model: str = Field(default=DEFAULT_MODEL, alias="model_name")
+    cache_dir: str | None = None
+    cache_url: str | None = None
     mode: str = "hypic"
     seam: int | float | None = None
-    max_tokens: int = 64
-    temperature: float = 0.0
-    streaming: bool = False
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
     stop: list[str] | None = Field(default=None, alias="stop_sequences")
+    streaming: bool = False
+    segmentation: str = "auto"
+    chat_template_kwargs: dict[str, Any] | None = None
     timeout: float | None = None
     max_retries: int = 0
     registry: Any = Field(default=REGISTRY, exclude=True)
 
     def model_post_init(self, __context: Any) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.cache_url is not None:
+            raise ValueError(
+                "cache_url: the shared remote cache tier is not available in this version of hypic-rag; "
+                "use cache_dir for a persistent local tier"
+            )
+        if self.engine is not None and self.cache_dir is not None:
+            raise ValueError("cache_dir applies when ChatHypic loads the model; the engine you passed has its own")
+        self._check_options(
+            {
+                "mode": self.mode,
+                "max_tokens": self.max_tokens,
+                "segmentation": self.segmentation,
+                "temperature": self.temperature,
+                "top_p": self.top_p,
+            }
+        )
+
+    @staticmethod
+    def _check_options(options: Mapping[str, Any]) -> None:
+        mode, tokens, seg = options.get("mode"), options.get("max_tokens"), options.get("segmentation")
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        if tokens is not None and tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {tokens}")
+        if seg is not None and seg not in SEGMENTATIONS:
+            raise ValueError(f"segmentation must be one of {', '.join(SEGMENTATIONS)}, got {seg!r}")
+        if (options.get("temperature") or 0) < 0:
+            raise ValueError(f"temperature must be >= 0, got {options['temperature']}")
+        top_p = options.get("top_p")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
     @property
     def _llm_type(self) -> str:
@@ -151,59 +359,107 @@ class ChatHypic(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model": self.model, "mode": self.mode, "seam": self.seam, "max_tokens": self.max_tokens}
+        names = ("model", "cache_dir", "mode", "seam", "max_tokens", "temperature", "top_p", "top_k", "segmentation")
+        return {name: getattr(self, name) for name in names}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
         params = super()._get_ls_params(stop=stop, **kwargs)
         params.update(ls_provider="hypic", ls_model_name=kwargs.get("model", self.model), ls_model_type="chat")
-        params["ls_temperature"] = kwargs.get("temperature", self.temperature)
-        params["ls_max_tokens"] = kwargs.get("max_tokens", self.max_tokens)
+        temperature, max_tokens = kwargs.get("temperature", self.temperature), kwargs.get("max_tokens", self.max_tokens)
+        if temperature is not None:
+            params["ls_temperature"] = temperature
+        if max_tokens is not None:
+            params["ls_max_tokens"] = max_tokens
         if stop or self.stop:
             params["ls_stop"] = stop or self.stop
         return params
 
     def get_engine(self) -> Engine:
+        """The engine: the one passed, else ``model`` loaded (once per process) with ``cache_dir``."""
         if self.engine is None:
-            self.engine = default_engine()
+            self.engine = load_engine(self.model, self.cache_dir)
         return self.engine
 
+    # -- tools -------------------------------------------------------------------------------------------------------
+
     def bind_tools(
-        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """Each tool (a function, pydantic model, BaseTool or OpenAI dict) becomes one ``tool`` segment."""
+        """Each tool (a function, pydantic model, TypedDict, BaseTool or OpenAI dict) goes to ``engine.chat`` as an
+        OpenAI schema, one ``tool`` segment each. ``tool_choice`` must name a bound tool (or be ``auto``, ``any``,
+        ``required``); the engine does not constrain decoding, so the model may still answer in text."""
         formatted = [convert_to_openai_tool(t) for t in tools]
-        if tool_choice not in (None, "auto", "any", "required") and tool_choice not in tool_names(formatted):
-            raise ValueError(f"tool_choice {tool_choice!r} is not one of the bound tools")
+        choice = _tool_choice(tool_choice, tool_names(formatted))
+        if choice is not None:
+            kwargs["tool_choice"] = choice
         return self.bind(tools=formatted, **kwargs)
 
-    def _run(
-        self, messages: list[BaseMessage], kwargs: dict[str, Any], on_token: Callable | None = None
-    ) -> tuple[GenerationOutput, list[dict]]:
-        tools = kwargs.get("tools") or []
-        parts = messages_to_parts(messages, tools, self.registry)
-        engine = self.get_engine()
-        out = engine.generate(
-            parts.segments(),
-            Segment(wrap("query", parts.query), kind="query"),
-            mode=kwargs.get("mode", self.mode),
-            max_new_tokens=kwargs.get("max_tokens", self.max_tokens),
-            temperature=kwargs.get("temperature", self.temperature),
-            seam=kwargs.get("seam", self.seam),
-            stop_token_ids=stop_ids(engine),
-            on_token=on_token,
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type,
+        *,
+        include_raw: bool = False,
+        method: str = "function_calling",
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """The answer parsed into ``schema`` (a pydantic model, TypedDict, JSON schema or OpenAI tool): the schema
+        is bound as a tool that the model is asked to call, and the call's arguments are validated. Every method
+        goes through that call, as the engine has no constrained JSON decoding. A missing call or invalid
+        arguments raise ``OutputParserException``; with ``include_raw=True`` they are ``parsing_error``."""
+        if kwargs:
+            raise ValueError(f"Received unsupported arguments {kwargs}")
+        if method not in ("function_calling", "json_schema", "json_mode"):
+            raise ValueError(f"method must be function_calling, json_schema or json_mode, got {method!r}")
+        name = convert_to_openai_tool(schema)["function"]["name"]
+        llm = self.bind_tools(
+            [schema],
+            tool_choice=name,
+            ls_structured_output_format={"kwargs": {"method": method, "strict": strict}, "schema": schema},
         )
-        return out, tools
+        parser = ToolArgumentsParser(tool_schema=schema, name=name)
+        if not include_raw:
+            return llm | parser
+        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
+        failed = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
 
-    def _message(self, out: GenerationOutput, tools: list[dict], stop: list[str] | None) -> AIMessage:
-        text = _truncate(answer_text(out.text), stop or self.stop)
+    # -- requests ----------------------------------------------------------------------------------------------------
+
+    def _settings(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(kwargs) - _CALL_OPTIONS)
+        if unknown:
+            raise ValueError(f"ChatHypic does not take {', '.join(map(repr, unknown))}")
+        if kwargs.get("model", self.model) != self.model:
+            raise ValueError(f"this ChatHypic serves {self.model!r}; make another one for {kwargs['model']!r}")
+        self._check_options(kwargs)
+        _tool_choice(kwargs.get("tool_choice"), tool_names(kwargs.get("tools") or []))
+        names = ("mode", "seam", "temperature", "top_p", "top_k", "seed", "segmentation", "chat_template_kwargs")
+        settings = {name: kwargs.get(name, getattr(self, name)) for name in names}
+        settings["max_new_tokens"] = kwargs.get("max_tokens", self.max_tokens)
+        settings["tools"] = kwargs.get("tools") or None
+        return settings
+
+    def _request(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> tuple[Engine, list[dict], dict]:
+        settings = self._settings(kwargs)
+        engine = self.get_engine()
+        chat = to_chat_messages(messages, bundled=uses_bundled_format(engine), registry=self.registry)
+        return engine, chat, settings
+
+    def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
         meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}
         meta[HYPIC_KEY] = out.stats
-        usage = token_usage(out.stats)
-        call = parse_tool_call(text, tool_names(tools)) if tools else None
-        if call is None:
-            return AIMessage(content=text, response_metadata=meta, usage_metadata=usage)
-        calls = [{"name": call[0], "args": call[1], "id": f"call_{uuid.uuid4().hex[:24]}", "type": "tool_call"}]
-        return AIMessage(content="", tool_calls=calls, response_metadata=meta, usage_metadata=usage)
+        extra = {"reasoning_content": out.reasoning} if out.reasoning else {}
+        calls = [
+            {"name": c["name"], "args": c["arguments"], "id": c["id"], "type": "tool_call"} for c in out.tool_calls
+        ]
+        return AIMessage(
+            content=_truncate(out.text or "", stop or self.stop),
+            tool_calls=calls,
+            additional_kwargs=extra,
+            response_metadata=meta,
+            usage_metadata=token_usage(out.stats),
+        )
 
     def _generate(
         self,
@@ -212,8 +468,9 @@ class ChatHypic(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        out, tools = self._run(messages, kwargs)
-        return ChatResult(generations=[ChatGeneration(message=self._message(out, tools, stop))])
+        engine, chat, settings = self._request(messages, kwargs)
+        out = engine.chat(chat, **settings)
+        return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
 
     def _stream(
         self,
@@ -222,43 +479,107 @@ class ChatHypic(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        """Token by token; with tools bound, one chunk once the answer is known to be a call or not."""
-        if kwargs.get("tools"):
-            out, tools = self._run(messages, kwargs)
-            msg = self._message(out, tools, stop)
-            chunks = [
-                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
-                for i, c in enumerate(msg.tool_calls)
-            ]
-            yield ChatGenerationChunk(
-                message=AIMessageChunk(
-                    content=msg.content,
-                    tool_call_chunks=chunks,
-                    response_metadata=msg.response_metadata,
-                    usage_metadata=msg.usage_metadata,
-                )
-            )
-            return
-        stops = stop or self.stop
-        raw = sent = ""
-        hold = max((len(s) for s in stops or ()), default=0)
-        for item in stream_tokens(lambda cb: self._run(messages, kwargs, cb)[0]):
+        """Content as the engine picks tokens; what may still turn out to be a tool call or a stop sequence is held
+        back, and the last chunk carries the rest, the tool calls, the reasoning and the metadata."""
+        engine, chat, settings = self._request(messages, kwargs)
+        rendered = engine.render(chat, settings["tools"], settings["chat_template_kwargs"], settings["segmentation"])
+        visible = _Visible(
+            engine.chat_setup.tool_format if engine.chat_setup else "none",
+            thinking_opened(rendered.text),
+            stop or self.stop,
+        )
+        sent = ""
+        raw = ""
+        for item in stream_tokens(lambda cb: engine.chat(chat, on_token=cb, **settings)):
             if isinstance(item, GenerationOutput):
-                final = self._message(item, [], stop)
-                rest = final.content[len(sent) :] if final.content.startswith(sent) else ""
+                final = self._message(item, stop)
+                text = str(final.content)
+                chunks = [
+                    {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+                    for i, c in enumerate(final.tool_calls)
+                ]
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(
-                        content=rest, response_metadata=final.response_metadata, usage_metadata=final.usage_metadata
+                        content=text[len(sent) :] if text.startswith(sent) else "",
+                        tool_call_chunks=chunks,
+                        additional_kwargs=final.additional_kwargs,
+                        response_metadata=final.response_metadata,
+                        usage_metadata=final.usage_metadata,
+                        chunk_position="last",
                     )
                 )
                 return
             raw += item
-            # emit what can no longer change: hold back the length of the longest stop sequence
-            text = _truncate(answer_text(raw), stops)
-            safe = len(text) - hold
-            if safe > len(sent) and text.startswith(sent):
-                delta, sent = text[len(sent) : safe], text[:safe]
+            safe = visible(raw)
+            if len(safe) > len(sent) and safe.startswith(sent):
+                delta, sent = safe[len(sent) :], safe
                 yield ChatGenerationChunk(message=AIMessageChunk(content=delta))
+
+
+class _Visible:
+    """The part of a partial answer that can no longer change: the content after the reasoning and before any
+    tool call, less a tail that could still become a stop sequence or a tool-call tag."""
+
+    def __init__(self, tool_format: str, thinking_open: bool, stop: Sequence[str] | None) -> None:
+        self.tool_format = tool_format
+        self.thinking_open = thinking_open
+        self.stop = [s for s in stop or () if s]
+        self.tags = _TOOL_TAGS if tool_format in ("qwen3_json", "qwen3_5_xml") else ()
+        self.stop_hold = max((len(s) for s in self.stop), default=0)
+        self.hold = max([self.stop_hold] + [len(t) for t in self.tags])
+
+    def __call__(self, raw: str) -> str:
+        _, text = split_reasoning(raw, thinking_open=self.thinking_open)
+        if self.tool_format == "bundled" and text.startswith("{"):
+            return ""  # the whole answer may be a call
+        hold = self.hold
+        cuts = [text.index(tag) for tag in self.tags if tag in text]
+        if cuts:  # what precedes a call is content for good
+            text, hold = text[: min(cuts)].rstrip(), self.stop_hold
+        cut = _truncate(text, self.stop)
+        if cut != text:
+            return cut
+        return text[: max(0, len(text) - hold)]
+
+
+class ToolArgumentsParser(BaseGenerationOutputParser[Any]):
+    """The arguments of the call to ``name`` in an AIMessage, validated against ``tool_schema``: a pydantic model's
+    instance, a TypedDict's dict, or a JSON schema's dict (its required keys checked). No call, or arguments that
+    do not fit, is an ``OutputParserException``."""
+
+    tool_schema: Any
+    name: str
+
+    def parse_result(self, result: list[Generation], *, partial: bool = False) -> Any:
+        message = result[0].message if isinstance(result[0], ChatGeneration) else None
+        if not isinstance(message, AIMessage):
+            raise OutputParserException("structured output needs a chat model's AIMessage")
+        call = next((c for c in message.tool_calls if c["name"] == self.name), None)
+        if call is None:
+            text = str(message.content)
+            raise OutputParserException(
+                f"the model did not call {self.name!r}; it answered {text!r:.200}", llm_output=text
+            )
+        args = call["args"]
+        try:
+            if isinstance(self.tool_schema, type) and is_basemodel_subclass(self.tool_schema):
+                return self.tool_schema.model_validate(args)
+            if isinstance(self.tool_schema, type):  # a TypedDict
+                return TypeAdapter(self.tool_schema).validate_python(args)
+        except ValidationError as exc:
+            raise OutputParserException(
+                f"the call's arguments do not fit {self.name!r}: {exc}", llm_output=json.dumps(args)
+            ) from exc
+        params = convert_to_openai_tool(self.tool_schema)["function"].get("parameters") or {}
+        missing = [k for k in params.get("required") or () if k not in args]
+        if missing:
+            raise OutputParserException(
+                f"the call to {self.name!r} lacks {', '.join(missing)}", llm_output=json.dumps(args)
+            )
+        return args
+
+
+# -- chains --------------------------------------------------------------------------------------------------------
 
 
 def documents_to_messages(system: str | None = None) -> Runnable[dict, list[BaseMessage]]:
@@ -303,3 +624,13 @@ class MiniLMEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return embeddings.embed_query(text)
+
+
+__all__ = [
+    "ChatHypic",
+    "HypicRetriever",
+    "MiniLMEmbeddings",
+    "ToolArgumentsParser",
+    "documents_to_messages",
+    "to_chat_messages",
+]

@@ -1,10 +1,11 @@
-"""What the integrations share: prompt parts → segments in the bundled model's format, tool-call
-parsing, the registry of retrieved texts, and the default engine.
+"""What the integrations share: the engines they load, the registry of retrieved texts, prompt parts
+→ segments in the bundled model's format, tool-call parsing and streaming.
 
-Frameworks hand us messages or one flat string; the engine wants segments. Parts that carry a kind
-(a content block's ``extras={"hypic": {"kind": ...}}``, a retrieved node, a tool schema) become
-segments of that kind; texts that a retriever wrapper registered are found again inside flat strings,
-because LCEL chains join documents into one string before the model sees them.
+Frameworks hand us messages or one flat string. Parts that carry a kind (a content block's
+``extras={"hypic": {"kind": ...}}``, a retrieved node, a tool schema) become segments of that kind;
+texts that a retriever wrapper registered are found again inside flat strings, because LCEL chains
+join documents into one string before the model sees them (``TextRegistry.parts`` gives them as
+``engine.chat`` text parts of kind ``document``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hypic_rag import Engine, GenerationOutput, Segment
@@ -24,17 +26,33 @@ from hypic_rag.prompt_format import END, format_call, parse_call, tool_schema_te
 # The key under which integrations put the engine's stats and read a content block's segment kind.
 HYPIC_KEY = "hypic"
 
+# The name the integrations give the bundled model; ``None`` means it too.
+DEFAULT_MODEL = "hypic-default"
+
 _ENGINE_LOCK = threading.Lock()
-_DEFAULT_ENGINE: Engine | None = None
+_ENGINES: dict[tuple[str | None, str | None], Engine] = {}
+
+
+def load_engine(model: str | Path | None = None, cache_dir: str | Path | None = None) -> Engine:
+    """``Engine.from_pretrained(model, cache_dir=cache_dir)``, loaded once per (model, cache_dir) per
+    process and shared by every integration; ``None`` or ``"hypic-default"`` is the bundled model."""
+    name = None if model is None or str(model) == DEFAULT_MODEL else str(model)
+    where = str(Path(cache_dir).expanduser().resolve()) if cache_dir is not None else None
+    with _ENGINE_LOCK:
+        if (name, where) not in _ENGINES:
+            _ENGINES[name, where] = Engine.from_pretrained(name, cache_dir=where)
+        return _ENGINES[name, where]
 
 
 def default_engine() -> Engine:
     """The bundled model, loaded once per process and shared by every integration."""
-    global _DEFAULT_ENGINE
-    with _ENGINE_LOCK:
-        if _DEFAULT_ENGINE is None:
-            _DEFAULT_ENGINE = Engine.from_pretrained()
-        return _DEFAULT_ENGINE
+    return load_engine()
+
+
+def uses_bundled_format(engine: Engine) -> bool:
+    """True when the engine's chat template is the bundled model's own prompt format."""
+    setup = engine.chat_setup
+    return setup is not None and setup.tool_format == "bundled"
 
 
 def stop_ids(engine: Engine) -> list[int]:
@@ -109,24 +127,52 @@ class TextRegistry:
     def __len__(self) -> int:
         return len(self._texts)
 
-    def split(self, text: str) -> tuple[list[str], str]:
-        """The registered texts found in ``text`` (in order of appearance) and what is left around them."""
+    def spans(self, text: str) -> list[tuple[bool, str]]:
+        """``text`` as ``(is_registered, run)`` runs whose concatenation is ``text``: each registered text
+        found (its first occurrence, longest texts first, never overlapping) is a run of its own."""
         with self._lock:
             known = sorted(self._texts.values(), key=len, reverse=True)
         found: list[tuple[int, str]] = []
-        rest = text
+        masked = text
         for doc in known:
-            at = rest.find(doc)
+            at = masked.find(doc)
             if at < 0:
                 continue
             found.append((at, doc))
-            rest = rest[:at] + "\0" * len(doc) + rest[at + len(doc) :]
-        found.sort()
-        leftover = " ".join(rest.replace("\0", " ").split())
-        return [doc for _, doc in found], leftover
+            masked = masked[:at] + "\0" * len(doc) + masked[at + len(doc) :]
+        runs: list[tuple[bool, str]] = []
+        pos = 0
+        for at, doc in sorted(found):
+            if at > pos:
+                runs.append((False, text[pos:at]))
+            runs.append((True, doc))
+            pos = at + len(doc)
+        if pos < len(text):
+            runs.append((False, text[pos:]))
+        return runs
+
+    def split(self, text: str) -> tuple[list[str], str]:
+        """The registered texts found in ``text`` (in order of appearance) and what is left around them,
+        its whitespace collapsed."""
+        runs = self.spans(text)
+        leftover = " ".join(" ".join(run for found, run in runs if not found).split())
+        return [run for found, run in runs if found], leftover
+
+    def parts(self, text: str) -> list[dict[str, Any]]:
+        """``text`` as ``engine.chat`` text parts in order: registered texts are ``document`` parts, the
+        text around them plain parts; their concatenation is ``text``."""
+        return [text_part(run, "document" if found else None) for found, run in self.spans(text)]
 
 
 REGISTRY = TextRegistry()
+
+
+def text_part(text: str, kind: str | None = None) -> dict[str, Any]:
+    """An ``engine.chat`` text part; with ``kind``, one segment of that kind."""
+    part: dict[str, Any] = {"type": "text", "text": text}
+    if kind is not None:
+        part[HYPIC_KEY] = {"kind": kind}
+    return part
 
 
 @dataclass

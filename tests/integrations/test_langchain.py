@@ -1,39 +1,59 @@
-"""ChatHypic with the real langchain-core: message mapping, an LCEL RAG chain on the bundled model
-(it answers questions about the bundled world from the retrieved documents, its answers equal the
-engine's own, reordered documents hit), the retriever wrapper for unchanged chains, streaming, tool
-calls, and langchain-tests' unit suite."""
+"""ChatHypic with the real langchain-core, through ``Engine.chat``: message mapping (on the bundled model the
+segments are the ones its prompt format was trained on), an LCEL RAG chain on the bundled model (it answers
+questions about the bundled world from the retrieved documents, its answers equal the engine's own, reordered
+documents hit), the retriever wrapper for unchanged chains, a plain chain on a Qwen-style checkpoint whose
+reordered documents hit through ``segmentation="auto"``, streaming, tool calls, structured output, options, and
+langchain-tests' unit suite."""
 
 from __future__ import annotations
 
 import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import AIMessage, ChatMessage, FunctionMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.unit_tests import ChatModelUnitTests
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
 
-from hypic_rag import GenerationOutput, Segment
+from hypic_rag import Engine, Segment
 from hypic_rag.eval.data import TOOLS, corpus
+from hypic_rag.integrations import prompting
 from hypic_rag.integrations.langchain import (
     ChatHypic,
     HypicRetriever,
     MiniLMEmbeddings,
+    ToolArgumentsParser,
+    _Visible,
     documents_to_messages,
-    messages_to_parts,
+    to_chat_messages,
 )
-from hypic_rag.integrations.prompting import answer_text, segment, stop_ids
+from hypic_rag.integrations.prompting import REGISTRY, answer_text, segment, stop_ids
 from hypic_rag.prompt_format import wrap
 
 WEATHER = next(t for t in TOOLS if t["function"]["name"] == "get_weather")
+WEATHER_QUESTION = "What is the weather in Kothvenville right now?"
 
 
 def _doc_block(text):
     return {"type": "text", "text": text, "extras": {"hypic": {"kind": "document"}}}
 
 
-def test_messages_map_onto_the_prompt_format():
+def _texts(engine, messages, tools=None):
+    """The segment texts (and the query's) ``engine.chat`` serves for LangChain ``messages``."""
+    rendered = engine.render(to_chat_messages(messages, bundled=True), tools=tools)
+    return [(s.kind, s.text) for s in rendered.segments], rendered.query.text
+
+
+# -- messages ------------------------------------------------------------------------------------------------------
+
+
+def test_messages_render_as_the_bundled_prompt_format(engine):
     messages = [
         SystemMessage("Answer the question using only the documents."),
         HumanMessage("Tell me about a book."),
@@ -42,25 +62,151 @@ def test_messages_map_onto_the_prompt_format():
         AIMessage("", tool_calls=[{"name": "get_weather", "args": {"city": "Oslo"}, "id": "c1"}]),
         ToolMessage('{"forecast":"snow"}', tool_call_id="c1"),
     ]
-    parts = messages_to_parts(messages, [WEATHER])
-    assert [s.kind for s in parts.segments()] == ["tool", "system", "turn", "turn", "document", "turn"]
-    texts = [s.text for s in parts.segments()]
+    segments, query = _texts(engine, messages, [WEATHER])
+    assert [kind for kind, _ in segments] == ["tool", "system", "turn", "turn", "document", "turn"]
+    texts = [text for _, text in segments]
     assert texts[1] == "<sys>Answer the question using only the documents.</sys>\n"
     assert texts[2] == "<turn>user: Tell me about a book.</turn>\n"
+    assert texts[3] == "<turn>assistant: Here is a short note on a book.</turn>\n"
     assert texts[4] == "<doc>Ana Lee lives in Oslo.</doc>\n"
     call = '{"arguments":{"city":"Oslo"},"name":"get_weather"}'
     assert texts[5] == f'<turn>call: {call}\nresult: {{"forecast":"snow"}}</turn>\n'
-    assert parts.query == "Where does Ana live?"
+    assert query == "<q>Where does Ana live?</q>\n<a>"
 
 
-def test_bad_messages_are_clear_errors():
-    with pytest.raises(ValueError, match="no question"):
-        messages_to_parts([SystemMessage("hi")])
-    with pytest.raises(ValueError, match="unknown segment kind 'note'"):
-        bad = {"type": "text", "text": "x", "extras": {"hypic": {"kind": "note"}}}
-        messages_to_parts([HumanMessage(content=[bad, "q?"])])
+def test_bundled_normalisation_collapses_space_and_canonicalises_results(engine):
+    # whitespace collapsed as the bundled format always did; a framework's spaced, non-ASCII JSON result
+    # written as the model was trained (compact, sorted keys, ASCII-escaped)
+    messages = [
+        SystemMessage("  Be   brief.\n"),
+        HumanMessage(content=[_doc_block("  Zoë Ann lives in Oslo. "), "Where does\n  Zoë live?"]),
+        AIMessage("", tool_calls=[{"name": "lookup_employee", "args": {"name": "Zoë Ann"}, "id": "c1"}]),
+        ToolMessage('{"name": "Zoë Ann", "city": "Oslo"}', tool_call_id="c1"),
+    ]
+    segments, query = _texts(engine, messages)
+    assert [text for _, text in segments] == [
+        "<sys>Be brief.</sys>\n",
+        "<doc>Zoë Ann lives in Oslo.</doc>\n",
+        '<turn>call: {"arguments":{"name":"Zo\\u00eb Ann"},"name":"lookup_employee"}\n'
+        'result: {"city":"Oslo","name":"Zo\\u00eb Ann"}</turn>\n',
+    ]
+    assert query == "<q>Where does Zoë live?</q>\n<a>"
+
+
+def test_registered_texts_in_flat_messages_become_documents(engine):
+    REGISTRY.register(["Ana Lee lives in Oslo.", "Bob is 40 years old."])
+    flat = "Answer from the documents.\n\nBob is 40 years old.\n\nAna Lee lives in Oslo."
+    segments, query = _texts(engine, [SystemMessage(flat), HumanMessage("Context: Ana Lee lives in Oslo. Who?")])
+    assert segments == [
+        ("system", "<sys>Answer from the documents.</sys>\n"),
+        ("document", "<doc>Bob is 40 years old.</doc>\n"),
+        ("document", "<doc>Ana Lee lives in Oslo.</doc>\n"),
+        ("document", "<doc>Ana Lee lives in Oslo.</doc>\n"),
+    ]
+    assert query == "<q>Context: Who?</q>\n<a>"
+    # On any other checkpoint the text stays as written; the registered texts are document parts in place.
+    chat = to_chat_messages([SystemMessage(flat), HumanMessage("Who?")])
+    assert chat[0]["content"] == [
+        {"type": "text", "text": "Answer from the documents.\n\n"},
+        {"type": "text", "text": "Bob is 40 years old.", "hypic": {"kind": "document"}},
+        {"type": "text", "text": "\n\n"},
+        {"type": "text", "text": "Ana Lee lives in Oslo.", "hypic": {"kind": "document"}},
+    ]
+    assert chat[1] == {"role": "user", "content": "Who?"}
+
+
+def test_messages_become_openai_dicts():
+    messages = [
+        SystemMessage("Be brief."),
+        ChatMessage(role="user", content=[_doc_block("Ana Lee lives in Oslo."), "Where does Ana live?"]),
+        AIMessage(
+            "Let me check.",
+            tool_calls=[{"name": "get_weather", "args": {"city": "Oslo"}, "id": "c1"}],
+            additional_kwargs={"reasoning_content": "A weather question."},
+        ),
+        ToolMessage(content=[{"type": "text", "text": '{"forecast": "snow",  "city": "Oslo"}'}], tool_call_id="c1"),
+    ]
+    assert to_chat_messages(messages) == [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Ana Lee lives in Oslo.", "hypic": {"kind": "document"}},
+                {"type": "text", "text": "Where does Ana live?"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": "Let me check.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+            ],
+            "reasoning_content": "A weather question.",
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"city":"Oslo","forecast":"snow"}'},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([SystemMessage("hi")], "no question"),
+        ([HumanMessage(content=[_doc_block("Ana Lee lives in Oslo.")])], "no question"),
+        (
+            [HumanMessage(content=[{"type": "text", "text": "x", "extras": {"hypic": {"kind": "note"}}}, "q?"])],
+            "'note'",
+        ),
+        ([HumanMessage(content=[{"type": "image", "url": "https://x/y.png"}, "What is it?"])], "'image' block"),
+        ([HumanMessage(content=[{"type": "text", "text": None}])], "needs a string 'text'"),
+        ([HumanMessage("Hi"), ToolMessage("42", tool_call_id="c9")], "matches no earlier AIMessage tool call"),
+        ([FunctionMessage(name="f", content="1"), HumanMessage("q?")], "not FunctionMessage"),
+        ([ChatMessage(role="critic", content="meh"), HumanMessage("q?")], "role 'critic'"),
+        ([], "no messages"),
+    ],
+)
+def test_content_that_cannot_be_rendered_is_a_clear_error(messages, message):
+    with pytest.raises(ValueError, match=message):
+        to_chat_messages(messages, bundled=True)
+
+
+def test_options_are_checked_and_honoured(chat_checkpoint, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown mode"):
         ChatHypic(mode="fast")
+    with pytest.raises(ValueError, match="segmentation"):
+        ChatHypic(segmentation="words")
+    with pytest.raises(ValueError, match="remote cache tier is not available"):
+        ChatHypic(cache_url="redis://localhost:6379/0")
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        ChatHypic(top_q=0.5)
+    with pytest.raises(ValueError, match="cache_dir applies when ChatHypic loads the model"):
+        ChatHypic(engine=object(), cache_dir=str(tmp_path))
+    # model + cache_dir: loaded once per (model, cache_dir) per process, with the disk tier there
+    llm = ChatHypic(model=str(chat_checkpoint), cache_dir=str(tmp_path), top_p=0.5, top_k=3, seed=7, max_tokens=2)
+    engine = llm.get_engine()
+    assert engine.cache_dir == tmp_path
+    assert ChatHypic(model=str(chat_checkpoint), cache_dir=str(tmp_path)).get_engine() is engine
+    seen = {}
+    real = engine.chat
+
+    def spy(messages, **kwargs):
+        seen.update(kwargs)
+        return real(messages, **kwargs)
+
+    monkeypatch.setattr(engine, "chat", spy)
+    reply = llm.invoke("Where does Ana live?", temperature=0.7)
+    assert {k: seen[k] for k in ("top_p", "top_k", "seed", "temperature", "max_new_tokens")} == {
+        "top_p": 0.5,
+        "top_k": 3,
+        "seed": 7,
+        "temperature": 0.7,
+        "max_new_tokens": 2,
+    }
+    assert reply.usage_metadata["output_tokens"] == reply.response_metadata["hypic"]["generated_tokens"] <= 2
+    with pytest.raises(ValueError, match="does not take 'top_q'"):
+        llm.invoke("Hi", top_q=0.5)
+
+
+# -- the bundled model -----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -139,18 +285,92 @@ def test_streaming_matches_invoke(engine, world):
     assert merged.response_metadata["hypic"]["prompt_tokens"] > 0 and merged.usage_metadata["output_tokens"] > 0
 
 
+def test_streaming_honours_stop_sequences(engine, world):
+    _, qa = world
+    llm = ChatHypic(engine=engine, max_tokens=24)
+    msgs = [HumanMessage(content=[_doc_block(corpus(16, seed=11)[0][8]), {"type": "text", "text": qa[8][0]}])]
+    whole = llm.invoke(msgs).content
+    assert len(whole) >= 2
+    stop = whole[1:3]
+    streamed = "".join(c.content for c in llm.stream(msgs, stop=[stop]))
+    assert streamed == llm.invoke(msgs, stop=[stop]).content == whole[: whole.index(stop)]
+
+
 def test_bound_tools_become_segments_and_calls_become_tool_calls(engine):
     others = [t for t in TOOLS if t["function"]["name"] in ("set_timer", "translate", "find_product")]
     llm = ChatHypic(engine=engine, max_tokens=40)
-    reply = llm.bind_tools([*others, WEATHER]).invoke("What is the weather in Kothvenville right now?")
+    bound = llm.bind_tools([*others, WEATHER])
+    reply = bound.invoke(WEATHER_QUESTION)
     stats = reply.response_metadata["hypic"]
     assert stats["hit_segments"] + stats["miss_segments"] == 4  # one segment per tool
-    text = '{"arguments":{"city":"Kothvenville"},"name":"get_weather"}</a>'
-    msg = llm._message(GenerationOutput(text, [], 0.0, dict(stats)), [WEATHER], None)
-    assert msg.tool_calls[0]["name"] == "get_weather" and msg.tool_calls[0]["args"] == {"city": "Kothvenville"}
-    assert msg.content == ""
+    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [("get_weather", {"city": "Kothvenville"})]
+    assert reply.content == "" and reply.tool_calls[0]["id"].startswith("call_")
+    # streamed: the call arrives whole in the last chunk, never as text
+    chunks = list(bound.stream(WEATHER_QUESTION))
+    merged = chunks[0]
+    for chunk in chunks[1:]:
+        merged += chunk
+    assert merged.content == "" and merged.tool_calls == reply.tool_calls
     with pytest.raises(ValueError, match="not one of the bound tools"):
         llm.bind_tools([WEATHER], tool_choice="send_email")
+    assert llm.bind_tools([WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+
+
+class get_weather(BaseModel):  # noqa: N801 -- the tool's name, as the bundled model knows it
+    """Current weather in a city."""
+
+    city: str = Field(description="city name")
+
+
+class WeatherDict(TypedDict):
+    city: str
+
+
+def test_structured_output_parses_the_call_into_the_schema(engine):
+    llm = ChatHypic(engine=engine, max_tokens=40)
+    assert llm.with_structured_output(get_weather).invoke(WEATHER_QUESTION) == get_weather(city="Kothvenville")
+    assert llm.with_structured_output(WEATHER).invoke(WEATHER_QUESTION) == {"city": "Kothvenville"}
+    # no call: an error, or parsing_error with include_raw -- never a silent None
+    with pytest.raises(OutputParserException, match="did not call 'get_weather'"):
+        llm.with_structured_output(get_weather).invoke("How old is Stithgo Dithgaith?")
+    out = llm.with_structured_output(get_weather, include_raw=True).invoke("How old is Stithgo Dithgaith?")
+    assert out["parsed"] is None and isinstance(out["parsing_error"], OutputParserException)
+    assert isinstance(out["raw"], AIMessage) and out["raw"].content
+    raw = llm.with_structured_output(get_weather, include_raw=True).invoke(WEATHER_QUESTION)
+    assert raw["parsed"] == get_weather(city="Kothvenville") and raw["parsing_error"] is None
+
+
+@pytest.mark.parametrize(
+    ("schema", "args", "expected"),
+    [
+        (get_weather, {"city": "Oslo"}, get_weather(city="Oslo")),
+        (get_weather, {"town": "Oslo"}, "do not fit"),
+        (WeatherDict, {"city": "Oslo"}, {"city": "Oslo"}),
+        (WeatherDict, {"city": 3}, "do not fit"),
+        (WEATHER, {"city": "Oslo"}, {"city": "Oslo"}),
+        (WEATHER, {"town": "Oslo"}, "lacks city"),
+    ],
+)
+def test_structured_output_parser_validates_arguments(schema, args, expected):
+    name = "WeatherDict" if schema is WeatherDict else "get_weather"
+    parser = ToolArgumentsParser(tool_schema=schema, name=name)
+    message = AIMessage("", tool_calls=[{"name": name, "args": args, "id": "c1"}])
+    if isinstance(expected, str):
+        with pytest.raises(OutputParserException, match=expected):
+            parser.invoke(message)
+    else:
+        assert parser.invoke(message) == expected
+
+
+def test_stream_holds_back_what_may_become_a_call_or_a_stop():
+    visible = _Visible("qwen3_json", thinking_open=False, stop=None)
+    assert visible("Hello there, friend") == "Hello th"  # the length of a tag held back
+    assert visible('Sure.\n<tool_call>\n{"name": "f"') == "Sure."
+    assert _Visible("qwen3_json", thinking_open=True, stop=None)("still thinking") == ""
+    assert _Visible("qwen3_json", True, None)("plan</think>\n\nThe answer is 42 units") == "The answer "
+    assert _Visible("bundled", False, None)('{"arguments":{') == ""
+    assert _Visible("none", False, ["STOP"])("abc STOP def") == "abc "
+    assert _Visible("none", False, ["STOP"])("abcdef") == "ab"
 
 
 class TestChatHypicUnit(ChatModelUnitTests):
@@ -162,13 +382,84 @@ class TestChatHypicUnit(ChatModelUnitTests):
     def chat_model_params(self):
         return {"model": "hypic-default"}
 
+    @property
+    def standard_chat_model_params(self):
+        params = super().standard_chat_model_params
+        del params["api_key"]  # a local model: unknown options are errors, and there is no key to give
+        return params
 
-def test_streaming_honours_stop_sequences(engine, world):
-    _, qa = world
-    llm = ChatHypic(engine=engine, max_tokens=24)
-    msgs = [HumanMessage(content=[_doc_block(corpus(16, seed=11)[0][8]), {"type": "text", "text": qa[8][0]}])]
-    whole = llm.invoke(msgs).content
-    assert len(whole) >= 2
-    stop = whole[1:3]
-    streamed = "".join(c.content for c in llm.stream(msgs, stop=[stop]))
-    assert streamed == llm.invoke(msgs, stop=[stop]).content == whole[: whole.index(stop)]
+
+# -- a Qwen-style checkpoint -----------------------------------------------------------------------------------------
+
+DOCS = [
+    "Ana Lee lives in Oslo and works as a pilot.",
+    "Bo Ek lives in Rome.",
+    "Cy Ru lives in Lima and works as a chemist.",
+    "The weather in Lima is sunny, 24 degrees.",
+]
+INSTRUCTION = "Answer the question using only the documents."
+
+
+@pytest.fixture(scope="module")
+def qwen(chat_checkpoint) -> Engine:
+    return Engine.from_pretrained(chat_checkpoint, min_cached_tokens=1)
+
+
+class RankedRetriever(BaseRetriever):
+    """The documents each question retrieves, in its own order, as a vector store would rank them."""
+
+    ranked: dict[str, list[Document]]
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        return self.ranked[query]
+
+
+def test_plain_chain_on_a_qwen_checkpoint_reuses_reordered_documents(qwen):
+    qwen.clear_cache()
+    docs = [Document(page_content=t) for t in DOCS]
+    ranked = {"Where does Ana live?": docs, "What is the weather in Lima?": docs[::-1]}
+    prompt = ChatPromptTemplate.from_messages([("system", INSTRUCTION + "\n\n{context}"), ("human", "{question}")])
+
+    def format_docs(found):
+        return "\n\n".join(d.page_content for d in found)
+
+    llm = ChatHypic(engine=qwen, max_tokens=2)
+    context = RankedRetriever(ranked=ranked) | format_docs
+    chain = {"context": context, "question": RunnablePassthrough()} | prompt | llm
+    replies, rendered = [], []
+    for question in ranked:
+        replies.append(chain.invoke(question))
+        messages = prompt.invoke({"context": format_docs(ranked[question]), "question": question}).to_messages()
+        rendered.append(qwen.render(to_chat_messages(messages)))
+    # each document is a segment of its own, in the order retrieved, the instruction one too
+    for r, question in zip(rendered, ranked, strict=True):
+        cached = [s.text for s in r.segments if s.cache]
+        assert cached == [INSTRUCTION] + [d.page_content for d in ranked[question]]
+        assert question in r.query.text
+    stats = replies[1].response_metadata["hypic"]
+    assert stats["hit_segments"] >= len(DOCS)
+    assert stats["hit_segments"] == sum(s.cache for s in rendered[1].segments)  # every cached segment hit
+    assert stats["recomputed_tokens"] < replies[0].response_metadata["hypic"]["recomputed_tokens"]
+
+
+def test_chat_on_a_qwen_checkpoint_reuses_reordered_documents(qwen):
+    qwen.clear_cache()
+
+    def ask(order, question):
+        return [
+            {"role": "system", "content": INSTRUCTION + "\n\n" + "\n\n".join(order)},
+            {"role": "user", "content": question},
+        ]
+
+    qwen.chat(ask(DOCS, "Where does Ana live?"), max_new_tokens=1)
+    out = qwen.chat(ask(DOCS[::-1], "What is the weather in Lima?"), max_new_tokens=1)
+    rendered = qwen.render(ask(DOCS[::-1], "What is the weather in Lima?"))
+    assert [s.text for s in rendered.segments if s.kind == "document"] == [INSTRUCTION, *DOCS[::-1]]
+    assert out.stats["hit_segments"] == len(DOCS) + 1
+
+
+def test_the_engine_is_loaded_once_per_model_and_cache_dir(chat_checkpoint, tmp_path):
+    one = prompting.load_engine(str(chat_checkpoint))
+    assert prompting.load_engine(str(chat_checkpoint)) is one
+    assert prompting.load_engine(str(chat_checkpoint), tmp_path) is not one
+    assert ChatHypic(model=str(chat_checkpoint)).get_engine() is one

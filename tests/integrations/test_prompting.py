@@ -1,4 +1,4 @@
-"""What the integrations share: call parsing, the registry of retrieved texts, streaming."""
+"""What the integrations share: the engines they load, call parsing, the registry of retrieved texts, streaming."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from hypic_rag import GenerationOutput
 from hypic_rag.integrations.prompting import (
     PromptParts,
     TextRegistry,
+    default_engine,
+    load_engine,
     parse_tool_call,
     step_segment,
     stream_tokens,
     tool_segment,
+    uses_bundled_format,
 )
 
 
@@ -34,6 +37,25 @@ def test_registry_finds_texts_in_order_and_keeps_the_rest():
     assert docs == ["Gamma works at Acme.", "Beta is 40 years old."]
     assert rest == "Context: Question: How old is Beta?"
     assert reg.split("nothing here") == ([], "nothing here")
+
+
+def test_registry_spans_and_parts_keep_the_text_as_written():
+    reg = TextRegistry()
+    reg.register(["Alpha lives in Oslo.", "Beta is 40 years old."])
+    flat = "Context:\nBeta is 40 years old.\n\nAlpha lives in Oslo.\n\nQuestion: who?"
+    runs = reg.spans(flat)
+    assert "".join(run for _, run in runs) == flat
+    assert [run for found, run in runs if found] == ["Beta is 40 years old.", "Alpha lives in Oslo."]
+    assert reg.parts("Alpha lives in Oslo.") == [
+        {"type": "text", "text": "Alpha lives in Oslo.", "hypic": {"kind": "document"}}
+    ]
+    assert reg.parts("none") == [{"type": "text", "text": "none"}]
+    assert reg.spans("") == []
+
+
+def test_engines_are_loaded_once_and_the_bundled_one_is_default(engine):
+    assert load_engine() is load_engine("hypic-default") is default_engine()
+    assert uses_bundled_format(default_engine()) and uses_bundled_format(engine)
 
 
 def test_parts_need_a_question_and_wrap_segments():
