@@ -27,7 +27,6 @@ import json
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -66,30 +65,12 @@ from hypic_rag.chat.tool_calls import call_id, format_tool_result
 from hypic_rag.engine import MODES
 
 from . import embeddings
-from .prompting import HYPIC_KEY, REGISTRY, default_engine, stream_tokens
-
-BUNDLED_NAME = "hypic-default"  # the old ``model_name`` default: the bundled model
+from .prompting import HYPIC_KEY, REGISTRY, load_engine, stream_tokens
 
 # -- engines ---------------------------------------------------------------------------------------
 
-_ENGINES: dict[tuple[str | None, str | None], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 _RUN_LOCKS: WeakKeyDictionary[Engine, threading.Lock] = WeakKeyDictionary()
-
-
-def load_engine(model: str | None = None, cache_dir: str | None = None) -> Engine:
-    """``Engine.from_pretrained(model, cache_dir=cache_dir)``, once per process for each (model, cache_dir);
-    the bundled model (``None`` or ``"hypic-default"``) without a ``cache_dir`` is ``prompting.default_engine()``."""
-    if model == BUNDLED_NAME:
-        model = None
-    if model is None and cache_dir is None:
-        return default_engine()
-    local = model is not None and Path(model).expanduser().exists()
-    key = (str(Path(model).expanduser().resolve()) if local else model, cache_dir and str(Path(cache_dir).expanduser()))
-    with _ENGINES_LOCK:
-        if key not in _ENGINES:
-            _ENGINES[key] = Engine.from_pretrained(model, cache_dir=cache_dir)
-        return _ENGINES[key]
 
 
 def _run_lock(engine: Engine) -> threading.Lock:

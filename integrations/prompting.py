@@ -1,9 +1,8 @@
-"""What the integrations share: the engines they load, the registry of retrieved texts, prompt parts
-→ segments in the bundled model's format, tool-call parsing and streaming.
+"""What the integrations share: the engines they load, the registry of retrieved texts, text parts
+and streaming. Every integration sends OpenAI-style messages to ``Engine.chat``, whose checkpoint
+template renders the prompt; none of them writes a prompt format of its own.
 
-Frameworks hand us messages or one flat string. Parts that carry a kind (a content block's
-``extras={"hypic": {"kind": ...}}``, a retrieved node, a tool schema) become segments of that kind;
-texts that a retriever wrapper registered are found again inside flat strings, because LCEL chains
+Texts that a retriever wrapper registered are found again inside flat strings, because LCEL chains
 join documents into one string before the model sees them (``TextRegistry.parts`` gives them as
 ``engine.chat`` text parts of kind ``document``).
 """
@@ -11,17 +10,14 @@ join documents into one string before the model sees them (``TextRegistry.parts`
 from __future__ import annotations
 
 import hashlib
-import json
 import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypic_rag import Engine, GenerationOutput, Segment
-from hypic_rag.prompt_format import END, format_call, parse_call, tool_schema_text, tool_turn, wrap
+from hypic_rag import Engine, GenerationOutput
 
 # The key under which integrations put the engine's stats and read a content block's segment kind.
 HYPIC_KEY = "hypic"
@@ -35,8 +31,11 @@ _ENGINES: dict[tuple[str | None, str | None], Engine] = {}
 
 def load_engine(model: str | Path | None = None, cache_dir: str | Path | None = None) -> Engine:
     """``Engine.from_pretrained(model, cache_dir=cache_dir)``, loaded once per (model, cache_dir) per
-    process and shared by every integration; ``None`` or ``"hypic-default"`` is the bundled model."""
+    process and shared by every integration; ``None`` or ``"hypic-default"`` is the bundled model. A
+    local directory is keyed by its resolved path, a hub id by itself."""
     name = None if model is None or str(model) == DEFAULT_MODEL else str(model)
+    if name is not None and Path(name).expanduser().exists():
+        name = str(Path(name).expanduser().resolve())
     where = str(Path(cache_dir).expanduser().resolve()) if cache_dir is not None else None
     with _ENGINE_LOCK:
         if (name, where) not in _ENGINES:
@@ -53,46 +52,6 @@ def uses_bundled_format(engine: Engine) -> bool:
     """True when the engine's chat template is the bundled model's own prompt format."""
     setup = engine.chat_setup
     return setup is not None and setup.tool_format == "bundled"
-
-
-def stop_ids(engine: Engine) -> list[int]:
-    """The answer's end tag, which the model writes when it is done."""
-    if engine.tokenizer is None:
-        raise ValueError("the integrations need a checkpoint with a tokenizer")
-    end = engine.tokenizer.token_to_id(END)
-    return [end] if end is not None else []
-
-
-def segment(kind: str, text: str) -> Segment:
-    """A segment in the prompt format the bundled model was trained on (its wrapper is inside)."""
-    return Segment(wrap(kind, text.strip()), kind=kind)
-
-
-def tool_segment(schema: dict) -> Segment:
-    if not isinstance(schema, dict) or "function" not in schema or "name" not in schema["function"]:
-        raise ValueError(f"a tool must be an OpenAI-format function schema, got {schema!r:.200}")
-    return segment("tool", tool_schema_text(schema))
-
-
-def step_segment(name: str, arguments: dict, result: Any) -> Segment:
-    """One tool-loop step (call and result) as a ``turn`` segment, as in training."""
-    if not isinstance(result, str):
-        result = json.dumps(result, separators=(",", ":"), sort_keys=True, default=str)
-    return segment("turn", tool_turn(format_call(name, arguments), result))
-
-
-def parse_tool_call(text: str, names: Iterable[str] | None = None) -> tuple[str, dict] | None:
-    """``(name, arguments)`` if ``text`` is a call the model wrote (of a known tool), else None."""
-    text = text.strip()
-    call = parse_call(text) if text.startswith("{") else None
-    if call is None or (names is not None and call["name"] not in set(names)):
-        return None
-    return call["name"], call["arguments"]
-
-
-def answer_text(text: str | None) -> str:
-    """The model's answer without its end tag and surrounding space."""
-    return (text or "").split(END)[0].strip()
 
 
 class TextRegistry:
@@ -173,31 +132,6 @@ def text_part(text: str, kind: str | None = None) -> dict[str, Any]:
     if kind is not None:
         part[HYPIC_KEY] = {"kind": kind}
     return part
-
-
-@dataclass
-class PromptParts:
-    """Segments in prompt order and the query text, before they reach the engine."""
-
-    tools: list[Segment] = field(default_factory=list)
-    context: list[Segment] = field(default_factory=list)
-    query: str = ""
-
-    def add_text(self, kind: str, text: str, registry: TextRegistry | None = REGISTRY) -> str:
-        """Add ``text`` as a segment of ``kind``, with registered texts inside it as documents; returns
-        nothing for context kinds, and the leftover text when ``kind`` is ``"query"``."""
-        docs, rest = registry.split(text) if registry is not None else ([], " ".join(text.split()))
-        if rest and kind != "query":
-            self.context.append(segment(kind, rest))
-        self.context.extend(segment("document", d) for d in docs)
-        return rest if kind == "query" else ""
-
-    def segments(self) -> list[Segment]:
-        return self.tools + self.context
-
-    def check(self) -> None:
-        if not self.query.strip():
-            raise ValueError("the prompt has no question: the last user message has no text outside its documents")
 
 
 def token_usage(stats: dict[str, Any]) -> dict[str, int]:

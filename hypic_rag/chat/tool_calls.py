@@ -137,10 +137,10 @@ def format_tool_result(result: Any, *, ensure_ascii: bool = False) -> str:
     """A tool result as one canonical text, whatever JSON spacing the framework used.
 
     JSON objects and arrays (given as such or as JSON text) become compact JSON with sorted keys, the form the
-    bundled model was trained on (``prompt_format.format_call``, the integrations' ``step_segment``), so the same
+    bundled model was trained on (``prompt_format.format_call`` and ``tool_step``), so the same
     result is the same tokens and its cache entry is found again. Other text is kept as written: a JSON scalar
     has no spacing to normalise and re-dumping would rewrite numbers such as ``1e5``. None, booleans and numbers
-    are written as JSON (as ``step_segment`` does); other objects via ``str()``. Pass ``ensure_ascii=True`` to
+    are written as JSON; other objects via ``str()``. Pass ``ensure_ascii=True`` to
     escape non-ASCII as the bundled model's training data did; real checkpoints read the characters themselves.
     """
     if isinstance(result, str):

@@ -16,7 +16,7 @@ from hypic_rag.chat.tool_calls import (
     parse_output,
     split_reasoning,
 )
-from hypic_rag.prompt_format import format_call, tool_turn
+from hypic_rag.prompt_format import bundled_template, format_call, tool_step
 
 WEATHER = {
     "type": "function",
@@ -454,6 +454,14 @@ def test_ascii_escaping_is_a_choice_matching_the_bundled_training_data():
 
 def test_results_agree_with_the_bundled_models_turn_format():
     result = {"temp": 21, "city": "Oslo"}
-    expected = tool_turn(format_call("w", {}), '{"city":"Oslo","temp":21}')
     spaced = json.dumps(result, indent=2)
-    assert tool_turn(format_call("w", {}), format_tool_result(spaced)) == expected
+
+    def turn(content: str) -> str:
+        step = tool_step("c1", "w", {}, "")
+        step[-1]["content"] = content
+        return bundled_template().render([{"role": "user", "content": "q"}, *step], add_generation_prompt=False)
+
+    expected = turn('{"city":"Oslo","temp":21}')
+    assert '<turn>call: {"arguments":{},"name":"w"}\nresult: {"city":"Oslo","temp":21}</turn>' in expected
+    assert turn(format_tool_result(spaced)) == expected
+    assert turn(format_tool_result(result)) == expected

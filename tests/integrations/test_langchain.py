@@ -21,7 +21,7 @@ from langchain_tests.unit_tests import ChatModelUnitTests
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from hypic_rag import Engine, Segment
+from hypic_rag import Engine
 from hypic_rag.eval.data import TOOLS, corpus
 from hypic_rag.integrations import prompting
 from hypic_rag.integrations.langchain import (
@@ -33,8 +33,7 @@ from hypic_rag.integrations.langchain import (
     documents_to_messages,
     to_chat_messages,
 )
-from hypic_rag.integrations.prompting import REGISTRY, answer_text, segment, stop_ids
-from hypic_rag.prompt_format import wrap
+from hypic_rag.integrations.prompting import REGISTRY
 
 WEATHER = next(t for t in TOOLS if t["function"]["name"] == "get_weather")
 WEATHER_QUESTION = "What is the weather in Kothvenville right now?"
@@ -217,20 +216,18 @@ def world():
     return store, qa
 
 
-def _direct(engine, docs, question, system=None):
+def _direct(fmt, engine, docs, question, system=None):
     """What the engine itself answers for these documents, in the bundled model's prompt format."""
-    segs = ([segment("system", system)] if system else []) + [segment("document", d) for d in docs]
-    out = engine.generate(
-        segs, Segment(wrap("query", question), kind="query"), max_new_tokens=24, stop_token_ids=stop_ids(engine)
-    )
-    return answer_text(out.text)
+    segs = ([fmt.segment("system", system)] if system else []) + [fmt.segment("document", d) for d in docs]
+    out = engine.generate(segs, fmt.query(question), max_new_tokens=24, stop_token_ids=fmt.stop_ids(engine))
+    return fmt.answer(out.text)
 
 
 # qa[4 * person + k] asks about attribute k (city, company, job, age) of a person in the corpus
 CITY_AND_JOB = [4 * person + k for person in range(0, 16, 3) for k in (0, 2)]
 
 
-def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(engine, world):
+def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(engine, world, fmt):
     store, qa = world
     engine.clear_cache()
     llm = ChatHypic(engine=engine, max_tokens=24)
@@ -244,7 +241,7 @@ def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(
     reply = chain.invoke(question)
     stats = reply.response_metadata["hypic"]
     assert stats["hit_segments"] + stats["miss_segments"] == 3
-    assert reply.content == _direct(engine, [d.page_content for d in docs], question)
+    assert reply.content == _direct(fmt, engine, [d.page_content for d in docs], question)
     assert reply.usage_metadata["input_tokens"] == stats["prompt_tokens"]
     # the same documents in another order, as another question would retrieve them: all three hit
     again = (documents_to_messages() | llm).invoke({"context": docs[::-1], "question": question})
@@ -253,7 +250,7 @@ def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(
     assert again.response_metadata["hypic"]["recomputed_tokens"] < again.response_metadata["hypic"]["prompt_tokens"]
 
 
-def test_unchanged_chain_keeps_document_boundaries_through_the_retriever_wrapper(engine, world):
+def test_unchanged_chain_keeps_document_boundaries_through_the_retriever_wrapper(engine, world, fmt):
     store, qa = world
     retriever = HypicRetriever(retriever=store.as_retriever(search_kwargs={"k": 3}))
     system = "Answer the question using only the documents."
@@ -269,7 +266,7 @@ def test_unchanged_chain_keeps_document_boundaries_through_the_retriever_wrapper
     stats = reply.response_metadata["hypic"]
     assert stats["hit_segments"] + stats["miss_segments"] == 4  # the system text and three documents
     docs = [d.page_content for d in retriever.invoke(question)]
-    assert reply.content == _direct(engine, docs, question, system)
+    assert reply.content == _direct(fmt, engine, docs, question, system)
     assert (chain | StrOutputParser()).invoke(question) == reply.content
 
 

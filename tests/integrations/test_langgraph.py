@@ -19,7 +19,6 @@ from langgraph.prebuilt import create_react_agent
 from hypic_rag.eval.data.pools import World
 from hypic_rag.integrations.agent import Tool, ToolAgent
 from hypic_rag.integrations.langchain import ChatHypic, to_chat_messages
-from hypic_rag.integrations.prompting import segment, step_segment, tool_segment
 
 FORECAST = "light rain, 12 degrees"
 
@@ -64,7 +63,7 @@ def graph(engine):
     return create_react_agent(ChatHypic(engine=engine), tools=TOOLS)
 
 
-def _tool_agent_prompt(messages) -> list[str]:
+def _tool_agent_prompt(fmt, messages) -> list[str]:
     """The segments ``ToolAgent`` builds for the step after ``messages``: schemas, a turn per step, the task."""
     task = messages[0].content
     calls = {c["id"]: c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
@@ -72,12 +71,12 @@ def _tool_agent_prompt(messages) -> list[str]:
     for m in messages:
         if isinstance(m, ToolMessage):
             call = calls[m.tool_call_id]
-            steps.append(step_segment(call["name"], call["args"], json.loads(m.content)))
-    return [s.text for s in [*map(tool_segment, SCHEMAS), *steps, segment("query", task)]]
+            steps.append(fmt.step_segment(call["name"], call["args"], json.loads(m.content)))
+    return [s.text for s in [*map(fmt.tool_segment, SCHEMAS), *steps, fmt.query(task)]]
 
 
 @pytest.mark.parametrize("name", list(PEOPLE))
-def test_react_agent_completes_the_two_tool_task(engine, graph, name):
+def test_react_agent_completes_the_two_tool_task(engine, graph, name, fmt):
     person = PEOPLE[name]
     messages = graph.invoke({"messages": [HumanMessage(_task(name))]}, {"recursion_limit": 8})["messages"]
     calls = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
@@ -90,7 +89,7 @@ def test_react_agent_completes_the_two_tool_task(engine, graph, name):
     for step, (at, reply) in enumerate(replies):
         rendered = engine.render(to_chat_messages(messages[:at], bundled=True), tools=SCHEMAS)
         wrapped = [s.text for s in rendered.segments] + [rendered.query.text]
-        assert wrapped == _tool_agent_prompt(messages[:at])
+        assert wrapped == _tool_agent_prompt(fmt, messages[:at])
         stats = reply.response_metadata["hypic"]
         assert stats["hit_segments"] + stats["miss_segments"] == 2 + step
         if step:

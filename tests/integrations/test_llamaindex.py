@@ -11,11 +11,9 @@ from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from hypic_rag import Segment
 from hypic_rag.eval.data import corpus
 from hypic_rag.integrations.llamaindex import HypicLLM, HypicSynthesizer, MiniLMEmbedding
-from hypic_rag.integrations.prompting import REGISTRY, answer_text, segment, stop_ids
-from hypic_rag.prompt_format import wrap
+from hypic_rag.integrations.prompting import REGISTRY
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +24,17 @@ def world():
     return VectorStoreIndex(nodes, embed_model=MiniLMEmbedding()), texts, qa
 
 
-def _direct(engine, docs, question):
-    query = Segment(wrap("query", question), kind="query")
-    segs = [segment("document", d) for d in docs]
-    return answer_text(engine.generate(segs, query, max_new_tokens=24, stop_token_ids=stop_ids(engine)).text)
+def _direct(fmt, engine, docs, question):
+    segs = [fmt.segment("document", d) for d in docs]
+    out = engine.generate(segs, fmt.query(question), max_new_tokens=24, stop_token_ids=fmt.stop_ids(engine))
+    return fmt.answer(out.text)
 
 
 # qa[4 * person + k] asks about attribute k (city, company, job, age) of a person in the corpus
 CITY_AND_JOB = [4 * person + k for person in range(1, 16, 3) for k in (0, 2)]
 
 
-def test_query_engine_answers_from_nodes_passed_as_segments_and_reordered_nodes_hit(engine, world):
+def test_query_engine_answers_from_nodes_passed_as_segments_and_reordered_nodes_hit(engine, world, fmt):
     index, _, qa = world
     engine.clear_cache()
     synth = HypicSynthesizer(HypicLLM(engine=engine, max_tokens=24))
@@ -50,19 +48,19 @@ def test_query_engine_answers_from_nodes_passed_as_segments_and_reordered_nodes_
     assert any(question.split()[2] in n.node.get_content() for n in response.source_nodes)
     stats = response.metadata["hypic"]
     assert stats["hit_segments"] + stats["miss_segments"] == 3
-    assert response.response == _direct(engine, [n.node.get_content() for n in response.source_nodes], question)
+    assert response.response == _direct(fmt, engine, [n.node.get_content() for n in response.source_nodes], question)
     again = synth.synthesize(question, list(reversed(response.source_nodes)))
     assert again.metadata["hypic"]["hit_segments"] == 3 and again.response == qa[0][1]
 
 
-def test_flat_prompts_find_registered_texts(engine, world):
+def test_flat_prompts_find_registered_texts(engine, world, fmt):
     _, texts, qa = world
     REGISTRY.register(texts[:2])
     llm = HypicLLM(engine=engine, max_tokens=24)
     prompt = f"{texts[1]}\n\n{texts[0]}\n\n{qa[0][0]}"
     reply = llm.complete(prompt)
     assert reply.raw["hypic"]["hit_segments"] + reply.raw["hypic"]["miss_segments"] == 2
-    assert reply.text == _direct(engine, [texts[1], texts[0]], qa[0][0]) == qa[0][1]
+    assert reply.text == _direct(fmt, engine, [texts[1], texts[0]], qa[0][0]) == qa[0][1]
     assert list(llm.stream_complete(prompt))[-1].text == reply.text
 
 
@@ -73,7 +71,7 @@ def test_synthesizer_needs_a_hypic_llm_and_a_query(engine):
         HypicSynthesizer(HypicLLM(engine=engine)).synthesize("  ", [NodeWithScore(node=TextNode(text="x"))])
 
 
-def test_synthesizer_goes_through_chat_with_todays_prompt(engine, world, monkeypatch):
+def test_synthesizer_goes_through_chat_with_todays_prompt(engine, world, monkeypatch, fmt):
     _, texts, qa = world
     sent = []
     real = engine.chat
@@ -82,7 +80,7 @@ def test_synthesizer_goes_through_chat_with_todays_prompt(engine, world, monkeyp
     nodes = [NodeWithScore(node=TextNode(text=t)) for t in texts[:3]]
     response = synth.synthesize(qa[0][0], nodes)
     # exactly the segments it sent before it went through engine.chat
-    today = [segment("document", t) for t in texts[:3]], Segment(wrap("query", qa[0][0]), kind="query")
+    today = [fmt.segment("document", t) for t in texts[:3]], fmt.query(qa[0][0])
     assert engine.render(sent[-1]).token_ids == engine.build_prompt(*today).ids
     assert [p.get("hypic") for p in sent[-1][0]["content"]] == [{"kind": "document"}] * 3 + [None]
     again = asyncio.run(synth.asynthesize(qa[0][0], nodes))

@@ -6,26 +6,12 @@ import pytest
 
 from hypic_rag import GenerationOutput
 from hypic_rag.integrations.prompting import (
-    PromptParts,
     TextRegistry,
     default_engine,
     load_engine,
-    parse_tool_call,
-    step_segment,
     stream_tokens,
-    tool_segment,
     uses_bundled_format,
 )
-
-
-def test_parse_tool_call():
-    text = '{"arguments":{"city":"Oslo"},"name":"get_weather"}'
-    assert parse_tool_call(text) == ("get_weather", {"city": "Oslo"})
-    assert parse_tool_call(text, ["get_weather"]) == ("get_weather", {"city": "Oslo"})
-    assert parse_tool_call(text, ["set_timer"]) is None
-    assert parse_tool_call("sunny, 21 degrees") is None
-    assert parse_tool_call('{"name": "x", "arguments": [1]}') is None
-    assert parse_tool_call('{"name": "x"') is None
 
 
 def test_registry_finds_texts_in_order_and_keeps_the_rest():
@@ -56,25 +42,6 @@ def test_registry_spans_and_parts_keep_the_text_as_written():
 def test_engines_are_loaded_once_and_the_bundled_one_is_default(engine):
     assert load_engine() is load_engine("hypic-default") is default_engine()
     assert uses_bundled_format(default_engine()) and uses_bundled_format(engine)
-
-
-def test_parts_need_a_question_and_wrap_segments():
-    parts = PromptParts()
-    assert parts.add_text("query", "  Where   is it? ", None) == "Where is it?"
-    parts.add_text("system", "Be brief.", None)
-    assert [s.text for s in parts.segments()] == ["<sys>Be brief.</sys>\n"]
-    with pytest.raises(ValueError, match="no question"):
-        PromptParts().check()
-
-
-def test_tool_and_step_segments():
-    schema = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}
-    assert tool_segment(schema).text.startswith('<tool>{"type":"function"')
-    with pytest.raises(ValueError, match="OpenAI-format"):
-        tool_segment({"name": "f"})
-    step = step_segment("f", {"a": 1}, {"ok": True})
-    assert step.kind == "turn"
-    assert step.text == '<turn>call: {"arguments":{"a":1},"name":"f"}\nresult: {"ok":true}</turn>\n'
 
 
 def test_stream_tokens_yields_deltas_then_the_output_and_reraises():
