@@ -30,3 +30,22 @@ def test_agent_example_completes_its_two_tool_task():
     result = _load("agent_tools").main()
     assert [step.call[0] for step in result.trace[:-1]] == ["lookup_employee", "get_weather"]
     assert result.stopped == "answer" and result.answer == "light rain, 12 degrees"
+
+
+def test_own_checkpoint_example_loads_a_hub_id_and_reuses_reordered_documents_on_every_path(
+    chat_checkpoint, tmp_path, monkeypatch
+):
+    from hypic_rag.testing.synthetic import place_in_hub_cache
+
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    place_in_hub_cache(chat_checkpoint, tmp_path / "hf", "example-org/qwen-style")
+    example = _load("own_checkpoint")
+    stats = example.main("example-org/qwen-style")
+    docs = len(example.DOCS)
+    # The second request finds every document, the system prompt and the tool schema in the cache.
+    assert stats["chat"][0]["hit_segments"] == 0 and stats["chat"][1]["hit_segments"] == docs + 2
+    assert stats["langchain"][1]["hit_segments"] >= docs
+    assert stats["llamaindex"][1]["hit_segments"] >= docs
