@@ -523,3 +523,56 @@ def test_constructor_with_special_tokens_and_mapping() -> None:
     assert template.render([QUESTION], tools=[WEATHER_TOOL]) == "<s>t"
     with pytest.raises(ValueError, match="string or a non-empty mapping"):
         ChatTemplate({})
+
+
+BUNDLED_SCENARIOS = {
+    "plain": ([QUESTION], None, {}),
+    "system_and_tools": ([{"role": "system", "content": "Use the tools."}, QUESTION], TOOLS, {}),
+    "earlier_turns": (
+        [
+            {"role": "user", "content": "Tell me about a book."},
+            {"role": "assistant", "content": "Here is a short note on a book."},
+            QUESTION,
+        ],
+        None,
+        {"enable_thinking": False},
+    ),
+    "tool_history_dict_args": ([QUESTION, *TOOL_TURNS_DICT_ARGS], TOOLS, {}),
+    "tool_history_string_args": ([QUESTION, *TOOL_TURNS_STRING_ARGS], TOOLS, {}),
+}
+
+
+@pytest.mark.parametrize("scenario", list(BUNDLED_SCENARIOS))
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_the_bundled_template_matches_transformers(
+    scenario: str, add_generation_prompt: bool, make_checkpoint, reference_tokenizer
+) -> None:
+    from hypic_rag.model.loading import default_model_path
+
+    messages, tools, kwargs = BUNDLED_SCENARIOS[scenario]
+    path = make_checkpoint(jinja=(default_model_path() / "chat_template.jinja").read_text())
+    ours, theirs = _both(
+        path, reference_tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **kwargs
+    )
+    assert ours == theirs
+    assert ours.endswith("<a>") == add_generation_prompt
+
+
+def test_the_bundled_template_renders_kind_tagged_parts_as_transformers_does(make_checkpoint, reference_tokenizer):
+    """Parts with a kind reach the template beside the flattened content (``plain_messages``); transformers,
+    given the same dicts, renders the same text: the bundled format with a segment per part."""
+    from hypic_rag.chat.segmentation import plain_messages
+    from hypic_rag.model.loading import default_model_path
+
+    path = make_checkpoint(jinja=(default_model_path() / "chat_template.jinja").read_text())
+    parts = [
+        {"type": "text", "text": "Ana Lee lives in Oslo.", "hypic": {"kind": "document"}},
+        {"type": "text", "text": "The user's dog is called Rex.", "hypic": {"kind": "memory"}},
+        {"type": "text", "text": "Where does Ana live?"},
+    ]
+    plain = plain_messages([{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}])
+    ours, theirs = _both(path, reference_tokenizer, plain)
+    assert ours == theirs == (
+        "<sys>Be brief.</sys>\n<doc>Ana Lee lives in Oslo.</doc>\n<mem>The user's dog is called Rex.</mem>\n"
+        "<q>Where does Ana live?</q>\n<a>"
+    )
