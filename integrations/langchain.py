@@ -53,6 +53,7 @@ from hypic_rag.segments import KINDS
 
 from . import embeddings
 from .prompting import (
+    CHAT_OPTIONS,
     DEFAULT_MODEL,
     HYPIC_KEY,
     REGISTRY,
@@ -71,23 +72,7 @@ _CHAT_ROLES = {"system": "system", "user": "user", "human": "user", "assistant":
 _CALL_BLOCKS = ("tool_call", "tool_call_chunk", "tool_use", "function_call")
 _REASONING_BLOCKS = ("reasoning", "thinking")
 # What a call may set besides the constructor's own fields (``stream`` and ``model`` come from langchain-core).
-_CALL_OPTIONS = frozenset(
-    {
-        "tools",
-        "tool_choice",
-        "mode",
-        "seam",
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "seed",
-        "segmentation",
-        "chat_template_kwargs",
-        "stream",
-        "model",
-    }
-)
+_CALL_OPTIONS = frozenset({*CHAT_OPTIONS, "tools", "tool_choice", "stream", "model"})
 _TOOL_TAGS = ("<tool_call>", "<function=")
 
 

@@ -65,7 +65,7 @@ from hypic_rag.chat.tool_calls import call_id, format_tool_result
 from hypic_rag.engine import MODES
 
 from . import embeddings
-from .prompting import HYPIC_KEY, REGISTRY, load_engine, stream_tokens
+from .prompting import CHAT_OPTIONS, HYPIC_KEY, REGISTRY, load_engine, stream_tokens
 
 # -- engines ---------------------------------------------------------------------------------------
 
@@ -393,17 +393,7 @@ def _completion(response: ChatResponse) -> CompletionResponse:
 
 # -- the LLM -----------------------------------------------------------------------------------------
 
-_CALL_OPTIONS = (
-    "mode",
-    "seam",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "segmentation",
-    "chat_template_kwargs",
-)
+_CALL_OPTIONS = CHAT_OPTIONS
 _TOOL_CHOICES = (None, "auto", "none", "required", "any")
 
 

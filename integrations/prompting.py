@@ -25,6 +25,19 @@ HYPIC_KEY = "hypic"
 # The name the integrations give the bundled model; ``None`` means it too.
 DEFAULT_MODEL = "hypic-default"
 
+# The request options an integration forwards to ``Engine.chat`` (``max_tokens`` as ``max_new_tokens``).
+CHAT_OPTIONS = (
+    "mode",
+    "seam",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "segmentation",
+    "chat_template_kwargs",
+)
+
 _ENGINE_LOCK = threading.Lock()
 _ENGINES: dict[tuple[str | None, str | None], Engine] = {}
 
