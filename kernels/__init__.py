@@ -3,6 +3,8 @@
 - ``transition``: a segment's end state and transition operator;
 - ``compose``: chains of cached segments' states;
 - ``stitch``: attention of new tokens over reassembled, re-rotated cached KV.
+- ``scan_with_jumps``: the gated delta rule over a request's fresh tokens, its state jumping over
+  cached segments.
 
 ``backend="auto"`` runs Triton on CUDA tensors and torch elsewhere; ``HYPIC_KERNEL_BACKEND`` forces
 one. Installed as ``hypic_rag.kernels``; never importable as a top-level ``kernels``.
@@ -19,16 +21,20 @@ from .algebra import (
     transition_reference,
 )
 from .backend import BACKENDS, HAS_TRITON
+from .scan import Jumps, scan_with_jumps, scan_with_jumps_reference
 from .stitch import stitch, stitch_reference
 
 __all__ = [
     "BACKENDS",
     "HAS_TRITON",
+    "Jumps",
     "SplitTransition",
     "Transition",
     "compose",
     "compose_reference",
     "rerotate",
+    "scan_with_jumps",
+    "scan_with_jumps_reference",
     "split_transition",
     "stitch",
     "stitch_reference",

@@ -1,0 +1,313 @@
+"""The gated delta rule over a request's fresh tokens, with the state jumping over cached segments.
+
+Why (issue 14): a request recomputes only some of its tokens (seams, in-context stretches, the
+query); between them sit cached segments, whose effect on a linear layer's state is the affine map
+``S <- P @ S_src + B`` (HYPIC.md §3: ``P`` the segment's transition operator, ``B`` its zero-start
+end state). Running every fresh stretch in its own forward reads all of the model's weights once
+per stretch; ``scan_with_jumps`` lets the fresh tokens go through ONE forward, as one sequence, each
+linear layer scanning them once and applying the cached segments' maps where they sit.
+
+Semantics, exactly. Tokens ``0 .. T-1`` run the recurrence (transformers' and fla's convention)
+
+    S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,    o_t = S_t^T q_t
+
+from ``initial_state`` (zero when None). When the count of tokens processed reaches ``at[j]`` the
+state is replaced by ``p[j] @ S_(src[j]) + b[j]``, where ``S_(src[j])`` is the state after the
+first ``src[j]`` tokens as it was at that moment: jumps sharing an index apply in their order, so a
+jump whose ``src`` equals an earlier jump's ``at`` sees the state after that earlier jump, and
+``src == at`` means the current state. ``src[j] < at[j]`` re-composes the cached segment onto the
+state before the last ``at[j] - src[j]`` tokens (a seam recomputed for its outputs only, variant A);
+those tokens still produce outputs. ``src[j] >= at[j-1]`` (a source never lies before the previous
+jump), so at most one saved source is pending at any time. A jump at ``T`` changes only the final
+state, a jump at 0 the state before the first token.
+
+Both backends walk the same plan (``_plan``): the tokens split into pieces at every ``at`` and
+``src``; after each piece come the jumps at its end and, where a later jump takes its source there,
+a saved copy of the state. The torch reference runs ``chunk_gated_delta_rule`` per piece; the Triton
+kernel is one program per (head, block of value columns) holding the state in registers across all
+pieces, so each head's fresh tokens stream through once. The plan is built on the host from ``at``
+and ``src``: keep those on the CPU (reading them from the GPU is a sync per call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .backend import HAS_TRITON, resolve
+from .delta_rule import chunk_gated_delta_rule
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# Flags of a plan step, after its piece and its jump.
+_FROM_SAVED = 1  # the jump's source is the saved state, not the current one
+_SAVE = 2  # keep the state as the source of a later jump
+
+
+@dataclass(frozen=True)
+class Jumps:
+    """Where the state jumps over cached segments; see the module docstring.
+
+    ``at [J]`` int64, ascending, in ``[0, T]``: the jump happens after the first ``at[j]`` tokens.
+    ``src [J]`` int64, ``at[j-1] <= src[j] <= at[j]``: the jump composes onto the state after the
+    first ``src[j]`` tokens. ``p [J, H, K, K]`` and ``b [J, H, K, V]`` fp32: ``S <- p[j] @ S + b[j]``."""
+
+    at: torch.Tensor
+    src: torch.Tensor
+    p: torch.Tensor
+    b: torch.Tensor
+
+
+def _check(q, k, v, g, beta, initial_state, jumps, chunk_size) -> tuple[list[int], list[int]]:
+    """Raise ValueError on any malformed input; return ``at`` and ``src`` as lists."""
+    named = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+    for name, x in named.items():
+        if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
+            raise ValueError(f"{name} must be a float16, bfloat16 or float32 tensor")
+        if x.device != q.device:
+            raise ValueError(f"{name} is on {x.device}, q on {q.device}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k must be [1, T, H, K] and v [1, T, H, V]; got {tuple(q.shape)}, {tuple(v.shape)}")
+    if q.shape[0] != 1:
+        raise ValueError(f"batch 1 only (one request); got {q.shape[0]}")
+    if k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k must be [1, T, H, K] and v [1, T, H, V]; got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")  # fmt: skip
+    _, t, h, dk = q.shape
+    dv = v.shape[-1]
+    if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
+        raise ValueError(f"g and beta must be [1, T, H] = {tuple(q.shape[:3])}")
+    if initial_state is not None:
+        if initial_state.shape != (1, h, dk, dv):
+            raise ValueError(f"initial_state must be [1, H, K, V] = {(1, h, dk, dv)}")
+        if not initial_state.is_floating_point() or initial_state.device != q.device:
+            raise ValueError(f"initial_state must be a float tensor on {q.device}")
+    if chunk_size not in (16, 32, 64, 128):
+        raise ValueError(f"chunk_size must be 16, 32, 64 or 128; got {chunk_size}")
+    if jumps is None:
+        return [], []
+    if not isinstance(jumps, Jumps):
+        raise ValueError(f"jumps must be a Jumps; got {type(jumps).__name__}")
+    at, src, p, b = jumps.at, jumps.src, jumps.p, jumps.b
+    if at.dtype != torch.int64 or src.dtype != torch.int64:
+        raise ValueError("jumps.at and jumps.src must be int64")
+    if at.dim() != 1 or src.shape != at.shape:
+        raise ValueError(f"jumps.at and jumps.src must be [J]; got {tuple(at.shape)}, {tuple(src.shape)}")
+    n = at.shape[0]
+    if p.shape != (n, h, dk, dk) or b.shape != (n, h, dk, dv):
+        raise ValueError(f"jumps.p must be [J, H, K, K] = {(n, h, dk, dk)} and jumps.b [J, H, K, V] = "
+                         f"{(n, h, dk, dv)}; got {tuple(p.shape)}, {tuple(b.shape)}")  # fmt: skip
+    if p.dtype != torch.float32 or b.dtype != torch.float32:
+        raise ValueError(f"jumps.p and jumps.b must be float32; got {p.dtype}, {b.dtype}")
+    if p.device != q.device or b.device != q.device:
+        raise ValueError(f"jumps.p and jumps.b must be on {q.device}")
+    at_l, src_l = at.tolist(), src.tolist()
+    for j, (a, s) in enumerate(zip(at_l, src_l, strict=True)):
+        if not 0 <= a <= t:
+            raise ValueError(f"jumps.at[{j}] = {a} is outside [0, {t}]")
+        if j and a < at_l[j - 1]:
+            raise ValueError(f"jumps.at must be sorted ascending; got {at_l}")
+        low = at_l[j - 1] if j else 0
+        if not low <= s <= a:
+            raise ValueError(f"jumps.src[{j}] = {s} must lie in [{low}, {a}] (the previous jump .. its own at)")
+    return at_l, src_l
+
+
+def _plan(at: list[int], src: list[int], t: int) -> list[tuple[int, int, int, int]]:
+    """Steps ``(lo, hi, jump, flags)``: run tokens ``[lo, hi)``, then apply ``jump`` (-1: none; from
+    the saved state when ``flags & _FROM_SAVED``), then save the state when ``flags & _SAVE``.
+
+    A source ``src[j] < at[j]`` is saved after every jump at ``src[j]``: those all precede ``j``, and
+    no later jump shares it (``src[j+1] >= at[j] > src[j]``)."""
+    sources = {s for s, a in zip(src, at, strict=True) if s < a}
+    steps: list[tuple[int, int, int, int]] = []
+    cur = 0
+    for pos in sorted(set(at) | sources | {t}):
+        jumps = [j for j, a in enumerate(at) if a == pos] or [-1]
+        for j in jumps:
+            steps.append((cur, pos, j, _FROM_SAVED if j >= 0 and src[j] < at[j] else 0))
+            cur = pos
+        if pos in sources:
+            lo, hi, j, flags = steps[-1]
+            steps[-1] = (lo, hi, j, flags | _SAVE)
+    return steps
+
+
+def scan_with_jumps_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    jumps: Jumps | None = None,
+    *,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch reference of ``scan_with_jumps``: ``chunk_gated_delta_rule`` per piece, with chunks of
+    ``min(chunk_size, piece length)`` rounded up to a multiple of 16 (a piece is often a few tokens)."""
+    at, src = _check(q, k, v, g, beta, initial_state, jumps, chunk_size)
+    return _reference(q, k, v, g, beta, initial_state, jumps, _plan(at, src, q.shape[1]), chunk_size)
+
+
+def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
+    _, t, h, dk = k.shape
+    dv = v.shape[-1]
+    q_, k_, v_, g_, b_ = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
+    state = q_.new_zeros(1, h, dk, dv) if initial_state is None else initial_state.float()
+    saved = state
+    out = q_.new_empty(1, t, h, dv)
+    for lo, hi, j, flags in steps:
+        if hi > lo:
+            chunk = min(chunk_size, -(-(hi - lo) // 16) * 16)
+            piece = (x[:, :, lo:hi] for x in (q_, k_, v_, g_, b_))
+            o, state = chunk_gated_delta_rule(*piece, state, chunk)
+            out[:, lo:hi] = o.transpose(1, 2)
+        if j >= 0:
+            source = saved if flags & _FROM_SAVED else state
+            state = jumps.p[j] @ source + jumps.b[j]
+        if flags & _SAVE:
+            saved = state
+    return out, state
+
+
+def scan_with_jumps(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    jumps: Jumps | None = None,
+    *,
+    chunk_size: int = 64,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs ``[1, T, H, V]`` and the final state ``[1, H, K, V]``, both fp32, of the gated delta
+    rule over ``T`` fresh tokens whose state jumps as ``jumps`` says (see the module docstring).
+
+    ``q, k [1, T, H, K]`` (q scaled and L2-normalised, k L2-normalised), ``v [1, T, H, V]``,
+    ``g, beta [1, T, H]``; ``initial_state [1, H, K, V]`` or None (zero). ``chunk_size`` caps the
+    chunk (16, 32, 64 or 128); shorter pieces use shorter chunks. ValueError on malformed input."""
+    at, src = _check(q, k, v, g, beta, initial_state, jumps, chunk_size)
+    steps = _plan(at, src, q.shape[1])
+    if resolve(backend, q) == "triton":
+        return _scan_with_jumps_triton(q, k, v, g, beta, initial_state, jumps, steps, chunk_size)
+    return _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size)
+
+
+# -- Triton -------------------------------------------------------------------------------------
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _scan_kernel(
+        Q, K, V, G, BETA, S0, P, B, O, STATE, STEPS,
+        N_STEPS, H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+        HAS_S0: tl.constexpr, SAVES: tl.constexpr,
+    ):  # fmt: skip
+        """One head and one block of BV value columns per program; the state block ``[BK, BV]`` (and
+        the one pending saved source) stays in registers while the plan's pieces stream past."""
+        h = tl.program_id(0)
+        rt = tl.arange(0, BT)
+        rk = tl.arange(0, BK)
+        cols = tl.program_id(1) * BV + tl.arange(0, BV)
+        mk = rk < DK
+        mv = cols < DV
+        kv_mask = mk[:, None] & mv[None, :]
+        kv_off = (h * DK + rk[:, None]) * DV + cols[None, :]
+        if HAS_S0:
+            state = tl.load(S0 + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+        else:
+            state = tl.zeros([BK, BV], dtype=tl.float32)
+        saved = state
+        lower = rt[:, None] >= rt[None, :]
+        strict = rt[:, None] > rt[None, :]
+        for step in range(N_STEPS):
+            lo = tl.load(STEPS + step * 4)
+            hi = tl.load(STEPS + step * 4 + 1)
+            jump = tl.load(STEPS + step * 4 + 2)
+            flags = tl.load(STEPS + step * 4 + 3)
+            for c in range(lo, hi, BT):
+                t_idx = c + rt
+                mt = t_idx < hi  # tokens past the piece's end are identities: k = 0, g = 0, beta = 0
+                tok = t_idx * H + h
+                kc = tl.load(K + tok[:, None] * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
+                kc = kc.to(tl.float32)
+                qc = tl.load(Q + tok[:, None] * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
+                qc = qc.to(tl.float32)
+                vc = tl.load(V + tok[:, None] * DV + cols[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
+                vc = vc.to(tl.float32)
+                gc = tl.load(G + tok, mask=mt, other=0.0).to(tl.float32)
+                bc = tl.load(BETA + tok, mask=mt, other=0.0).to(tl.float32)
+                gcum = tl.cumsum(gc, axis=0)
+                decay = tl.where(lower, tl.exp(tl.where(lower, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
+                kb = kc * bc[:, None]
+                a = tl.where(strict, tl.dot(kb, tl.trans(kc), input_precision="ieee") * decay, 0.0)
+                # (I + A)^-1 by forward substitution, a row at a time: rows above i are final.
+                tinv = tl.where(rt[:, None] == rt[None, :], 1.0, 0.0)
+                for i in range(1, BT):
+                    a_i = tl.sum(tl.where(rt[:, None] == i, a, 0.0), axis=0)
+                    row = -tl.sum(a_i[:, None] * tinv, axis=0)
+                    tinv = tl.where(rt[:, None] == i, tinv + row[None, :], tinv)
+                u = tl.dot(tinv, vc * bc[:, None], input_precision="ieee")
+                w = tl.dot(tinv, kb * tl.exp(gcum)[:, None], input_precision="ieee")
+                v_new = u - tl.dot(w, state, input_precision="ieee")
+                intra = tl.dot(qc, tl.trans(kc), input_precision="ieee") * decay
+                o = tl.dot(qc * tl.exp(gcum)[:, None], state, input_precision="ieee")
+                o += tl.dot(intra, v_new, input_precision="ieee")
+                tl.store(O + tok[:, None] * DV + cols[None, :], o, mask=mt[:, None] & mv[None, :])
+                g_last = tl.sum(tl.where(rt == BT - 1, gcum, 0.0), axis=0)
+                k_end = kc * tl.exp(g_last - gcum)[:, None]
+                state = state * tl.exp(g_last) + tl.dot(tl.trans(k_end), v_new, input_precision="ieee")
+            if jump >= 0:
+                p_off = ((jump * H + h) * DK + rk[:, None]) * DK + rk[None, :]
+                p = tl.load(P + p_off, mask=mk[:, None] & mk[None, :], other=0.0)
+                b = tl.load(B + jump * (H * DK * DV) + kv_off, mask=kv_mask, other=0.0)
+                if SAVES:  # flags: 1 = _FROM_SAVED, 2 = _SAVE
+                    source = tl.where((flags & 1) != 0, saved, state)
+                else:
+                    source = state
+                state = tl.dot(p, source, input_precision="ieee") + b
+            if SAVES:
+                if (flags & 2) != 0:
+                    saved = state
+        tl.store(STATE + kv_off, state, mask=kv_mask)
+
+
+def _block(dim: int) -> int:
+    return max(16, triton.next_power_of_2(dim))
+
+
+def _chunk_for(steps: list[tuple[int, int, int, int]], cap: int) -> int:
+    """The chunk (16 .. cap) that streams the pieces cheapest: a chunk costs about its length in
+    substitution steps plus a fixed share for its matmuls, and a piece pads to whole chunks."""
+    lengths = [hi - lo for lo, hi, _, _ in steps if hi > lo]
+    sizes = [c for c in (16, 32, 64, 128) if c <= cap]
+    return min(sizes, key=lambda c: sum(-(-n // c) * (c + 16) for n in lengths))
+
+
+def _scan_with_jumps_triton(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
+    _, t, h, dk = k.shape
+    dv = v.shape[-1]
+    dev = q.device
+    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    out = torch.empty(1, t, h, dv, dtype=torch.float32, device=dev)
+    state = torch.empty(1, h, dk, dv, dtype=torch.float32, device=dev)
+    plan = torch.tensor(steps, dtype=torch.int64).to(dev)  # [steps, 4]: lo, hi, jump, flags; one copy
+    s0 = initial_state.float().contiguous() if initial_state is not None else state
+    if jumps is not None and jumps.at.numel():
+        p, b = jumps.p.contiguous(), jumps.b.contiguous()
+    else:
+        p, b = state, state  # never read: no step has a jump
+    saves = any(f & _SAVE for *_, f in steps)
+    bv = min(32, _block(dv))
+    grid = (h, triton.cdiv(dv, bv))
+    _scan_kernel[grid](
+        q, k, v, g, beta, s0, p, b, out, state, plan,
+        len(steps), h, dk, dv, _chunk_for(steps, chunk_size), _block(dk), bv, initial_state is not None, saves,
+    )  # fmt: skip
+    return out, state
