@@ -7,6 +7,9 @@ with the rotation it still owes (``stitch`` applies it). Variant ``"A"`` compose
 operator onto the state before the seam; ``"B"`` composes the remainder's operator onto the fresh
 state after it. Segments that run in context go through the model as one forward per consecutive
 stretch.
+
+``assemble_fused`` does the same in one forward for the whole request (issue 14): the weights are read
+once and the cached keys rotated once. ``assemble`` stays as its reference.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from .cache.entry import RemainderEntry, SegmentEntry
-from .kernels.algebra import compose
-from .model import HybridModel, RequestState
+from .kernels.algebra import compose, rerotate
+from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
 
 
@@ -82,3 +85,57 @@ def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached:
     run_in_context(model, state, stretch)
     return recomputed
 
+
+
+@torch.inference_mode()
+def assemble_fused(
+    model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[Cached | None]
+) -> tuple[torch.Tensor, int]:
+    """The whole prompt in ONE forward: every token the request recomputes (in-context stretches, each
+    cached segment's seam, the query) goes through the model together, at its own position; cached
+    segments' keys are placed first, rotated once to where they now sit, and the linear layers jump
+    over each cached segment (``SegmentJumps``). Returns the next-token logits ``[V]`` and how many
+    tokens went through the model; equal to ``assemble`` then a query forward, up to rounding."""
+    device = model.device
+    fresh: list[int] = []
+    positions: list[int] = []
+    at: list[int] = []
+    src: list[int] = []
+    ops: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {i: [] for i in state.linear_layer_ids}
+    offset = 0
+    for seg, found in zip(plan.segments, cached, strict=True):
+        n = len(seg.ids)
+        if found is None or seg.in_context:
+            fresh += seg.ids
+            positions += range(offset, offset + n)
+            offset += n
+            continue
+        w = min(seg.seam, n)
+        before = len(fresh)
+        fresh += seg.ids[:w]
+        positions += range(offset, offset + w)
+        use_rest = plan.variant == "B" and w > 0
+        if use_rest and (found.rest is None or found.rest.seam != w):
+            raise ValueError(f"segment with a {w}-token seam needs its remainder entry after {w} tokens")
+        at.append(len(fresh))
+        src.append(len(fresh) if use_rest else before)
+        for i, lin in found.entry.linear.items():
+            rest = found.rest.linear[i] if use_rest else lin
+            ops[i].append((rest.p, rest.b, lin.conv_tail))
+        shift = torch.full((n - w,), offset, device=device)
+        where = torch.arange(offset + w, offset + n, device=device)
+        for i, att in found.entry.attention.items():  # rotated once, here, to where the tokens now sit
+            keys = rerotate(att.keys[None, :, w:], shift, model.inv_freq)
+            state.append_kv(i, keys, att.values[None, :, w:], where)
+        state.advance(n - w)
+        offset += n
+    fresh += plan.query
+    positions += range(offset, offset + len(plan.query))
+    jumps = None
+    if at:
+        stacked = {i: tuple(torch.stack(t) for t in zip(*layer_ops, strict=True)) for i, layer_ops in ops.items()}
+        jumps = SegmentJumps(torch.tensor(at), torch.tensor(src), stacked)
+    ids = torch.tensor([fresh], dtype=torch.long, device=device)
+    where = torch.tensor(positions, device=device)
+    logits = model(ids, state=state, positions=where, logits_to_keep=1, jumps=jumps)[0, -1].float()
+    return logits, len(fresh)

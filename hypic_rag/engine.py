@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .assembly import Cached, assemble, run_in_context
+from .assembly import Cached, assemble, assemble_fused, run_in_context
 from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
 from .chat.conversation import ChatSetup, thinking_opened
 from .chat.segmentation import RenderedPrompt, segment_prompt
@@ -74,6 +74,7 @@ class Engine:
         memory_bytes: int = 2 << 30,
         generation_defaults: GenerationDefaults | None = None,
         chat_template: ChatTemplate | None = None,
+        fuse_forwards: bool = True,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
@@ -82,7 +83,9 @@ class Engine:
         and run in context (the default 48 is where composing began to beat recomputing, measured
         on CPU with an 8-token seam; see the README). ``generation_defaults`` are the checkpoint's
         own sampling settings, for requests that leave theirs unset (``generate`` keeps its fixed
-        defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use."""
+        defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
+        ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward
+        (``False``: a forward per stretch and seam, then the query: the reference path)."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -100,6 +103,7 @@ class Engine:
         self.seam_variant = seam_variant
         self.cold_policy = cold_policy
         self.min_cached_tokens = min_cached_tokens
+        self.fuse_forwards = fuse_forwards
         self.fingerprint = fingerprint or module_fingerprint(model)
         disk = DiskCacheTier(self.cache_dir) if self.cache_dir is not None else None
         self.segment_store = SegmentStore(self.fingerprint, memory_bytes, disk, device=model.device)
@@ -202,17 +206,19 @@ class Engine:
     def _prefill(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
-        owed: list[tuple[SegmentPlan, Cached | None]] = []
+        if mode in ("pic", "hypic"):
+            logits, owed = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
+            return Prefilled(logits, state, stats, owed)
         last = prompt.ids  # full: one forward over the whole prompt
         if mode == "prefix":
             self._prefill_prefix(prompt, state, stats)
             last = prompt.query
-        elif mode in ("pic", "hypic"):
-            owed = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
-            last = prompt.query
-        ids = torch.tensor([last], dtype=torch.long, device=self.model.device)
-        logits = self.model(ids, state=state, logits_to_keep=1)[0, -1].float()
-        return Prefilled(logits, state, stats, owed)
+        return Prefilled(self._last_logits(last, state), state, stats, [])
+
+    def _last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
+        """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
+        tensor = torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)
+        return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
 
     def _prefill_prefix(self, prompt: Prompt, state: RequestState, stats: RequestStats) -> None:
         keys = self.prefix_store.chain_keys(prompt.segments)
@@ -228,8 +234,9 @@ class Engine:
 
     def _prefill_composed(
         self, plan: RequestPlan, state: RequestState, stats: RequestStats
-    ) -> list[tuple[SegmentPlan, Cached | None]]:
-        """Look up, fill the misses (now, or owe them under the exact policy), assemble."""
+    ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, Cached | None]]]:
+        """Look up, fill the misses (now, or owe them under the exact policy), assemble and run the query:
+        the next-token logits and the misses whose entries are owed."""
         found = self._lookup(plan)
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         owed = [(plan.segments[i], found[i]) for i in missed]
@@ -242,10 +249,15 @@ class Engine:
         for i in missed if owed else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
-        stats.recomputed_tokens = filled + len(plan.query) + assemble(self.model, state, plan, found)
+        if self.fuse_forwards:
+            logits, ran = assemble_fused(self.model, state, plan, found)
+        else:
+            ran = assemble(self.model, state, plan, found) + len(plan.query)
+            logits = self._last_logits(plan.query, state)
+        stats.recomputed_tokens = filled + ran
         stats.cache_bytes = sum(f.nbytes for f in found if f is not None)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
-        return owed
+        return logits, owed
 
     def _lookup(self, plan: RequestPlan) -> list[Cached | None]:
         """Each cached segment's entry, with the remainder its plan uses when that is cached too."""

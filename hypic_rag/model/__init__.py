@@ -3,7 +3,7 @@
 from .config import FULL, LINEAR, SUPPORTED_MODEL_TYPES, HybridConfig
 from .loading import load_model
 from .model import HybridModel
-from .state import AttentionLayerKV, LinearLayerState, RequestState, TransitionCapture
+from .state import AttentionLayerKV, LinearLayerState, RequestState, SegmentJumps, TransitionCapture
 
 __all__ = [
     "FULL",
@@ -14,6 +14,7 @@ __all__ = [
     "HybridModel",
     "LinearLayerState",
     "RequestState",
+    "SegmentJumps",
     "TransitionCapture",
     "load_model",
 ]

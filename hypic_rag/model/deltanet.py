@@ -15,10 +15,11 @@ from torch import nn
 
 from hypic_rag.kernels.algebra import split_transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
+from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 
 from .config import HybridConfig
 from .layers import GatedRMSNorm
-from .state import RequestState, TransitionCapture
+from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class GatedDeltaNet(nn.Module):
@@ -61,21 +62,44 @@ class GatedDeltaNet(nn.Module):
             out.addcmul_(full[:, j : j + t], w[j])
         return out, full[:, t:].transpose(1, 2).clone(memory_format=torch.contiguous_format)
 
+    def _conv_across(
+        self, mixed: torch.Tensor, tail: torch.Tensor | None, at: torch.Tensor, tails: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The conv over fresh tokens between which cached segments sit: after fresh token ``at[j]`` the
+        history is segment ``j``'s tail (the last one's, where several segments meet at one point)."""
+        pieces, start = [], 0
+        for j, cut in enumerate(at.tolist()):
+            if cut > start:
+                out, tail = self.conv(mixed[:, start:cut], tail)
+                pieces.append(out)
+                start = cut
+            tail = tails[j][None].to(mixed.dtype)
+        if start < mixed.shape[1]:
+            out, tail = self.conv(mixed[:, start:], tail)
+            pieces.append(out)
+        return torch.cat(pieces, dim=1), tail
+
     def forward(
         self,
         x: torch.Tensor,
         state: RequestState | None,
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
     ) -> torch.Tensor:
         """``pad_mask [B, T]`` is True for real tokens. Padding is made an exact identity for the state
         (zero input and zero decay), so left-padded rows end in the state of their real tokens.
-        ``capture`` records this layer's segment operators (zero start only)."""
+        ``capture`` records this layer's segment operators (zero start only); ``jumps`` skips the
+        state over cached segments between the tokens of a fused forward."""
         b, t, _ = x.shape
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)
         layer = state.linear(self.layer_idx) if state is not None else None
-        mixed, tail = self.conv(self.in_proj_qkv(x), layer.conv if layer else None)
+        ops = jumps.linear[self.layer_idx] if jumps is not None else None
+        if ops is None:
+            mixed, tail = self.conv(self.in_proj_qkv(x), layer.conv if layer else None)
+        else:
+            mixed, tail = self._conv_across(self.in_proj_qkv(x), layer.conv if layer else None, jumps.at, ops[2])
         mixed = F.silu(mixed)
         q, k, v = mixed.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
         z = self.in_proj_z(x)
@@ -94,7 +118,9 @@ class GatedDeltaNet(nn.Module):
         k = l2norm(k.float())
         v, g, beta = v.float(), g.float(), beta.float()
         s0 = layer.recurrent if layer is not None else None
-        if capture is not None:
+        if ops is not None:
+            out, s_end = scan_with_jumps(q, k, v, g, beta, s0, Jumps(jumps.at, jumps.src, ops[0], ops[1]))
+        elif capture is not None:
             if s0 is not None:
                 raise ValueError("transitions are captured from a zero start only")
             split = split_transition(q, k, v, g, beta, capture.rest_start)

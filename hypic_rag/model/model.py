@@ -11,7 +11,7 @@ from .attention import GatedAttention
 from .config import LINEAR, HybridConfig
 from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
-from .state import RequestState, TransitionCapture
+from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class DecoderLayer(nn.Module):
@@ -37,10 +37,11 @@ class DecoderLayer(nn.Module):
         state: RequestState | None,
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
     ) -> torch.Tensor:
         h = self.input_layernorm(x)
         if self.is_linear:
-            h = self.linear_attn(h, state, pad_mask, capture)
+            h = self.linear_attn(h, state, pad_mask, capture, jumps)
         else:
             h = self.self_attn(h, positions, rope, state, pad_mask)
         x = x + h
@@ -103,9 +104,12 @@ class HybridModel(nn.Module):
         positions: torch.Tensor | None = None,
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
     ) -> torch.Tensor:
         """Final-norm hidden states ``[B, T, H]``; ``pad_mask [B, T]`` marks real tokens of left-padded
-        rows; ``capture`` records the linear layers' segment operators of a zero-start forward."""
+        rows; ``capture`` records the linear layers' segment operators of a zero-start forward;
+        ``jumps`` skips over cached segments between the tokens of a fused forward (whose ``positions``
+        then say where each token sits)."""
         start = state.seq_len if state is not None else 0
         self.check_input_ids(input_ids, start)
         t = input_ids.shape[1]
@@ -118,7 +122,7 @@ class HybridModel(nn.Module):
         x = self.model.embed_tokens(input_ids)
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
         for layer in self.model.layers:
-            x = layer(x, positions, rope, state, pad_mask, capture)
+            x = layer(x, positions, rope, state, pad_mask, capture, jumps)
         if state is not None:
             state.advance(t)
         return self.model.norm(x)
@@ -130,9 +134,10 @@ class HybridModel(nn.Module):
         positions: torch.Tensor | None = None,
         logits_to_keep: int = 0,
         pad_mask: torch.Tensor | None = None,
+        jumps: SegmentJumps | None = None,
     ) -> torch.Tensor:
         """Logits for every token, or for the last ``logits_to_keep`` when it is positive."""
-        h = self.hidden_states(input_ids, state, positions, pad_mask)
+        h = self.hidden_states(input_ids, state, positions, pad_mask, jumps=jumps)
         if logits_to_keep > 0:
             h = h[:, -logits_to_keep:]
         return self.lm_head(h)

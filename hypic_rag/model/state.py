@@ -50,12 +50,61 @@ class TransitionCapture:
     operators: dict[int, SplitTransition] = field(default_factory=dict)
 
 
+@dataclass
+class SegmentJumps:
+    """Passed to a fused forward over a request's fresh tokens (seams, in-context stretches, the query):
+    where its linear layers skip over a cached segment. After fresh token ``at[j]`` the state becomes
+    ``P_j @ S + B_j`` of the state ``S`` after fresh token ``src[j]`` (``src == at``: the state then;
+    earlier: the state before the segment's seam, seam variant A), and the conv history becomes the
+    segment's tail. ``linear`` maps each linear layer to ``(P [J, H, K, K], B [J, H, K, V],
+    tails [J, conv_dim, kernel - 1])``."""
+
+    at: torch.Tensor
+    src: torch.Tensor
+    linear: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+class _KVBuffer:
+    """One attention layer's K, V, positions and owed rotations, in tensors with room to grow."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor) -> None:
+        self.keys, self.values, self.positions, self.shift = keys, values, positions, shift
+        self.size = keys.shape[2]
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor) -> None:
+        n = keys.shape[2]
+        if self.size + n > self.keys.shape[2]:
+            cap = max(self.size + n, 2 * self.keys.shape[2], 64)
+            self.keys = self._grown(self.keys, cap, dim=2)
+            self.values = self._grown(self.values, cap, dim=2)
+            self.positions = self._grown(self.positions, cap, dim=0)
+            self.shift = self._grown(self.shift, cap, dim=0)
+        end = self.size + n
+        self.keys[:, :, self.size : end] = keys
+        self.values[:, :, self.size : end] = values
+        self.positions[self.size : end] = positions
+        self.shift[self.size : end] = shift
+        self.size = end
+
+    def _grown(self, t: torch.Tensor, cap: int, dim: int) -> torch.Tensor:
+        shape = list(t.shape)
+        shape[dim] = cap
+        out = t.new_empty(shape)
+        out.narrow(dim, 0, self.size).copy_(t.narrow(dim, 0, self.size))
+        return out
+
+    def view(self) -> AttentionLayerKV:
+        n = self.size
+        return AttentionLayerKV(self.keys[:, :, :n], self.values[:, :, :n], self.positions[:n], self.shift[:n])
+
+
 class RequestState:
     """Per-layer state for incremental prefill and decode; ``seq_len`` counts the tokens it holds."""
 
     def __init__(self, config: HybridConfig) -> None:
         self.config = config
         self._layers: list[LinearLayerState | AttentionLayerKV | None] = [None] * config.num_hidden_layers
+        self._kv: dict[int, _KVBuffer] = {}
         self._seq_len = 0
 
     @property
@@ -93,16 +142,16 @@ class RequestState:
         positions: torch.Tensor,
         shift: torch.Tensor | None = None,
     ) -> AttentionLayerKV:
-        """Add keys rotated at ``positions - shift`` (``shift`` None: already at ``positions``)."""
+        """Add keys rotated at ``positions - shift`` (``shift`` None: already at ``positions``). They go
+        into a buffer that grows geometrically, so a decode step copies one token, not the whole KV."""
         if shift is None:
             shift = torch.zeros_like(positions)
-        old = self.attention(idx)
-        if old is not None:
-            keys = torch.cat((old.keys, keys), dim=2)
-            values = torch.cat((old.values, values), dim=2)
-            positions = torch.cat((old.positions, positions))
-            shift = torch.cat((old.shift, shift))
-        kv = AttentionLayerKV(keys=keys, values=values, positions=positions, shift=shift)
+        buffer = self._kv.get(idx)
+        if buffer is None:
+            buffer = self._kv[idx] = _KVBuffer(keys, values, positions, shift)
+        else:
+            buffer.append(keys, values, positions, shift)
+        kv = buffer.view()
         self._layers[idx] = kv
         return kv
 
@@ -121,7 +170,7 @@ class RequestState:
         for i, state in linear.items():
             self.set_linear(i, state.conv.clone(), state.recurrent.clone())
         for i, layer in kv.items():
-            self._layers[i] = layer
+            self.append_kv(i, layer.keys, layer.values, layer.positions, layer.shift)
         self._seq_len = seq_len
 
     def extend(
