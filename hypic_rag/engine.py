@@ -70,7 +70,7 @@ class Engine:
         seam: int | float = 8,
         seam_variant: str = "B",
         cold_policy: str = "parallel",
-        min_cached_tokens: int = 48,
+        min_cached_tokens: int = 12,
         memory_bytes: int = 2 << 30,
         generation_defaults: GenerationDefaults | None = None,
         chat_template: ChatTemplate | None = None,
@@ -80,8 +80,8 @@ class Engine:
         ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
         filled: ``parallel`` prefills them in isolation at once, ``exact`` in context (and makes
         their entries after the first token); segments under ``min_cached_tokens`` skip the cache
-        and run in context (the default 48 is where composing began to beat recomputing, measured
-        on CPU with an 8-token seam; see the README). ``generation_defaults`` are the checkpoint's
+        and run in context (the default 12 is where composing stopped losing to recomputing in the
+        fused forward, measured on CPU with an 8-token seam; see the README). ``generation_defaults`` are the checkpoint's
         own sampling settings, for requests that leave theirs unset (``generate`` keeps its fixed
         defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
         ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward

@@ -59,7 +59,7 @@ def run(
 
     from .langchain import ChatHypic, MiniLMEmbeddings, documents_to_messages
 
-    engine = engine or Engine.from_pretrained(min_cached_tokens=1)
+    engine = engine or Engine.from_pretrained()
     texts, qa = corpus(people, seed)
     log(f"hypic-rag demo: {len(texts)} facts about {people} people, MiniLM retrieval (k={k}), bundled model")
     store = InMemoryVectorStore(MiniLMEmbeddings())
