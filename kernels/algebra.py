@@ -15,12 +15,12 @@ Public shapes follow fla: ``k [N, T, H, K]``, ``v [N, T, H, V]``, ``g, beta [N, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .backend import HAS_TRITON, resolve
-from .delta_rule import chunk_gated_delta_rule
+from .delta_rule import chunk_gated_transition, chunk_size_for
 from .rope import apply_rope, rope_cos_sin
 
 
@@ -28,7 +28,8 @@ from .rope import apply_rope, rope_cos_sin
 class Transition:
     """What a pass over a segment yields: ``state = P @ S0 + B`` ``[N, H, K, V]`` and ``p`` ``[N, H, K, K]``,
     fp32; with queries, also the outputs ``out [N, T, H, V]`` and the vectors ``q_tilde = P_t^T q_t``
-    ``[N, T, H, K]``, which move zero-start outputs to any start: ``o_t(S) = o_t(0) + S^T q~_t``."""
+    ``[N, T, H, K]``, which move zero-start outputs to any start: ``o_t(S) = o_t(0) + S^T q~_t`` (None
+    when not asked for: they are the outputs of the identity columns, as costly as the outputs)."""
 
     state: torch.Tensor
     p: torch.Tensor
@@ -51,6 +52,9 @@ class SplitTransition:
 
 # -- transition ---------------------------------------------------------------------------------
 
+# split_transition's rest pass starts at column 0 when every row's split is at most this far in.
+REST_FROM_ZERO = 64
+
 
 def _check_transition(k, v, g, beta, initial_state, q) -> None:
     if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
@@ -72,21 +76,17 @@ def transition_reference(
     initial_state: torch.Tensor | None = None,
     *,
     q: torch.Tensor | None = None,
-    chunk_size: int = 64,
+    q_tilde: bool = True,
+    chunk_size: int | None = None,
 ) -> Transition:
     """Torch reference of ``transition``; same arguments and result."""
     k_, v_, g_, b_ = (x.transpose(1, 2).float() for x in (k, v, g, beta))
-    n, h, t, dk = k_.shape
-    dv = v_.shape[-1]
-    values = torch.cat((v_, v_.new_zeros(n, h, t, dk)), dim=-1)
-    eye = torch.eye(dk, dtype=torch.float32, device=k.device).expand(n, h, dk, dk)
-    s0 = k_.new_zeros(n, h, dk, dv) if initial_state is None else initial_state.float()
-    q_ = q.transpose(1, 2).float() if q is not None else k_.new_zeros(n, h, t, dk)
-    out, state = chunk_gated_delta_rule(q_, k_, values, g_, b_, torch.cat((s0, eye), dim=-1), chunk_size)
-    if q is None:
-        return Transition(state[..., :dv], state[..., dv:])
-    out = out.transpose(1, 2)
-    return Transition(state[..., :dv], state[..., dv:], out[..., :dv], out[..., dv:])
+    q_ = q.transpose(1, 2).float() if q is not None else None
+    s0 = initial_state.float() if initial_state is not None else None
+    out, state, p, q_tilde_ = chunk_gated_transition(q_, k_, v_, g_, b_, s0, chunk_size, q_tilde=q_tilde)
+    if out is None:
+        return Transition(state, p)
+    return Transition(state, p, out.transpose(1, 2), q_tilde_.transpose(1, 2) if q_tilde_ is not None else None)
 
 
 def transition(
@@ -96,16 +96,18 @@ def transition(
     beta: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     *,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     backend: str = "auto",
     q: torch.Tensor | None = None,
+    q_tilde: bool = True,
 ) -> Transition:
     """The segment's ``Transition`` from ``initial_state`` (zero when None); with ``q [N, T, H, K]``
-    (scaled, L2-normalised) its outputs and correction vectors too."""
+    (scaled, L2-normalised) its outputs and, unless ``q_tilde=False``, its correction vectors too.
+    ``chunk_size`` None fits the chunk to the segment (``chunk_size_for``: 64, or T rounded up to 16)."""
     _check_transition(k, v, g, beta, initial_state, q)
     if resolve(backend, k) == "triton":
-        return _transition_triton(k, v, g, beta, initial_state, q, chunk_size)
-    return transition_reference(k, v, g, beta, initial_state, q=q, chunk_size=chunk_size)
+        return _transition_triton(k, v, g, beta, initial_state, q, chunk_size, q_tilde)
+    return transition_reference(k, v, g, beta, initial_state, q=q, q_tilde=q_tilde, chunk_size=chunk_size)
 
 
 def split_transition(
@@ -120,39 +122,61 @@ def split_transition(
     """Zero-start rows with the operator of each row's tokens ``[rest_start[n], T)`` as well.
 
     One masked path for every batch: a head pass over ``[0, max(rest_start))`` in which each row's
-    tokens from its split on are identities (k = v = g = 0), a rest pass over ``[min(rest_start), T)``
-    in which its tokens before the split are, then the two compose and the rest's outputs move to
-    the head's end state. When every row splits at one column the passes do not overlap and cost
-    one pass in all. ``rest_start[n] = T`` asks for no remainder in row ``n``."""
+    tokens from its split on are identities (g = beta = 0), then a rest pass to ``T`` in which its
+    tokens before the split are, started from the head's end state ``[B_head | I]``. The rest pass's
+    value columns are then the row's own outputs and end state, its identity columns the remainder's
+    operator, and the remainder's zero-start state is ``state - rest_p @ B_head``; neither pass
+    computes outputs for its identity columns. The rest pass starts at ``min(rest_start)``, or at 0
+    when that is at most ``REST_FROM_ZERO`` columns in: a few more identity tokens cost less than
+    concatenating the two passes' outputs. When every row splits at one column the passes cost about
+    one pass in all. ``rest_start[n] = T`` asks for no remainder in row ``n``; such rows run whole in
+    the rest pass when other rows have one. ``kw`` goes to ``transition`` (``chunk_size``, ``backend``)."""
     n, t, h, dk = k.shape
     if rest_start.shape != (n,):
         raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
     lo, hi = int(rest_start.min()), int(rest_start.max())
     if lo < 0 or hi > t:
         raise ValueError(f"rest_start must lie in [0, {t}], got {rest_start.tolist()}")
+    whole = rest_start >= t
+    if lo < t and hi == t and not bool(whole.all()):
+        # Rows without a remainder run whole in the rest pass, from a head of nothing, rather than
+        # stretch the head pass to T; their remainder is then set to the empty one.
+        got = split_transition(q, k, v, g, beta, torch.where(whole, 0, rest_start), **kw)
+        none = whole.to(got.rest_p.device)[:, None, None, None]
+        eye = torch.eye(dk, dtype=got.rest_p.dtype, device=got.rest_p.device)
+        rest_state = torch.where(none, 0.0, got.rest_state)
+        return replace(got, rest_state=rest_state, rest_p=torch.where(none, eye, got.rest_p))
     col = torch.arange(t, device=k.device)[None, :]
     in_rest = col >= rest_start.to(k.device)[:, None]  # [N, T]
 
-    def masked(keep: torch.Tensor, cols: slice) -> tuple[torch.Tensor, ...]:
-        m = keep[:, cols].to(k.dtype)
-        return k[:, cols] * m[..., None, None], v[:, cols] * m[..., None, None], g[:, cols] * m[..., None]
+    def piece(keep: torch.Tensor, cols: slice, mask: bool) -> tuple[torch.Tensor, ...]:
+        """Columns ``cols``; a token not kept becomes an identity through ``g = beta = 0`` alone (its k
+        and v then add nothing), so only the small ``[N, T, H]`` tensors are masked."""
+        if not mask:
+            return q[:, cols], k[:, cols], v[:, cols], g[:, cols], beta[:, cols]
+        m = keep[:, cols, None].to(g.dtype)
+        return q[:, cols], k[:, cols], v[:, cols], g[:, cols] * m, beta[:, cols] * m
 
+    head = None
     if hi > 0:
-        hk, hv, hg = masked(~in_rest, slice(0, hi))
-        head = transition(hk, hv, hg, beta[:, :hi], q=q[:, :hi], **kw)
+        hq, hk, hv, hg, hb = piece(~in_rest, slice(0, hi), lo < hi)
+        head = transition(hk, hv, hg, hb, q=hq, q_tilde=False, **kw)
     if lo >= t:  # no row has a remainder: the head pass was the whole pass
         return SplitTransition(head.state, head.p, head.out)
-    rk, rv, rg = masked(in_rest, slice(lo, t))
-    rest = transition(rk, rv, rg, beta[:, lo:], q=q[:, lo:], **kw)
-    if hi == 0:  # every row is all remainder
+    first = 0 if lo <= REST_FROM_ZERO else lo
+    rq, rk, rv, rg, rb = piece(in_rest, slice(first, t), first < hi)
+    rest = transition(rk, rv, rg, rb, head.state if head is not None else None, q=rq, q_tilde=False, **kw)
+    if head is None:  # every row is all remainder
         return SplitTransition(rest.state, rest.p, rest.out, rest.state, rest.p)
-    moved = rest.out + torch.einsum("nthk,nhkv->nthv", rest.q_tilde, head.state)
-    out = torch.cat((head.out, moved[:, hi - lo :]), dim=1)
-    if hi > lo:  # columns both passes covered: each row takes the pass its own split assigns them
-        overlap = in_rest[:, lo:hi, None, None]
-        out[:, lo:hi] = torch.where(overlap, moved[:, : hi - lo], head.out[:, lo:hi])
-    state = rest.p @ head.state + rest.state
-    return SplitTransition(state, rest.p @ head.p, out, rest.state, rest.p)
+    if first == 0:  # the rest pass's outputs before each row's split are the head pass's
+        out = rest.out
+        out[:, :hi] = head.out if lo == hi else torch.where(in_rest[:, :hi, None, None], out[:, :hi], head.out)
+    else:
+        out = torch.cat((head.out[:, :lo], rest.out), dim=1)
+        if hi > lo:  # columns both passes covered: each row takes the pass its own split assigns them
+            overlap = in_rest[:, lo:hi, None, None]
+            out[:, lo:hi] = torch.where(overlap, rest.out[:, : hi - lo], head.out[:, lo:hi])
+    return SplitTransition(rest.state, rest.p @ head.p, out, rest.state - rest.p @ head.state, rest.p)
 
 
 # -- compose ------------------------------------------------------------------------------------
@@ -200,10 +224,12 @@ if HAS_TRITON:
         Q, K, V, G, BETA, S0, STATE, P, O,
         T, H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
         BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-        HAS_S0: tl.constexpr, HAS_Q: tl.constexpr,
+        HAS_S0: tl.constexpr, HAS_Q: tl.constexpr, O_COLS: tl.constexpr,
     ):  # fmt: skip
         """One (sequence, head) and one block of BV augmented columns ``[v | 0]`` per program; the
-        state block ``[BK, BV]`` stays in registers while the chunks stream past."""
+        state block ``[BK, BV]`` stays in registers while the chunks stream past. Outputs cover the
+        first ``O_COLS`` columns (``DV``, or ``DV + DK`` with ``q_tilde``); a block past them skips
+        the query's dots and stores."""
         nh = tl.program_id(0)
         n = nh // H
         h = nh % H
@@ -214,6 +240,7 @@ if HAS_TRITON:
         is_val = cols < DV
         is_id = (cols >= DV) & (cols < DV + DK)
         eye_cols = (rk[:, None] == (cols - DV)[None, :]) & is_id[None, :]
+        has_out = tl.program_id(1) * BV < O_COLS
         state = tl.where(eye_cols, 1.0, 0.0)
         if HAS_S0:
             s0_ptr = S0 + ((n * H + h) * DK + rk[:, None]) * DV + cols[None, :]
@@ -244,13 +271,14 @@ if HAS_TRITON:
             w = tl.dot(tinv, kb * tl.exp(gcum)[:, None], input_precision="ieee")
             v_new = u - tl.dot(w, state, input_precision="ieee")
             if HAS_Q:
-                qc = tl.load(Q + tok[:, None] * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
-                qc = qc.to(tl.float32)
-                intra = tl.dot(qc, tl.trans(kc), input_precision="ieee") * decay
-                o = tl.dot(qc * tl.exp(gcum)[:, None], state, input_precision="ieee")
-                o += tl.dot(intra, v_new, input_precision="ieee")
-                o_cols = DV + DK
-                tl.store(O + tok[:, None] * o_cols + cols[None, :], o, mask=mt[:, None] & (cols < o_cols)[None, :])
+                if has_out:
+                    q_ptr = Q + tok[:, None] * DK + rk[None, :]
+                    qc = tl.load(q_ptr, mask=mt[:, None] & mk[None, :], other=0.0).to(tl.float32)
+                    intra = tl.dot(qc, tl.trans(kc), input_precision="ieee") * decay
+                    o = tl.dot(qc * tl.exp(gcum)[:, None], state, input_precision="ieee")
+                    o += tl.dot(intra, v_new, input_precision="ieee")
+                    o_mask = mt[:, None] & (cols < O_COLS)[None, :]
+                    tl.store(O + tok[:, None] * O_COLS + cols[None, :], o, mask=o_mask)
             g_last = tl.sum(tl.where(rt == BT - 1, gcum, 0.0), axis=0)
             k_end = kc * tl.exp(g_last - gcum)[:, None]
             state = state * tl.exp(g_last) + tl.dot(tl.trans(k_end), v_new, input_precision="ieee")
@@ -286,23 +314,25 @@ def _block(dim: int) -> int:
     return max(16, triton.next_power_of_2(dim))
 
 
-def _transition_triton(k, v, g, beta, initial_state, q, chunk_size):
+def _transition_triton(k, v, g, beta, initial_state, q, chunk_size, q_tilde=True):
     n, t, h, dk = k.shape
     dv = v.shape[-1]
     k, v, g, beta = (x.contiguous() for x in (k, v, g, beta))
     state = torch.empty(n, h, dk, dv, dtype=torch.float32, device=k.device)
     p = torch.empty(n, h, dk, dk, dtype=torch.float32, device=k.device)
-    out = torch.empty(n, t, h, dv + dk, dtype=torch.float32, device=k.device) if q is not None else state
+    o_cols = 0 if q is None else dv + dk if q_tilde else dv
+    out = torch.empty(n, t, h, o_cols, dtype=torch.float32, device=k.device) if q is not None else state
     bv = min(64, _block(dv + dk))
     grid = (n * h, triton.cdiv(dv + dk, bv))
     s0 = initial_state.float().contiguous() if initial_state is not None else state
+    bt = _block(chunk_size_for(t, chunk_size))  # a power of two: 48 becomes 64
     _transition_kernel[grid](
         q.contiguous() if q is not None else k, k, v, g, beta, s0, state, p, out,
-        t, h, dk, dv, max(16, chunk_size), _block(dk), bv, initial_state is not None, q is not None,
+        t, h, dk, dv, bt, _block(dk), bv, initial_state is not None, q is not None, o_cols,
     )  # fmt: skip
     if q is None:
         return Transition(state, p)
-    return Transition(state, p, out[..., :dv], out[..., dv:])
+    return Transition(state, p, out[..., :dv], out[..., dv:] if q_tilde else None)
 
 
 def _compose_triton(p, b, s0):

@@ -7,7 +7,7 @@ Convention (transformers' and fla's): per value head the state S is ``[K, V]`` a
 Inputs are ``[B, H, T, D]`` in fp32, with q and k already L2-normalised and q already scaled:
 the layer owns those steps, so this module holds only the recurrence. We write it ourselves
 because the torch path must run without flash-linear-attention and because HYPIC's transition
-operator is this same computation run with ``v = 0`` and ``S_0 = I``.
+operator is this same computation run with ``v = 0`` and ``S_0 = I`` (``chunk_gated_transition``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,25 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# Chunks handled per block: the per-chunk temporaries of a block stay a few MB, which keeps them in
-# cache and lets the allocator reuse them instead of faulting in fresh pages for the whole sequence.
-BLOCK_CHUNKS = 16
+# Chunks handled per block, as many as keep ``B·H·chunks·C·max(K, V)`` within BLOCK_ELEMENTS (at most
+# MAX_BLOCK_CHUNKS): a block's slices of q, k, v made contiguous and its other temporaries then stay
+# about a MB, in cache, and the allocator reuses them; a whole sequence's copies would fault in fresh
+# pages on every call. At Qwen3.5-0.8B's shapes (16 heads of 128, chunks of 64) a block is one chunk.
+BLOCK_ELEMENTS = 1 << 17
+MAX_BLOCK_CHUNKS = 16
+# The chunk of a long piece, and the granule a short piece's chunk is rounded up to (the Triton
+# kernels' smallest block, ``tl.dot``'s minimum).
+MAX_CHUNK = 64
+MIN_CHUNK = 16
+
+
+def chunk_size_for(t: int, chunk_size: int | None = None) -> int:
+    """The chunk for a ``t``-token piece: ``chunk_size`` when given, else ``min(64, t)`` rounded up to a
+    multiple of 16. An 8-token seam then pads to 16 tokens, not 64. The chunked form is exact for any
+    chunk, so the choice changes the cost, not the result (beyond fp32 rounding)."""
+    if chunk_size is not None:
+        return chunk_size
+    return min(MAX_CHUNK, -(-max(t, 1) // MIN_CHUNK) * MIN_CHUNK)
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -32,26 +48,60 @@ def chunk_gated_delta_rule(
     g: torch.Tensor,
     beta: torch.Tensor,
     initial_state: torch.Tensor | None = None,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outputs ``[B, H, T, V]`` and the final state ``[B, H, K, V]``, in O(T·C·d + T·d²)."""
+    """Outputs ``[B, H, T, V]`` and the final state ``[B, H, K, V]``, in O(T·C·d + T·d²), with chunks of
+    ``chunk_size_for(T, chunk_size)``."""
+    out, state, _, _ = _chunked(q, k, v, g, beta, initial_state, chunk_size, outputs=True, operator=False)
+    return out, state
+
+
+def chunk_gated_transition(
+    q: torch.Tensor | None,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    *,
+    q_tilde: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The delta rule with the piece's transition operator: ``(out, state, P, q_tilde)``.
+
+    It is the delta rule run on values ``[v | 0]`` from ``[S0 | I]``, whose end state is ``[state | P]``
+    (``P [B, H, K, K]``, with ``state = P S0 + B``), without materialising either: the operator's
+    columns ride along in their own ``[K, K]`` state, whose values, hence whose u, are zero. Outputs
+    ``out [B, H, T, V]`` need ``q`` (None skips them); with them come the operator columns' outputs
+    ``q_tilde = P_t^T q_t`` ``[B, H, T, K]`` unless ``q_tilde=False``: as costly as the outputs, they
+    are needed only to move zero-start outputs to another start."""
+    out, state, p, q_tilde_out = _chunked(
+        q, k, v, g, beta, initial_state, chunk_size, outputs=q is not None, operator=True, q_tilde=q_tilde
+    )
+    return out, state, p, q_tilde_out
+
+
+def _chunked(q, k, v, g, beta, initial_state, chunk_size, *, outputs: bool, operator: bool, q_tilde: bool = False):
     b, h, t, dk = k.shape
     dv = v.shape[-1]
-    pad = (-t) % chunk_size
-    if pad:
-        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
-    n = (t + pad) // chunk_size
-    q, k, v = (x.reshape(b, h, n, chunk_size, x.shape[-1]) for x in (q, k, v))
-    g = g.reshape(b, h, n, chunk_size).cumsum(-1)
-    beta = beta.reshape(b, h, n, chunk_size, 1)
-    causal = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
+    size = chunk_size_for(t, chunk_size)
+    n = -(-t // size)
+    bh = b * h
+    per_block = max(1, min(MAX_BLOCK_CHUNKS, BLOCK_ELEMENTS // (bh * size * max(dk, dv))))
+    causal = torch.ones(size, size, dtype=torch.bool, device=k.device).tril()
 
-    state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(q)
-    out = q.new_empty(b, h, n, chunk_size, dv)
-    for start in range(0, n, BLOCK_CHUNKS):
-        blk = slice(start, min(start + BLOCK_CHUNKS, n))
-        qb, kb, vb, gb, betab = q[:, :, blk], k[:, :, blk], v[:, :, blk], g[:, :, blk], beta[:, :, blk]
+    # States are ours to update in place, as [B·H, K, ·]: the values' and, apart, the operator's.
+    state = k.new_zeros(bh, dk, dv)
+    if initial_state is not None:
+        state.view(b, h, dk, dv).copy_(initial_state)
+    p = torch.eye(dk, dtype=k.dtype, device=k.device).repeat(bh, 1, 1) if operator else None
+    out = k.new_empty(b, h, n * size, dv) if outputs else None
+    out_p = k.new_empty(b, h, n * size, dk) if outputs and operator and q_tilde else None
+    for first in range(0, n, per_block):
+        nb = min(per_block, n - first)
+        span = (first * size, min((first + nb) * size, t), nb, size)
+        kb, vb = _chunks(k, *span), _chunks(v, *span)
+        gb, betab = _chunks(g, *span).cumsum(-1), _chunks(beta, *span).unsqueeze(-1)
         decay = (gb.unsqueeze(-1) - gb.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
         k_beta = kb * betab
         # (I + strict_lower(diag(beta) K K^T ⊙ decay))^-1 applied to [beta v | beta exp(G) k], one solve.
@@ -59,16 +109,41 @@ def chunk_gated_delta_rule(
         rhs = torch.cat((vb * betab, k_beta * gb.exp().unsqueeze(-1)), dim=-1)
         solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
         u, w = solved[..., :dv], solved[..., dv:]
-        intra = (qb @ kb.transpose(-1, -2)) * decay
-        q_decayed = qb * gb.exp().unsqueeze(-1)
+        if outputs:
+            qb = _chunks(q, *span)
+            intra = (qb @ kb.transpose(-1, -2)) * decay
+            q_decayed = qb * gb.exp().unsqueeze(-1)
         g_last = gb[..., -1:]
         k_to_end = (kb * (g_last - gb).exp().unsqueeze(-1)).transpose(-1, -2)
         chunk_decay = g_last.exp().unsqueeze(-1)
-        for i in range(u.shape[2]):
-            v_new = u[:, :, i] - w[:, :, i] @ state
-            out[:, :, blk.start + i] = q_decayed[:, :, i] @ state + intra[:, :, i] @ v_new
-            state = state * chunk_decay[:, :, i] + k_to_end[:, :, i] @ v_new
-    return out.reshape(b, h, n * chunk_size, dv)[:, :, :t], state
+        for i in range(nb):
+            rows = slice((first + i) * size, (first + i + 1) * size)
+            v_new = torch.baddbmm(u[:, i], w[:, i], state, alpha=-1)
+            if out is not None:
+                out.view(bh, n * size, dv)[:, rows] = torch.baddbmm(q_decayed[:, i] @ state, intra[:, i], v_new)
+            if p is not None:
+                p_neg = w[:, i] @ p  # minus the operator columns' v_new: their u is zero
+                if out_p is not None:
+                    o = torch.baddbmm(q_decayed[:, i] @ p, intra[:, i], p_neg, alpha=-1)
+                    out_p.view(bh, n * size, dk)[:, rows] = o
+                p.mul_(chunk_decay[:, i]).baddbmm_(k_to_end[:, i], p_neg, alpha=-1)
+            state.mul_(chunk_decay[:, i]).baddbmm_(k_to_end[:, i], v_new)
+    return (
+        out[:, :, :t] if out is not None else None,
+        state.view(b, h, dk, dv),
+        p.view(b, h, dk, dk) if p is not None else None,
+        out_p[:, :, :t] if out_p is not None else None,
+    )
+
+
+def _chunks(x: torch.Tensor, start: int, stop: int, nb: int, size: int) -> torch.Tensor:
+    """Tokens ``[start, stop)`` of ``x [B, H, T, ...]`` as ``nb`` chunks of ``size``: ``[B·H, nb, size, ...]``,
+    zero-padded at the end."""
+    x = x[:, :, start:stop]
+    pad = nb * size - (stop - start)
+    if pad:
+        x = F.pad(x, (0, 0, 0, pad) if x.dim() == 4 else (0, pad))
+    return x.reshape(x.shape[0] * x.shape[1], nb, size, *x.shape[3:])
 
 
 def recurrent_gated_delta_rule(

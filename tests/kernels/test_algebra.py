@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hypic_rag.kernels import algebra
 from hypic_rag.kernels.algebra import compose, compose_reference, rerotate, split_transition, transition
 from hypic_rag.kernels.backend import HAS_TRITON
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
@@ -123,6 +124,59 @@ def test_split_transition_without_any_remainder_is_the_whole_pass():
     assert torch.equal(got.state, whole.state) and torch.equal(got.out, whole.out)
     with pytest.raises(ValueError, match="rest_start must lie in"):
         split_transition(q, k, v, g, beta, torch.tensor([41, 3]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", [1, 7, 8, 16, 33, 64, 100])
+def test_the_fitted_chunk_gives_what_chunk_64_gives(backend, t):
+    """``chunk_size`` None fits the chunk to the segment (16 for up to 16 tokens); nothing else changes."""
+    k, v, g, beta = _inputs(t, seed=t)
+    q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(t))) * 0.25
+    s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(7))
+    fitted = transition(k, v, g, beta, s0, q=q, backend=backend)
+    full = transition(k, v, g, beta, s0, q=q, chunk_size=64, backend=backend)
+    for field in ("state", "p", "out", "q_tilde"):
+        assert (getattr(fitted, field) - getattr(full, field)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t,chunk", [(8, None), (77, 32)])
+def test_outputs_for_the_value_columns_only(backend, t, chunk):
+    """``q_tilde=False`` skips the identity columns' outputs; the value columns' equal the full computation's."""
+    k, v, g, beta = _inputs(t, seed=5)
+    q = l2norm(torch.randn(k.shape, generator=torch.Generator().manual_seed(8))) * 0.25
+    s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(9))
+    full = transition(k, v, g, beta, s0, q=q, chunk_size=chunk, backend=backend)
+    values = transition(k, v, g, beta, s0, q=q, q_tilde=False, chunk_size=chunk, backend=backend)
+    assert values.q_tilde is None and values.out.shape == v.shape
+    for field in ("state", "p", "out"):
+        assert (getattr(values, field) - getattr(full, field)).abs().max() <= 1e-6
+    reference = transition(k, v, g, beta, s0, q=q, chunk_size=chunk, backend="torch")
+    assert (values.out - reference.out).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rest_from_zero", [0, 100])
+@pytest.mark.parametrize("splits", [[8, 8], [8, 31, 100, 0], [70, 90]])
+def test_split_transition_on_both_backends(backend, rest_from_zero, splits, monkeypatch):
+    """Each row against its own whole pass and rest pass, with the rest pass starting at the earliest
+    split (the two passes' outputs concatenated) or at column 0 (the head's outputs written over it)."""
+    monkeypatch.setattr(algebra, "REST_FROM_ZERO", rest_from_zero)
+    t = 100
+    q, k, v, g, beta = _split_case(t, seed=11, rows=len(splits))
+    got = split_transition(q, k, v, g, beta, torch.tensor(splits), backend=backend)
+    for r, s in enumerate(splits):
+        qr, kr, vr, gr, br = (x[r : r + 1] for x in (q, k, v, g, beta))
+        whole = transition(kr, vr, gr, br, q=qr, backend="torch")
+        for a, b in ((got.state, whole.state), (got.p, whole.p), (got.out, whole.out)):
+            assert (a[r] - b[0]).abs().max() < 1e-5
+        if s < t:
+            rest = transition(kr[:, s:], vr[:, s:], gr[:, s:], br[:, s:], backend="torch")
+            assert (got.rest_state[r] - rest.state[0]).abs().max() < 1e-5
+            assert (got.rest_p[r] - rest.p[0]).abs().max() < 1e-5
+        else:
+            assert torch.equal(got.rest_state[r], torch.zeros_like(got.rest_state[r]))
+            assert (got.rest_p[r] - torch.eye(16)).abs().max() < 1e-6
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
+from hypic_rag.kernels.delta_rule import (
+    chunk_gated_delta_rule,
+    chunk_gated_transition,
+    chunk_size_for,
+    l2norm,
+    recurrent_gated_delta_rule,
+)
 
 
 def _inputs(t: int, h: int = 3, dk: int = 16, dv: int = 8, seed: int = 0):
@@ -41,3 +47,43 @@ def test_recurrence_is_the_documented_update():
         o_t = (s.transpose(-1, -2) @ q[:, 0, t].double()[..., None])[..., 0]
         assert (out[:, 0, t].double() - o_t).abs().max() < 1e-5
     assert (state[:, 0].double() - s).abs().max() < 1e-5
+
+
+def test_the_chunk_fits_the_piece():
+    """min(64, T) rounded up to a multiple of 16; an explicit chunk is kept."""
+    lengths = (0, 1, 7, 8, 16, 17, 33, 48, 49, 64, 100, 4096)
+    assert [chunk_size_for(t) for t in lengths] == [16, 16, 16, 16, 16, 32, 48, 48, 64, 64, 64, 64]
+    assert chunk_size_for(8, 64) == 64 and chunk_size_for(100, 32) == 32
+
+
+@pytest.mark.parametrize("t", [1, 7, 8, 16, 33, 64, 100])
+def test_the_fitted_chunk_gives_what_chunk_64_gives(t):
+    q, k, v, g, beta, s0 = _inputs(t, seed=t)
+    out, state = chunk_gated_delta_rule(q, k, v, g, beta, s0)
+    out_64, state_64 = chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=64)
+    assert (out - out_64).abs().max() <= 1e-5
+    assert (state - state_64).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("t,chunk", [(1, None), (8, None), (50, 16), (100, None)])
+def test_transition_outputs_only_for_the_columns_asked(t, chunk):
+    """The augmented pass ([v | 0] from [S0 | I]) computes the value columns' outputs alone unless the
+    operator columns' (q_tilde) are asked for; what it computes equals the full computation's."""
+    q, k, v, g, beta, s0 = _inputs(t, seed=t + 1)
+    full_out, full_state, full_p, full_q_tilde = chunk_gated_transition(q, k, v, g, beta, s0, chunk)
+    out, state, p, q_tilde = chunk_gated_transition(q, k, v, g, beta, s0, chunk, q_tilde=False)
+    assert q_tilde is None and out.shape == full_out.shape == v.shape
+    assert (out - full_out).abs().max() <= 1e-6
+    bare_out, bare_state, bare_p, _ = chunk_gated_transition(None, k, v, g, beta, s0, chunk)
+    assert bare_out is None
+    for a in (state, bare_state):
+        assert (a - full_state).abs().max() <= 1e-6
+    for a in (p, bare_p):
+        assert (a - full_p).abs().max() <= 1e-6
+    # Against the token recurrence: the value columns are the delta rule's, the operator columns the
+    # delta rule's on zero values from the identity.
+    out_r, state_r = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
+    eye = torch.eye(k.shape[-1]).expand(*k.shape[:2], -1, -1)
+    q_tilde_r, p_r = recurrent_gated_delta_rule(q, k, torch.zeros_like(k), g, beta, eye)
+    for a, b in ((full_out, out_r), (full_state, state_r), (full_q_tilde, q_tilde_r), (full_p, p_r)):
+        assert (a - b).abs().max() < 1e-5
