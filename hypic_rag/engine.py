@@ -81,9 +81,9 @@ class Engine:
         filled: ``parallel`` prefills them in isolation at once, ``exact`` in context (and makes
         their entries after the first token); segments under ``min_cached_tokens`` skip the cache
         and run in context (the default 12 is where composing stopped losing to recomputing in the
-        fused forward, measured on CPU with an 8-token seam; see the README). ``generation_defaults`` are the checkpoint's
-        own sampling settings, for requests that leave theirs unset (``generate`` keeps its fixed
-        defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
+        fused forward, measured on CPU with an 8-token seam; see the README). ``generation_defaults``
+        are the checkpoint's own sampling settings, for requests that leave theirs unset (``generate``
+        keeps its fixed defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
         ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward
         (``False``: a forward per stretch and seam, then the query: the reference path)."""
         if seam_variant not in VARIANTS:
