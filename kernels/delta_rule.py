@@ -81,7 +81,28 @@ def chunk_gated_transition(
     return out, state, p, q_tilde_out
 
 
-def _chunked(q, k, v, g, beta, initial_state, chunk_size, *, outputs: bool, operator: bool, q_tilde: bool = False):
+def chunk_gated_delta_rule_hooked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None,
+    chunk_size: int,
+    hook,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``chunk_gated_delta_rule`` with ``hook(c, state)`` run before chunk ``c`` and after the last
+    (``c = n``) on the live state ``[B·H, K, V]``, which it may change in place: where
+    ``scan_with_jumps`` applies its jumps, all pieces then sharing one batched pass."""
+    out, state, _, _ = _chunked(q, k, v, g, beta, initial_state, chunk_size, outputs=True, operator=False, hook=hook)
+    return out, state
+
+
+def _chunked(
+    q, k, v, g, beta, initial_state, chunk_size, *, outputs: bool, operator: bool, q_tilde: bool = False, hook=None
+):
+    """``hook(c, state)``, when given, runs before chunk ``c`` and after the last (``c = n``) with the live
+    state ``[B·H, K, V]``, which it may change in place (``scan_with_jumps`` applies its jumps there)."""
     b, h, t, dk = k.shape
     dv = v.shape[-1]
     size = chunk_size_for(t, chunk_size)
@@ -117,6 +138,8 @@ def _chunked(q, k, v, g, beta, initial_state, chunk_size, *, outputs: bool, oper
         k_to_end = (kb * (g_last - gb).exp().unsqueeze(-1)).transpose(-1, -2)
         chunk_decay = g_last.exp().unsqueeze(-1)
         for i in range(nb):
+            if hook is not None:
+                hook(first + i, state)
             rows = slice((first + i) * size, (first + i + 1) * size)
             v_new = torch.baddbmm(u[:, i], w[:, i], state, alpha=-1)
             if out is not None:
@@ -128,6 +151,8 @@ def _chunked(q, k, v, g, beta, initial_state, chunk_size, *, outputs: bool, oper
                     out_p.view(bh, n * size, dk)[:, rows] = o
                 p.mul_(chunk_decay[:, i]).baddbmm_(k_to_end[:, i], p_neg, alpha=-1)
             state.mul_(chunk_decay[:, i]).baddbmm_(k_to_end[:, i], v_new)
+    if hook is not None:
+        hook(n, state)
     return (
         out[:, :, :t] if out is not None else None,
         state.view(b, h, dk, dv),

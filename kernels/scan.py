@@ -23,7 +23,8 @@ state, a jump at 0 the state before the first token.
 
 Both backends walk the same plan (``_plan``): the tokens split into pieces at every ``at`` and
 ``src``; after each piece come the jumps at its end and, where a later jump takes its source there,
-a saved copy of the state. The torch reference runs ``chunk_gated_delta_rule`` per piece; the Triton
+a saved copy of the state. The torch reference runs one chunked pass with the pieces laid out on
+whole chunks and the jumps applied between them (``chunk_gated_delta_rule_hooked``); the Triton
 kernel is one program per (head, block of value columns) holding the state in registers across all
 pieces, so each head's fresh tokens stream through once. The plan is built on the host from ``at``
 and ``src``: keep those on the CPU (reading them from the GPU is a sync per call).
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from .backend import HAS_TRITON, resolve
-from .delta_rule import chunk_gated_delta_rule
+from .delta_rule import chunk_gated_delta_rule_hooked
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 # Flags of a plan step, after its piece and its jump.
@@ -144,31 +145,45 @@ def scan_with_jumps_reference(
     *,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference of ``scan_with_jumps``: ``chunk_gated_delta_rule`` per piece, with chunks of
-    ``min(chunk_size, piece length)`` rounded up to a multiple of 16 (a piece is often a few tokens)."""
+    """Torch reference of ``scan_with_jumps``: one chunked pass over the pieces laid out on whole chunks
+    (of the size, up to ``chunk_size``, that pads them least), the jumps applied between chunks."""
     at, src = _check(q, k, v, g, beta, initial_state, jumps, chunk_size)
     return _reference(q, k, v, g, beta, initial_state, jumps, _plan(at, src, q.shape[1]), chunk_size)
 
 
 def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
+    """All pieces in ONE chunked pass: each piece is laid out on whole chunks (padded at its end with
+    identity tokens: k = v = g = beta = 0), so its boundaries are chunk boundaries, where the pass's hook
+    applies the jumps; the per-chunk work that does not depend on the state runs batched for them all."""
     _, t, h, dk = k.shape
-    dv = v.shape[-1]
-    q_, k_, v_, g_, b_ = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
-    state = q_.new_zeros(1, h, dk, dv) if initial_state is None else initial_state.float()
-    saved = state
-    out = q_.new_empty(1, t, h, dv)
+    size = _chunk_for(steps, chunk_size)
+    actions: dict[int, list[tuple[int, int]]] = {}
+    index: list[int] = []  # where each real token sits in the padded layout
+    chunks = 0
     for lo, hi, j, flags in steps:
         if hi > lo:
-            chunk = min(chunk_size, -(-(hi - lo) // 16) * 16)
-            piece = (x[:, :, lo:hi] for x in (q_, k_, v_, g_, b_))
-            o, state = chunk_gated_delta_rule(*piece, state, chunk)
-            out[:, lo:hi] = o.transpose(1, 2)
-        if j >= 0:
-            source = saved if flags & _FROM_SAVED else state
-            state = jumps.p[j] @ source + jumps.b[j]
-        if flags & _SAVE:
-            saved = state
-    return out, state
+            index += range(chunks * size, chunks * size + hi - lo)
+            chunks += -(-(hi - lo) // size)
+        actions.setdefault(chunks, []).append((j, flags))
+    where = torch.tensor(index, dtype=torch.long, device=q.device)
+
+    def laid_out(x: torch.Tensor) -> torch.Tensor:  # [1, T, H, ...] -> [1, H, chunks * size, ...]
+        padded = x.new_zeros(1, chunks * size, *x.shape[2:], dtype=torch.float32)
+        padded[:, where] = x.float()
+        return padded.transpose(1, 2)
+
+    saved: list[torch.Tensor] = []
+
+    def hook(c: int, state: torch.Tensor) -> None:  # state [H, K, V] (batch 1)
+        for j, flags in actions.get(c, ()):
+            if j >= 0:
+                source = saved[-1] if flags & _FROM_SAVED else state
+                state.copy_(torch.baddbmm(jumps.b[j], jumps.p[j], source))
+            if flags & _SAVE:
+                saved.append(state.clone())
+
+    out, state = chunk_gated_delta_rule_hooked(*(laid_out(x) for x in (q, k, v, g, beta)), initial_state, size, hook)
+    return out.transpose(1, 2)[:, where], state
 
 
 def scan_with_jumps(
