@@ -97,6 +97,7 @@ def assemble_fused(
     over each cached segment (``SegmentJumps``). Returns the next-token logits ``[V]`` and how many
     tokens went through the model; equal to ``assemble`` then a query forward, up to rounding."""
     device = model.device
+    state.reserve(sum(len(seg.ids) for seg in plan.segments) + len(plan.query) + 1)
     fresh: list[int] = []
     positions: list[int] = []
     at: list[int] = []

@@ -67,24 +67,30 @@ class SegmentJumps:
 class _KVBuffer:
     """One attention layer's K, V, positions and owed rotations, in tensors with room to grow."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor) -> None:
+    def __init__(
+        self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor, capacity: int = 0
+    ) -> None:
         self.keys, self.values, self.positions, self.shift = keys, values, positions, shift
         self.size = keys.shape[2]
+        if capacity > self.size:
+            self._grow(capacity)
 
     def append(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor) -> None:
         n = keys.shape[2]
         if self.size + n > self.keys.shape[2]:
-            cap = max(self.size + n, 2 * self.keys.shape[2], 64)
-            self.keys = self._grown(self.keys, cap, dim=2)
-            self.values = self._grown(self.values, cap, dim=2)
-            self.positions = self._grown(self.positions, cap, dim=0)
-            self.shift = self._grown(self.shift, cap, dim=0)
+            self._grow(max(self.size + n, 2 * self.keys.shape[2], 64))
         end = self.size + n
         self.keys[:, :, self.size : end] = keys
         self.values[:, :, self.size : end] = values
         self.positions[self.size : end] = positions
         self.shift[self.size : end] = shift
         self.size = end
+
+    def _grow(self, cap: int) -> None:
+        self.keys = self._grown(self.keys, cap, dim=2)
+        self.values = self._grown(self.values, cap, dim=2)
+        self.positions = self._grown(self.positions, cap, dim=0)
+        self.shift = self._grown(self.shift, cap, dim=0)
 
     def _grown(self, t: torch.Tensor, cap: int, dim: int) -> torch.Tensor:
         shape = list(t.shape)
@@ -105,6 +111,7 @@ class RequestState:
         self.config = config
         self._layers: list[LinearLayerState | AttentionLayerKV | None] = [None] * config.num_hidden_layers
         self._kv: dict[int, _KVBuffer] = {}
+        self._reserve = 0
         self._seq_len = 0
 
     @property
@@ -148,12 +155,17 @@ class RequestState:
             shift = torch.zeros_like(positions)
         buffer = self._kv.get(idx)
         if buffer is None:
-            buffer = self._kv[idx] = _KVBuffer(keys, values, positions, shift)
+            buffer = self._kv[idx] = _KVBuffer(keys, values, positions, shift, self._reserve)
         else:
             buffer.append(keys, values, positions, shift)
         kv = buffer.view()
         self._layers[idx] = kv
         return kv
+
+    def reserve(self, tokens: int) -> None:
+        """Room for ``tokens`` keys in every attention layer's buffer from its first append: a request
+        that knows its prompt's length copies its KV once."""
+        self._reserve = tokens
 
     def advance(self, tokens: int) -> None:
         """Count ``tokens`` that a forward has just written into every layer."""
