@@ -103,6 +103,9 @@ def assemble_fused(
     at: list[int] = []
     src: list[int] = []
     ops: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {i: [] for i in state.linear_layer_ids}
+    placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in state.attention_layer_ids}
+    at_positions: list[range] = []  # where each placed run of cached keys sits, and (below) its rotation owed
+    owed: list[int] = []
     offset = 0
     for seg, found in zip(plan.segments, cached, strict=True):
         n = len(seg.ids)
@@ -123,13 +126,18 @@ def assemble_fused(
         for i, lin in found.entry.linear.items():
             rest = found.rest.linear[i] if use_rest else lin
             ops[i].append((rest.p, rest.b, lin.conv_tail))
-        shift = torch.full((n - w,), offset, device=device)
-        where = torch.arange(offset + w, offset + n, device=device)
-        for i, att in found.entry.attention.items():  # rotated once, here, to where the tokens now sit
-            keys = rerotate(att.keys[None, :, w:], shift, model.inv_freq)
-            state.append_kv(i, keys, att.values[None, :, w:], where)
-        state.advance(n - w)
+        for i, att in found.entry.attention.items():
+            placed[i].append((att.keys[:, w:], att.values[:, w:]))
+        at_positions.append(range(offset + w, offset + n))
+        owed += [offset] * (n - w)
         offset += n
+    if owed:  # every cached key rotated once, here, to where its token now sits; one copy per layer
+        shift = torch.tensor(owed, device=device)
+        where = torch.tensor([p for run in at_positions for p in run], device=device)
+        for i, runs in placed.items():
+            keys = rerotate(torch.cat([k for k, _ in runs], dim=1)[None], shift, model.inv_freq)
+            state.append_kv(i, keys, torch.cat([v for _, v in runs], dim=1)[None], where)
+        state.advance(len(owed))
     fresh += plan.query
     positions += range(offset, offset + len(plan.query))
     jumps = None
