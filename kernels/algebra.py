@@ -220,6 +220,27 @@ if HAS_TRITON:
     import triton.language as tl
 
     @triton.jit
+    def wy_chunk(kc, vc, gc, bc, BT: tl.constexpr):
+        """One chunk of the delta rule in UT/WY form, shared by the kernels that stream chunks: from the
+        chunk's keys ``kc [BT, K]``, values ``vc [BT, V]``, gates and betas, the ``u`` and ``w`` with
+        ``v_new = u - w @ S`` for the state ``S`` before the chunk, the decay matrix and the gate's cumsum."""
+        rt = tl.arange(0, BT)
+        lower = rt[:, None] >= rt[None, :]
+        gcum = tl.cumsum(gc, axis=0)
+        decay = tl.where(lower, tl.exp(tl.where(lower, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
+        kb = kc * bc[:, None]
+        a = tl.where(rt[:, None] > rt[None, :], tl.dot(kb, tl.trans(kc), input_precision="ieee") * decay, 0.0)
+        # (I + A)^-1 by forward substitution, a row at a time: rows above i are final.
+        tinv = tl.where(rt[:, None] == rt[None, :], 1.0, 0.0)
+        for i in range(1, BT):
+            a_i = tl.sum(tl.where(rt[:, None] == i, a, 0.0), axis=0)
+            row = -tl.sum(a_i[:, None] * tinv, axis=0)
+            tinv = tl.where(rt[:, None] == i, tinv + row[None, :], tinv)
+        u = tl.dot(tinv, vc * bc[:, None], input_precision="ieee")
+        w = tl.dot(tinv, kb * tl.exp(gcum)[:, None], input_precision="ieee")
+        return u, w, decay, gcum
+
+    @triton.jit
     def _transition_kernel(
         Q, K, V, G, BETA, S0, STATE, P, O,
         T, H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
@@ -245,8 +266,6 @@ if HAS_TRITON:
         if HAS_S0:
             s0_ptr = S0 + ((n * H + h) * DK + rk[:, None]) * DV + cols[None, :]
             state += tl.load(s0_ptr, mask=mk[:, None] & is_val[None, :], other=0.0).to(tl.float32)
-        lower = rt[:, None] >= rt[None, :]
-        strict = rt[:, None] > rt[None, :]
         for c in range(0, T, BT):
             t_idx = c + rt
             mt = t_idx < T
@@ -256,19 +275,7 @@ if HAS_TRITON:
             vc = vc.to(tl.float32)
             gc = tl.load(G + tok, mask=mt, other=0.0).to(tl.float32)
             bc = tl.load(BETA + tok, mask=mt, other=0.0).to(tl.float32)
-            gcum = tl.cumsum(gc, axis=0)
-            diff = tl.where(lower, gcum[:, None] - gcum[None, :], 0.0)
-            decay = tl.where(lower, tl.exp(diff), 0.0)
-            kb = kc * bc[:, None]
-            a = tl.where(strict, tl.dot(kb, tl.trans(kc), input_precision="ieee") * decay, 0.0)
-            # (I + A)^-1 by forward substitution, a row at a time: rows above i are final.
-            tinv = tl.where(rt[:, None] == rt[None, :], 1.0, 0.0)
-            for i in range(1, BT):
-                a_i = tl.sum(tl.where(rt[:, None] == i, a, 0.0), axis=0)
-                row = -tl.sum(a_i[:, None] * tinv, axis=0)
-                tinv = tl.where(rt[:, None] == i, tinv + row[None, :], tinv)
-            u = tl.dot(tinv, vc * bc[:, None], input_precision="ieee")
-            w = tl.dot(tinv, kb * tl.exp(gcum)[:, None], input_precision="ieee")
+            u, w, decay, gcum = wy_chunk(kc, vc, gc, bc, BT)
             v_new = u - tl.dot(w, state, input_precision="ieee")
             if HAS_Q:
                 if has_out:
@@ -310,7 +317,8 @@ if HAS_TRITON:
             tl.store(OUT + i * H * DK * DV + kv_off, state, mask=kv_mask)
 
 
-def _block(dim: int) -> int:
+def block_size(dim: int) -> int:
+    """A Triton block covering ``dim``: a power of two, at least 16 (``tl.dot``'s minimum)."""
     return max(16, triton.next_power_of_2(dim))
 
 
@@ -322,13 +330,13 @@ def _transition_triton(k, v, g, beta, initial_state, q, chunk_size, q_tilde=True
     p = torch.empty(n, h, dk, dk, dtype=torch.float32, device=k.device)
     o_cols = 0 if q is None else dv + dk if q_tilde else dv
     out = torch.empty(n, t, h, o_cols, dtype=torch.float32, device=k.device) if q is not None else state
-    bv = min(64, _block(dv + dk))
+    bv = min(64, block_size(dv + dk))
     grid = (n * h, triton.cdiv(dv + dk, bv))
     s0 = initial_state.float().contiguous() if initial_state is not None else state
-    bt = _block(chunk_size_for(t, chunk_size))  # a power of two: 48 becomes 64
+    bt = block_size(chunk_size_for(t, chunk_size))  # a power of two: 48 becomes 64
     _transition_kernel[grid](
         q.contiguous() if q is not None else k, k, v, g, beta, s0, state, p, out,
-        t, h, dk, dv, bt, _block(dk), bv, initial_state is not None, q is not None, o_cols,
+        t, h, dk, dv, bt, block_size(dk), bv, initial_state is not None, q is not None, o_cols,
     )  # fmt: skip
     if q is None:
         return Transition(state, p)
@@ -338,8 +346,8 @@ def _transition_triton(k, v, g, beta, initial_state, q, chunk_size, q_tilde=True
 def _compose_triton(p, b, s0):
     s, h, dk, dv = b.shape
     out = torch.empty(s, h, dk, dv, dtype=torch.float32, device=b.device)
-    bv = min(64, _block(dv))
+    bv = min(64, block_size(dv))
     p, b = p.contiguous(), b.contiguous()
     start = s0.contiguous() if s0 is not None else out
-    _compose_kernel[(h, triton.cdiv(dv, bv))](p, b, start, out, s, h, dk, dv, _block(dk), bv, s0 is not None)
+    _compose_kernel[(h, triton.cdiv(dv, bv))](p, b, start, out, s, h, dk, dv, block_size(dk), bv, s0 is not None)
     return out

@@ -217,6 +217,8 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
+    from .algebra import block_size, wy_chunk
+
     @triton.jit
     def _scan_kernel(
         Q, K, V, G, BETA, S0, P, B, O, STATE, STEPS,
@@ -239,8 +241,6 @@ if HAS_TRITON:
         else:
             state = tl.zeros([BK, BV], dtype=tl.float32)
         saved = state
-        lower = rt[:, None] >= rt[None, :]
-        strict = rt[:, None] > rt[None, :]
         for step in range(N_STEPS):
             lo = tl.load(STEPS + step * 4)
             hi = tl.load(STEPS + step * 4 + 1)
@@ -258,18 +258,7 @@ if HAS_TRITON:
                 vc = vc.to(tl.float32)
                 gc = tl.load(G + tok, mask=mt, other=0.0).to(tl.float32)
                 bc = tl.load(BETA + tok, mask=mt, other=0.0).to(tl.float32)
-                gcum = tl.cumsum(gc, axis=0)
-                decay = tl.where(lower, tl.exp(tl.where(lower, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
-                kb = kc * bc[:, None]
-                a = tl.where(strict, tl.dot(kb, tl.trans(kc), input_precision="ieee") * decay, 0.0)
-                # (I + A)^-1 by forward substitution, a row at a time: rows above i are final.
-                tinv = tl.where(rt[:, None] == rt[None, :], 1.0, 0.0)
-                for i in range(1, BT):
-                    a_i = tl.sum(tl.where(rt[:, None] == i, a, 0.0), axis=0)
-                    row = -tl.sum(a_i[:, None] * tinv, axis=0)
-                    tinv = tl.where(rt[:, None] == i, tinv + row[None, :], tinv)
-                u = tl.dot(tinv, vc * bc[:, None], input_precision="ieee")
-                w = tl.dot(tinv, kb * tl.exp(gcum)[:, None], input_precision="ieee")
+                u, w, decay, gcum = wy_chunk(kc, vc, gc, bc, BT)
                 v_new = u - tl.dot(w, state, input_precision="ieee")
                 intra = tl.dot(qc, tl.trans(kc), input_precision="ieee") * decay
                 o = tl.dot(qc * tl.exp(gcum)[:, None], state, input_precision="ieee")
@@ -291,10 +280,6 @@ if HAS_TRITON:
                 if (flags & 2) != 0:
                     saved = state
         tl.store(STATE + kv_off, state, mask=kv_mask)
-
-
-def _block(dim: int) -> int:
-    return max(16, triton.next_power_of_2(dim))
 
 
 def _chunk_for(steps: list[tuple[int, int, int, int]], cap: int) -> int:
@@ -319,10 +304,10 @@ def _scan_with_jumps_triton(q, k, v, g, beta, initial_state, jumps, steps, chunk
     else:
         p, b = state, state  # never read: no step has a jump
     saves = any(f & _SAVE for *_, f in steps)
-    bv = min(32, _block(dv))
+    bv = min(32, block_size(dv))
     grid = (h, triton.cdiv(dv, bv))
     _scan_kernel[grid](
         q, k, v, g, beta, s0, p, b, out, state, plan,
-        len(steps), h, dk, dv, _chunk_for(steps, chunk_size), _block(dk), bv, initial_state is not None, saves,
+        len(steps), h, dk, dv, _chunk_for(steps, chunk_size), block_size(dk), bv, initial_state is not None, saves,
     )  # fmt: skip
     return out, state
