@@ -28,6 +28,7 @@ CHECKPOINT_PATTERNS = [
     "tokenizer.json",
     "tokenizer_config.json",
     "chat_template.jinja",
+    "additional_chat_templates/*.jinja",
     "special_tokens_map.json",
 ]
 
