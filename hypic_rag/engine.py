@@ -122,13 +122,17 @@ class Engine:
         device: str | torch.device = "cpu",
         dtype: torch.dtype | str = torch.float32,
         cache_dir: str | Path | None = None,
+        cache_url: str | None = None,
         revision: str | None = None,
         **options: Any,
     ) -> Engine:
         """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
         through the local Hugging Face cache), or, for ``None``, the bundled default model.
 
-        ``cache_dir`` adds a persistent segment tier there; ``options`` go to ``Engine``."""
+        ``cache_dir`` adds a persistent segment tier there; ``options`` go to ``Engine``. ``cache_url``
+        (a shared remote tier, API.md) is not in this version: it is refused, never ignored."""
+        if cache_url is not None:
+            raise ValueError(f"cache_url={cache_url!r}: the shared remote segment tier is not available yet")
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
         model = load_model(root, device=device, dtype=resolve_dtype(dtype))

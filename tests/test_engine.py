@@ -156,3 +156,8 @@ def test_dtype_strings_and_default_model(checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr("hypic_rag.hub.default_model_path", lambda: tmp_path)
     with pytest.raises(ValueError, match="bundled default model is missing from this install"):
         Engine.from_pretrained()
+
+
+def test_a_remote_tier_is_refused_not_ignored(checkpoint):
+    with pytest.raises(ValueError, match="remote segment tier is not available yet"):
+        Engine.from_pretrained(checkpoint("qwen3_5_text"), cache_url="redis://127.0.0.1:6379/0")
