@@ -5,7 +5,8 @@ on an H200-class GPU):
 
 1. Kernel throughput, Triton against the torch reference, at realistic shapes: ``transition`` over
    16k tokens of 16 heads of 128, ``compose`` of 64 segments, ``stitch`` of 512 new tokens over
-   64k cached keys (8 query / 2 KV heads of 256, 64 rotary dims).
+   64k cached keys (8 query / 2 KV heads of 256, 64 rotary dims), ``scan_with_jumps`` over a fused
+   request's 568 fresh tokens with 63 jumps.
 2. TTFT of warm ``hypic`` against ``full`` at 16k, 32k and 64k tokens (segments of 2k, a 64-token
    query) on the Qwen3.5-0.8B layer shapes with 8 layers, random weights, bf16.
 
@@ -26,6 +27,7 @@ import torch
 from hypic_rag import Engine
 from hypic_rag.kernels import compose, stitch, transition
 from hypic_rag.kernels.rope import rope_inv_freq
+from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 from hypic_rag.testing.synthetic import TINY
 
 from .common import RandomSegments, best_of, layer_shapes, random_model, speedup, timed
@@ -53,8 +55,19 @@ def kernels(device: torch.device, small: bool, repeats: int, log: Callable[[str]
     k_pos = torch.arange(s + tq, device=device)
     shift = torch.where(k_pos < s, k_pos // 2048 * 7, 0)
     inv = rope_inv_freq(hd // 4, 1e7).to(device)
+    # A fused request's scan: 63 cached segments' seams of 8 tokens and a 64-token query (small: 3 and 8),
+    # the state jumping over each segment (kernels.scan_with_jumps).
+    n_jumps, seam, tail = (3, 8, 8) if small else (63, 8, 64)
+    fresh = n_jumps * seam + tail
+    qs = torch.nn.functional.normalize(rnd(1, fresh, h, d), dim=-1) * d**-0.5
+    ks = torch.nn.functional.normalize(rnd(1, fresh, h, d), dim=-1)
+    vs, bs = rnd(1, fresh, h, d), rnd(1, fresh, h).sigmoid()
+    gs = -torch.rand(1, fresh, h, generator=gen).to(device) * 0.1
+    at = torch.arange(1, n_jumps + 1) * seam  # on the host: the kernels plan from it
+    jumps = Jumps(at, at.clone(), p[:n_jumps].contiguous(), b[:n_jumps].contiguous())
     cases = {
         "transition": lambda backend: transition(k, v, g, beta, backend=backend),
+        "scan_with_jumps": lambda backend: scan_with_jumps(qs, ks, vs, gs, bs, None, jumps, backend=backend),
         "compose": lambda backend: compose(p, b, s0, backend=backend),
         "stitch": lambda backend: stitch(q, kk, vv, k_pos[s:], k_pos, shift, inv, backend=backend),
     }
