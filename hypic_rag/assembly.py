@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache.entry import RemainderEntry, SegmentEntry
+from .cache.entry import LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
 from .kernels.algebra import compose, rerotate
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
@@ -35,6 +35,17 @@ class Cached:
     @property
     def nbytes(self) -> int:
         return self.entry.nbytes + (self.rest.nbytes if self.rest is not None else 0)
+
+    def operators(self, seam: int, variant: str) -> tuple[bool, dict[int, LinearEntry | LinearRemainder]]:
+        """Per linear layer, the operator (``p``, ``b``) that carries the state past this segment after
+        ``seam`` recomputed tokens, and whether it starts from the state after the seam (variant B's
+        remainder) rather than the state before it (the whole segment's, variant A or no seam)."""
+        after_seam = variant == "B" and seam > 0
+        if not after_seam:
+            return False, dict(self.entry.linear)
+        if self.rest is None or self.rest.seam != seam:
+            raise ValueError(f"segment with a {seam}-token seam needs its remainder entry after {seam} tokens")
+        return True, dict(self.rest.linear)
 
 
 def run_in_context(model: HybridModel, state: RequestState, ids: Sequence[int]) -> None:
@@ -53,16 +64,11 @@ def install_segment(model: HybridModel, state: RequestState, cached: Cached, sea
     run_in_context(model, state, entry.token_ids[:w])
     if w == n:
         return w
-    use_rest = variant == "B" and w > 0
-    if use_rest and (cached.rest is None or cached.rest.seam != w):
-        raise ValueError(f"segment with a {w}-token seam needs its remainder entry after {w} tokens")
+    after_seam, ops = cached.operators(w, variant)
     linear = {}
     for i, lin in entry.linear.items():
-        if use_rest:
-            rest = cached.rest.linear[i]
-            s = compose(rest.p[None], rest.b[None], state.linear(i).recurrent[0])[0]
-        else:
-            s = compose(lin.p[None], lin.b[None], before[i])[0]
+        start = state.linear(i).recurrent[0] if after_seam else before[i]
+        s = compose(ops[i].p[None], ops[i].b[None], start)[0]
         linear[i] = (lin.conv_tail[None].to(model.dtype), s[None])
     kv = {i: (att.keys[None, :, w:], att.values[None, :, w:]) for i, att in entry.attention.items()}
     state.extend(n - w, linear, kv, shift=offset)  # keys stay at w..L-1; stitch moves them by `offset`
@@ -118,14 +124,11 @@ def assemble_fused(
         before = len(fresh)
         fresh += seg.ids[:w]
         positions += range(offset, offset + w)
-        use_rest = plan.variant == "B" and w > 0
-        if use_rest and (found.rest is None or found.rest.seam != w):
-            raise ValueError(f"segment with a {w}-token seam needs its remainder entry after {w} tokens")
+        after_seam, operators = found.operators(w, plan.variant)
         at.append(len(fresh))
-        src.append(len(fresh) if use_rest else before)
+        src.append(len(fresh) if after_seam else before)
         for i, lin in found.entry.linear.items():
-            rest = found.rest.linear[i] if use_rest else lin
-            ops[i].append((rest.p, rest.b, lin.conv_tail))
+            ops[i].append((operators[i].p, operators[i].b, lin.conv_tail))
         for i, att in found.entry.attention.items():
             placed[i].append((att.keys[:, w:], att.values[:, w:]))
         at_positions.append(range(offset + w, offset + n))
