@@ -109,7 +109,7 @@ class RequestState:
 
     def __init__(self, config: HybridConfig) -> None:
         self.config = config
-        self._layers: list[LinearLayerState | AttentionLayerKV | None] = [None] * config.num_hidden_layers
+        self._linear: dict[int, LinearLayerState] = {}
         self._kv: dict[int, _KVBuffer] = {}
         self._reserve = 0
         self._seq_len = 0
@@ -127,19 +127,16 @@ class RequestState:
         return [i for i, t in enumerate(self.config.layer_types) if t != LINEAR]
 
     def linear(self, idx: int) -> LinearLayerState | None:
-        state = self._layers[idx]
-        assert state is None or isinstance(state, LinearLayerState)
-        return state
+        return self._linear.get(idx)
 
     def attention(self, idx: int) -> AttentionLayerKV | None:
-        kv = self._layers[idx]
-        assert kv is None or isinstance(kv, AttentionLayerKV)
-        return kv
+        buffer = self._kv.get(idx)
+        return buffer.view() if buffer is not None else None
 
     # -- written by the model's layers ------------------------------------------------------------
 
     def set_linear(self, idx: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
-        self._layers[idx] = LinearLayerState(conv=conv, recurrent=recurrent)
+        self._linear[idx] = LinearLayerState(conv=conv, recurrent=recurrent)
 
     def append_kv(
         self,
@@ -158,9 +155,7 @@ class RequestState:
             buffer = self._kv[idx] = _KVBuffer(keys, values, positions, shift, self._reserve)
         else:
             buffer.append(keys, values, positions, shift)
-        kv = buffer.view()
-        self._layers[idx] = kv
-        return kv
+        return buffer.view()
 
     def reserve(self, tokens: int) -> None:
         """Room for ``tokens`` keys in every attention layer's buffer from its first append: a request
@@ -177,7 +172,7 @@ class RequestState:
         self, seq_len: int, linear: Mapping[int, LinearLayerState], kv: Mapping[int, AttentionLayerKV]
     ) -> None:
         """Become the state of a cached prefix of ``seq_len`` tokens (an empty state only)."""
-        if self._seq_len or any(layer is not None for layer in self._layers):
+        if self._seq_len or self._linear or self._kv:
             raise ValueError("restore needs an empty request state")
         for i, state in linear.items():
             self.set_linear(i, state.conv.clone(), state.recurrent.clone())
