@@ -246,7 +246,7 @@ def _tool_texts(tools: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     """The ways a template may have written each tool schema (transformers' ``tojson`` variants)."""
     out = []
     for tool in tools:
-        forms = [json.dumps(tool, ensure_ascii=False, indent=i, separators=s) for i in (None, 2, 4) for s in (None,)]
+        forms = [json.dumps(tool, ensure_ascii=False, indent=indent) for indent in (None, 2, 4)]
         forms += [json.dumps(tool, ensure_ascii=False, separators=(",", ":")), json.dumps(tool)]
         out.append(list(dict.fromkeys(forms)))
     return out
