@@ -344,10 +344,22 @@ class Engine:
         model's context. ``on_token(id, text_delta)`` streams each token as it is chosen.
         """
         self._check_mode(mode)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, top_k=top_k)
         prompt = self.build_prompt(segments, query)
+        return self._generate(prompt, mode, seam, sampler, max_new_tokens, stop_token_ids, on_token)
+
+    def _generate(
+        self,
+        prompt: Prompt,
+        mode: str,
+        seam: int | float | None,
+        sampler: Sampler,
+        max_new_tokens: int,
+        stop_token_ids: Sequence[int] | None,
+        on_token: TokenCallback | None,
+    ) -> GenerationOutput:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         generator = sampler.generator(self.model.device)
 
         start = time.perf_counter()
@@ -388,6 +400,16 @@ class Engine:
     ) -> RenderedPrompt:
         """The checkpoint's template applied to ``messages`` (the text transformers' ``apply_chat_template``
         gives), cut into segments (``chat.segmentation``), with the prompt's token ids."""
+        return self._render(messages, tools, chat_template_kwargs, segmentation)[0]
+
+    def _render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        chat_template_kwargs: Mapping[str, Any] | None,
+        segmentation: str,
+    ) -> tuple[RenderedPrompt, Prompt]:
+        """The rendered prompt and its tokenized form, tokenized once for both."""
         setup = self._require_chat()
         rendered = segment_prompt(
             setup.template,
@@ -396,7 +418,8 @@ class Engine:
             chat_template_kwargs=chat_template_kwargs,
             segmentation=segmentation,
         )
-        return replace(rendered, token_ids=self.build_prompt(rendered.segments, rendered.query).ids)
+        prompt = self.build_prompt(rendered.segments, rendered.query)
+        return replace(rendered, token_ids=prompt.ids), prompt
 
     def chat(
         self,
@@ -418,19 +441,13 @@ class Engine:
         and turns served as cached segments, settings left unset taken from ``generation_config.json``,
         stopping at every EOS id and the template's end-of-turn token; ``text`` is the answer, with the
         reasoning and the tool calls (parsed in the template's own format) split off."""
+        self._check_mode(mode)
         setup = self._require_chat()
-        rendered = self.render(messages, tools, chat_template_kwargs, segmentation)
         settings = self.generation_defaults.resolve(max_new_tokens, temperature, top_p, top_k)
-        out = self.generate(
-            rendered.segments,
-            rendered.query,
-            mode=mode,
-            seam=seam,
-            seed=seed,
-            stop_token_ids=setup.end_of_turn_ids,
-            on_token=on_token,
-            **settings,
-        )
+        max_new = settings.pop("max_new_tokens")
+        sampler = Sampler(seed=seed, **settings)  # temperature, top_p, top_k
+        rendered, prompt = self._render(messages, tools, chat_template_kwargs, segmentation)
+        out = self._generate(prompt, mode, seam, sampler, max_new, setup.end_of_turn_ids, on_token)
         thinking = thinking_opened(rendered.text)
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
         seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
