@@ -9,8 +9,12 @@ from dataclasses import dataclass
 import torch
 
 from .model import HybridModel, RequestState
+from .outputs import GenerationOutput, RequestStats
 
 TokenCallback = Callable[[int, "str | None"], None]
+# The id of the last ``on_token`` call when text was held back (a possible start of a stop string, an
+# unfinished character) and the request ended without it: it carries that text and no new token.
+FLUSH = -1
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,117 @@ class Sampler:
         return int(torch.multinomial(probs, 1, generator=generator))
 
 
-@torch.inference_mode()
+def _held_back(text: str, stops: Sequence[str]) -> int:
+    """How many trailing characters of ``text`` a stream must hold back: a possible start of a stop
+    string, or an unfinished UTF-8 character (the tokenizer's replacement character)."""
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:n]):
+                hold = n
+                break
+    if text.endswith("\ufffd"):
+        hold = max(hold, len(text) - len(text.rstrip("\ufffd")))
+    return hold
+
+
+class Decoder:
+    """One request's decode loop, a token at a time, so a server can interleave several requests.
+
+    Stops at a stop id (not included), at ``max_new_tokens``, at the model's context, at a stop string
+    (the text is cut before it) or when ``cancelled()`` says so. ``on_token(id, delta)`` gets each id
+    as it is chosen with the text it adds; text that may turn out to begin a stop string is held back
+    until it does not."""
+
+    def __init__(
+        self,
+        model: HybridModel,
+        state: RequestState,
+        first: int,
+        sampler: Sampler,
+        generator: torch.Generator | None,
+        *,
+        stops: Collection[int],
+        max_new_tokens: int,
+        on_token: TokenCallback | None = None,
+        detokenize: Callable[[Sequence[int]], str] | None = None,
+        stop_strings: Sequence[str] = (),
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
+        if stop_strings and detokenize is None:
+            raise ValueError("stop strings need a tokenizer to read the text")
+        self.model, self.state, self.sampler, self.generator = model, state, sampler, generator
+        self.stops, self.max_new_tokens = stops, max_new_tokens
+        self.on_token, self.detokenize = on_token, detokenize
+        self.stop_strings = [s for s in stop_strings if s]
+        self.cancelled = cancelled
+        self.ids: list[int] = []
+        self.text: str | None = None  # set when a stop string cut the text
+        self.finish: str | None = None
+        self._next = first
+        self._emitted = 0
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    def step(self) -> bool:
+        """Take the next token (running the model for the one after it); True once finished."""
+        if self.finish is not None:
+            return True
+        if self.cancelled is not None and self.cancelled():
+            self.finish = "cancelled"
+            return True
+        token = self._next
+        if token in self.stops:
+            return self._end("stop")
+        self.ids.append(token)
+        if self._read(token):
+            return self._end("stop")
+        if len(self.ids) >= self.max_new_tokens:
+            return self._end("length")
+        if self.state.seq_len >= self.model.config.max_position_embeddings:
+            return self._end("context")
+        with torch.inference_mode():
+            step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
+            self._next = self.sampler.pick(self.model(step, state=self.state)[0, -1].float(), self.generator)
+        return False
+
+    def run(self) -> tuple[list[int], str]:
+        while not self.step():
+            pass
+        assert self.finish is not None
+        return self.ids, self.finish
+
+    def _read(self, token: int) -> bool:
+        """Stream the text this token adds; True when a stop string has appeared."""
+        if self.detokenize is None:
+            if self.on_token is not None:
+                self.on_token(token, None)
+            return False
+        if self.on_token is None and not self.stop_strings:
+            return False
+        text = self.detokenize(self.ids)
+        cut = min((at for s in self.stop_strings if (at := text.find(s)) >= 0), default=-1)
+        if cut >= 0:
+            text = self.text = text[:cut]
+        safe = len(text) if cut >= 0 else len(text) - _held_back(text, self.stop_strings)
+        if self.on_token is not None:
+            delta = text[self._emitted : safe] if safe > self._emitted else ""
+            self._emitted = max(self._emitted, safe)
+            self.on_token(token, delta)
+        return cut >= 0
+
+    def _end(self, reason: str) -> bool:
+        self.finish = reason
+        if self.on_token is not None and self.detokenize is not None and self.ids:
+            text = self.detokenize(self.ids) if self.text is None else self.text
+            if len(text) > self._emitted:  # held back for a stop string that never came
+                self.on_token(FLUSH, text[self._emitted :])
+                self._emitted = len(text)
+        return True
+
+
 def decode(
     model: HybridModel,
     state: RequestState,
@@ -74,22 +188,62 @@ def decode(
     """Generated ids from ``first`` on, and why it stopped: ``"stop"`` at a stop id (not included),
     ``"length"`` at ``max_new_tokens``, ``"context"`` at the model's context. ``on_token(id, delta)``
     gets each id as it is chosen, with its text delta when ``detokenize`` is given."""
-    out: list[int] = []
-    text_so_far = ""
-    token = first
-    while True:
-        if token in stops:
-            return out, "stop"
-        out.append(token)
-        if on_token is not None:
-            delta = None
-            if detokenize is not None:
-                text = detokenize(out)
-                delta, text_so_far = text[len(text_so_far) :], text
-            on_token(token, delta)
-        if len(out) >= max_new_tokens:
-            return out, "length"
-        if state.seq_len >= model.config.max_position_embeddings:
-            return out, "context"
-        step = torch.tensor([[token]], dtype=torch.long, device=model.device)
-        token = sampler.pick(model(step, state=state)[0, -1].float(), generator)
+    return Decoder(
+        model,
+        state,
+        first,
+        sampler,
+        generator,
+        stops=stops,
+        max_new_tokens=max_new_tokens,
+        on_token=on_token,
+        detokenize=detokenize,
+    ).run()
+
+
+class Generation:
+    """A request with its prompt in and its first token chosen (``ttft_s`` after it began); ``step`` decodes
+    one more token, so a server can interleave requests, and ``output`` sums it up once ``done``.
+    ``finalize`` turns the raw output into the caller's (``Engine.chat`` parses tool calls there);
+    ``thinking_open`` and ``answer_prefix`` say how the chat prompt ended, for a caller that splits the
+    streamed text as ``finalize`` will (``chat.streaming``)."""
+
+    thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
+    answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        stats: RequestStats,
+        ttft_s: float,
+        prompt_logits: torch.Tensor,
+        detokenize: Callable[[Sequence[int]], str] | None,
+        finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
+    ) -> None:
+        self.decoder, self.stats, self.ttft_s = decoder, stats, ttft_s
+        self.prompt_logits, self.detokenize, self.finalize = prompt_logits, detokenize, finalize
+
+    @property
+    def done(self) -> bool:
+        return self.decoder.done
+
+    def step(self) -> bool:
+        """Decode one token; True once finished."""
+        return self.decoder.step()
+
+    def run(self) -> GenerationOutput:
+        """Decode to the end; the output."""
+        self.decoder.run()
+        return self.output()
+
+    def output(self) -> GenerationOutput:
+        if not self.decoder.done:
+            raise ValueError("the generation has not finished; step() it until done")
+        ids, finish = self.decoder.ids, self.decoder.finish
+        assert finish is not None
+        self.stats.generated_tokens = len(ids)
+        text = self.decoder.text
+        if text is None and self.detokenize is not None:
+            text = self.detokenize(ids)
+        out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish, self.prompt_logits)
+        return self.finalize(out) if self.finalize is not None else out

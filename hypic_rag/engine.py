@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,8 @@ from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerpr
 from .chat.conversation import ChatSetup, thinking_opened
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
-from .chat.tool_calls import parse_output
-from .decoding import Sampler, TokenCallback, decode
+from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
+from .decoding import Decoder, Generation, Sampler, TokenCallback
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .hub import resolve_checkpoint
@@ -241,6 +241,7 @@ class Engine:
             self.prefix_store.snapshot(key, state, start)
         stats.hit_segments, stats.miss_segments = depth, len(keys) - depth
         stats.recomputed_tokens = len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth])
+        stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
 
     def _prefill_composed(
         self, plan: RequestPlan, state: RequestState, stats: RequestStats
@@ -251,6 +252,11 @@ class Engine:
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         owed = [(plan.segments[i], found[i]) for i in missed]
         hits = sum(f is not None for f in found) - sum(had is not None for _, had in owed)
+        stats.cached_tokens = sum(
+            len(seg.ids) - seg.seam
+            for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
+            if f is not None and i not in missed and not seg.in_context
+        )
         filled = 0
         if owed and self.cold_policy == "parallel":
             for i, made in zip(missed, self._fill(owed), strict=True):
@@ -336,19 +342,55 @@ class Engine:
         top_k: int | None = None,
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
+        stop: Sequence[str] | None = None,
         on_token: TokenCallback | None = None,
     ) -> GenerationOutput:
         """Answer a prompt of segments and a query.
 
-        Stops at ``max_new_tokens``, at an EOS or stop id (not included in the output), or at the
-        model's context. ``on_token(id, text_delta)`` streams each token as it is chosen.
+        Stops at ``max_new_tokens``, at an EOS or stop id (not included in the output), at a ``stop``
+        string (the text is cut before it), or at the model's context. ``on_token(id, text_delta)``
+        streams each token as it is chosen (``decoding.FLUSH`` ends held-back text).
         """
+        return self.start(
+            segments,
+            query,
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seam=seam,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            stop_token_ids=stop_token_ids,
+            stop=stop,
+            on_token=on_token,
+        ).run()
+
+    def start(
+        self,
+        segments: Sequence[Segment],
+        query: str | Segment,
+        *,
+        mode: str = "hypic",
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seam: int | float | None = None,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        stop: Sequence[str] | None = None,
+        on_token: TokenCallback | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """``generate`` up to its first token: the rest is decoded by ``step``/``run`` on the result, so
+        that a server can interleave requests; ``cancelled()`` is asked before each further token."""
         self._check_mode(mode)
         sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, top_k=top_k)
         prompt = self.build_prompt(segments, query)
-        return self._generate(prompt, mode, seam, sampler, max_new_tokens, stop_token_ids, on_token)
+        return self._start(prompt, mode, seam, sampler, max_new_tokens, stop_token_ids, stop, on_token, cancelled)
 
-    def _generate(
+    def _start(
         self,
         prompt: Prompt,
         mode: str,
@@ -356,19 +398,27 @@ class Engine:
         sampler: Sampler,
         max_new_tokens: int,
         stop_token_ids: Sequence[int] | None,
+        stop: Sequence[str] | None,
         on_token: TokenCallback | None,
-    ) -> GenerationOutput:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        cancelled: Callable[[], bool] | None,
+        finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
+    ) -> Generation:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        if isinstance(stop, str) or not all(isinstance(s, str) for s in stop or ()):
+            raise ValueError("stop must be a list of strings")
+        if stop and self.tokenizer is None:
+            raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")
         generator = sampler.generator(self.model.device)
 
-        start = time.perf_counter()
+        begin = time.perf_counter()
         done = self._prefill(prompt, mode, seam)
         first = sampler.pick(done.logits, generator)
-        ttft = time.perf_counter() - start
+        ttft = time.perf_counter() - begin
         self._fill(done.owed)
 
-        ids, finish = decode(
+        detokenize = self.decode if self.tokenizer is not None else None
+        decoder = Decoder(
             self.model,
             done.state,
             first,
@@ -377,11 +427,11 @@ class Engine:
             stops=set(self.eos_token_ids) | set(stop_token_ids or ()),
             max_new_tokens=max_new_tokens,
             on_token=on_token,
-            detokenize=self.decode if self.tokenizer is not None else None,
+            detokenize=detokenize,
+            stop_strings=list(stop or ()),
+            cancelled=cancelled,
         )
-        done.stats.generated_tokens = len(ids)
-        text = self.decode(ids) if self.tokenizer is not None else None
-        return GenerationOutput(text, ids, ttft, done.stats.as_dict(), finish, prompt_logits=done.logits)
+        return Generation(decoder, done.stats, ttft, done.logits, detokenize, finalize)
 
     # -- chat ---------------------------------------------------------------------------------------
 
@@ -408,8 +458,11 @@ class Engine:
         tools: Sequence[Mapping[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any] | None,
         segmentation: str,
+        force_call: str | None = None,
     ) -> tuple[RenderedPrompt, Prompt]:
-        """The rendered prompt and its tokenized form, tokenized once for both."""
+        """The rendered prompt and its tokenized form, tokenized once for both. ``force_call``
+        (``"required"`` or a tool's name) ends the prompt with the opening of a call (``answer_prefix``),
+        after closing a reasoning block the template opened."""
         setup = self._require_chat()
         rendered = segment_prompt(
             setup.template,
@@ -418,6 +471,11 @@ class Engine:
             chat_template_kwargs=chat_template_kwargs,
             segmentation=segmentation,
         )
+        forced = forced_call_prefix(setup.tool_format, force_call)
+        if forced:
+            forced = (THINK_CLOSE + "\n\n" if thinking_opened(rendered.text) else "") + forced
+            query = Segment(text=(rendered.query.text or "") + forced, kind=rendered.query.kind, cache=False)
+            rendered = replace(rendered, text=rendered.text + forced, query=query, answer_prefix=forced)
         prompt = self.build_prompt(rendered.segments, rendered.query)
         return replace(rendered, token_ids=prompt.ids), prompt
 
@@ -426,6 +484,7 @@ class Engine:
         messages: Sequence[Mapping[str, Any]],
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
         mode: str = "hypic",
         max_new_tokens: int | None = None,
         temperature: float | None = None,
@@ -433,6 +492,7 @@ class Engine:
         top_k: int | None = None,
         seed: int | None = None,
         seam: int | float | None = None,
+        stop: Sequence[str] | None = None,
         segmentation: str = "auto",
         chat_template_kwargs: Mapping[str, Any] | None = None,
         on_token: TokenCallback | None = None,
@@ -440,16 +500,71 @@ class Engine:
         """Answer OpenAI-style ``messages`` with the checkpoint's own template: its documents, tool schemas
         and turns served as cached segments, settings left unset taken from ``generation_config.json``,
         stopping at every EOS id and the template's end-of-turn token; ``text`` is the answer, with the
-        reasoning and the tool calls (parsed in the template's own format) split off."""
+        reasoning and the tool calls (parsed in the template's own format) split off.
+
+        ``tool_choice`` is OpenAI's: ``"none"`` renders the prompt without the tools; ``"required"`` and a
+        named function (``{"type": "function", "function": {"name": ...}}``) make the answer begin with the
+        opening of a call (of that function) in the template's format, which the model then completes."""
+        return self.start_chat(
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            seam=seam,
+            stop=stop,
+            segmentation=segmentation,
+            chat_template_kwargs=chat_template_kwargs,
+            on_token=on_token,
+        ).run()
+
+    def start_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        mode: str = "hypic",
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        seam: int | float | None = None,
+        stop: Sequence[str] | None = None,
+        segmentation: str = "auto",
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        on_token: TokenCallback | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """``chat`` up to its first token (see ``start``); ``output()`` of the finished result is ``chat``'s.
+        A forced call opening (``tool_choice``) is not streamed through ``on_token``; it is in the parsed
+        output."""
         self._check_mode(mode)
         setup = self._require_chat()
+        choice = chosen_tool(tool_choice, tools)
+        if choice == "none":
+            tools = None
         settings = self.generation_defaults.resolve(max_new_tokens, temperature, top_p, top_k)
         max_new = settings.pop("max_new_tokens")
         sampler = Sampler(seed=seed, **settings)  # temperature, top_p, top_k
-        rendered, prompt = self._render(messages, tools, chat_template_kwargs, segmentation)
-        out = self._generate(prompt, mode, seam, sampler, max_new, setup.end_of_turn_ids, on_token)
-        thinking = thinking_opened(rendered.text)
+        rendered, prompt = self._render(messages, tools, chat_template_kwargs, segmentation, choice)
+        forced = rendered.answer_prefix
+        thinking = thinking_opened(rendered.text[: len(rendered.text) - len(forced)])
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
         seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
-        parsed = parse_output(out.text or "", setup.tool_format, tools, thinking_open=thinking, id_seed=seed_text)
-        return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)
+
+        def finalize(out: GenerationOutput) -> GenerationOutput:
+            written = forced + (out.text or "")
+            parsed = parse_output(written, setup.tool_format, tools, thinking_open=thinking, id_seed=seed_text)
+            return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)
+
+        run = self._start(
+            prompt, mode, seam, sampler, max_new, setup.end_of_turn_ids, stop, on_token, cancelled, finalize
+        )
+        run.thinking_open, run.answer_prefix = thinking, forced
+        return run

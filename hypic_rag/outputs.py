@@ -11,8 +11,10 @@ import torch
 @dataclass
 class RequestStats:
     """How a prompt was served. ``recomputed_tokens`` counts the tokens that went through the model
-    for it: seams, query, misses and segments run in context. The composed modes also say which seam,
-    variant and cold policy served them."""
+    for it: seams, query, misses and segments run in context; ``cached_tokens`` the prompt tokens whose
+    state came from what the cache held before the request (hit segments less their seams, or the
+    restored prefix), OpenAI's ``usage.prompt_tokens_details.cached_tokens``. The composed modes also
+    say which seam, variant and cold policy served them."""
 
     mode: str
     prompt_tokens: int
@@ -20,6 +22,7 @@ class RequestStats:
     hit_segments: int = 0
     miss_segments: int = 0
     recomputed_tokens: int = 0
+    cached_tokens: int = 0
     cache_bytes: int = 0
     seam: int | float | None = None
     seam_variant: str | None = None

@@ -115,3 +115,82 @@ def test_chat_errors(engine, checkpoint):
         engine.chat([{"role": "narrator", "content": "hi"}])
     with pytest.raises(ValueError, match="segmentation must be one of"):
         engine.render([{"role": "user", "content": "hi"}], segmentation="sentences")
+
+
+def test_stop_strings_cut_the_text_and_the_stream(engine):
+    free = engine.chat(_ask(DOCS), max_new_tokens=24, temperature=0.0, segmentation="none")
+    raw = engine.decode(free.token_ids)
+    assert len(raw) > 12, raw
+    stop = raw[6:9]
+    expected = raw[: raw.find(stop)]
+    streamed: list[str] = []
+    out = engine.chat(
+        _ask(DOCS),
+        max_new_tokens=24,
+        temperature=0.0,
+        segmentation="none",
+        stop=[stop],
+        on_token=lambda _i, d: streamed.append(d or ""),
+    )
+    assert out.finish_reason == "stop"
+    assert engine.decode(out.token_ids).startswith(expected) and stop not in "".join(streamed)
+    assert "".join(streamed) == expected  # nothing past the stop string was streamed, nothing before it lost
+    assert out.text == expected.strip()  # chat's content is stripped, as transformers-style parsers do
+    with pytest.raises(ValueError, match="stop must be a list of strings"):
+        engine.chat(_ask(DOCS), stop="x")
+
+
+def test_held_back_text_is_flushed_when_no_stop_string_comes(engine):
+    streamed: list[tuple[int, str]] = []
+    out = engine.chat(
+        _ask(DOCS),
+        max_new_tokens=12,
+        temperature=0.0,
+        stop=["\ue123never"],
+        on_token=lambda i, d: streamed.append((i, d or "")),
+    )
+    assert "".join(d for _, d in streamed) == engine.decode(out.token_ids)
+    assert [i for i, _ in streamed if i != -1] == out.token_ids
+
+
+def test_start_chat_steps_to_the_same_answer_and_can_be_cancelled(engine):
+    whole = engine.chat(_ask(DOCS), max_new_tokens=10, temperature=0.0)
+    run = engine.start_chat(_ask(DOCS), max_new_tokens=10, temperature=0.0)
+    steps = 0
+    while not run.step():
+        steps += 1
+    assert run.output().token_ids == whole.token_ids and steps == len(whole.token_ids) - (whole.finish_reason != "stop")
+    flag = {"stop": False}
+    run = engine.start_chat(_ask(DOCS), max_new_tokens=10, temperature=0.0, cancelled=lambda: flag["stop"])
+    run.step()
+    flag["stop"] = True
+    assert run.step() and run.output().finish_reason == "cancelled"
+    assert run.output().token_ids == whole.token_ids[:1]
+    with pytest.raises(ValueError, match="has not finished"):
+        engine.start_chat(_ask(DOCS), max_new_tokens=10).output()
+
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_tool_choice_forces_the_opening_of_a_call(engine):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    rendered, prompt = engine._render(_ask(DOCS), [WEATHER], None, "auto", "get_weather")
+    assert rendered.answer_prefix == '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert rendered.text == engine.render(_ask(DOCS), [WEATHER]).text + rendered.answer_prefix
+    assert prompt.query[-len(engine.encode(rendered.answer_prefix)) :] == engine.encode(rendered.answer_prefix)
+    out = engine.chat(_ask(DOCS), tools=[WEATHER], tool_choice=named, max_new_tokens=6)
+    # The random model does not finish the call; the opening still shows in what comes back, unparsed.
+    assert [c["name"] for c in out.tool_calls] == ["get_weather"] or out.text.startswith(rendered.answer_prefix)
+    none = engine.chat(_ask(DOCS), tools=[WEATHER], tool_choice="none", max_new_tokens=4, mode="full")
+    plain = engine.chat(_ask(DOCS), max_new_tokens=4, mode="full")
+    assert torch.equal(none.prompt_logits, plain.prompt_logits)  # the tools left out of the prompt
+    with pytest.raises(ValueError, match="not among the tools"):
+        engine.chat(_ask(DOCS), tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "x"}})
+    with pytest.raises(ValueError, match="'required' needs tools"):
+        engine.chat(_ask(DOCS), tool_choice="required")
+    with pytest.raises(ValueError, match="tool_choice must be"):
+        engine.chat(_ask(DOCS), tools=[WEATHER], tool_choice="sometimes")

@@ -51,11 +51,12 @@ def test_prefix_equals_full_cold_and_warm(engine):
     warm = engine.generate(segs, q, mode="prefix", max_new_tokens=1)
     assert cold.stats["hit_segments"] == 0 and warm.stats["hit_segments"] == 4
     assert warm.stats["recomputed_tokens"] == len(q.token_ids)
+    assert cold.stats["cached_tokens"] == 0 and warm.stats["cached_tokens"] == 30 + 41 + 17 + 64
     assert _diff(engine.prompt_logits(segs, q, mode="prefix"), full) < TOL
     # A shared leading segment is reused; reuse stops at the first segment that moved.
     moved = [segs[0], segs[2], segs[1], segs[3]]
     out = engine.generate(moved, q, mode="prefix", max_new_tokens=1)
-    assert out.stats["hit_segments"] == 1
+    assert out.stats["hit_segments"] == 1 and out.stats["cached_tokens"] == 30
     assert _diff(engine.prompt_logits(moved, q, mode="prefix"), engine.prompt_logits(moved, q, mode="full")) < TOL
 
 
@@ -125,6 +126,8 @@ def test_a_reordered_warm_prompt_hits_every_segment_and_recomputes_only_seams_an
     warm = engine.generate(segs[::-1], q, mode="hypic", max_new_tokens=2, seam=8)
     assert warm.stats["hit_segments"] == 4 and warm.stats["miss_segments"] == 0
     assert warm.stats["recomputed_tokens"] == 3 * 8 + len(q.token_ids)
+    # Every prompt token but the seams and the query came from the cache: OpenAI's cached_tokens.
+    assert cold.stats["cached_tokens"] == 0 and warm.stats["cached_tokens"] == 40 + 52 + 36 + 48 - 3 * 8
     assert warm.stats["cache_bytes"] > 0
     pic = engine.generate(segs[1:], q, mode="pic", max_new_tokens=1)
     assert pic.stats["recomputed_tokens"] == len(q.token_ids)

@@ -54,6 +54,7 @@ class RenderedPrompt:
     query: Segment
     messages: list[dict[str, Any]]  # what the template was given (``plain_messages``)
     token_ids: list[int] | None = None  # the prompt's ids: each segment's, then the query's (``Engine.render``)
+    answer_prefix: str = ""  # text past the template's, that the answer is made to begin with (a forced call)
 
 
 # -- messages ------------------------------------------------------------------------------------

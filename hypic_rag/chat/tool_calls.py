@@ -127,6 +127,49 @@ def parse_output(
     return ParsedOutput(content=content, reasoning=reasoning, tool_calls=tool_calls)
 
 
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def chosen_tool(tool_choice: Any, tools: Sequence[dict] | None) -> str | None:
+    """OpenAI's ``tool_choice`` checked against the offered ``tools``: ``None``, ``"auto"``, ``"none"``,
+    ``"required"``, or the name of the one tool the answer must call (given as
+    ``{"type": "function", "function": {"name": ...}}``)."""
+    if tool_choice is None or tool_choice in TOOL_CHOICES:
+        if tool_choice == "required" and not tools:
+            raise ValueError("tool_choice 'required' needs tools")
+        return tool_choice
+    name = None
+    if isinstance(tool_choice, dict) and tool_choice.get("type", "function") == "function":
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise ValueError(
+            "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}, "
+            f"got {tool_choice!r}"
+        )
+    offered = [t.get("function", {}).get("name") for t in tools or ()]
+    if name not in offered:
+        raise ValueError(f"tool_choice names {name!r}, which is not among the tools ({', '.join(offered) or 'none'})")
+    return name
+
+
+def forced_call_prefix(fmt: str, choice: str | None) -> str:
+    """The text the answer is made to begin with so that it calls a tool (``choice`` ``"required"``) or the
+    named one: the call's opening in the template's own format, written for the model. Empty for
+    ``None``/``"auto"``/``"none"``. The bundled format writes ``arguments`` before ``name`` (sorted keys), so
+    there only a call is forced, not which."""
+    if choice in (None, "auto", "none"):
+        return ""
+    name = None if choice == "required" else choice
+    if fmt == "qwen3_json":
+        return "<tool_call>\n" + ("" if name is None else '{"name": ' + json.dumps(name) + ', "arguments": ')
+    if fmt == "qwen3_5_xml":
+        return "<tool_call>\n<function=" + ("" if name is None else name + ">\n")
+    if fmt == "bundled":
+        return '{"arguments":'
+    raise ValueError("this chat template has no tool-call format, so tool_choice cannot require a call")
+
+
 def call_id(position: int, name: str, arguments: dict, seed: str = "") -> str:
     """A call's id, the same for the same call at the same place: tests and replays see stable ids."""
     key = json.dumps([position, name, arguments, seed], sort_keys=True, separators=(",", ":"), ensure_ascii=False)

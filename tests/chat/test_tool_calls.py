@@ -11,7 +11,9 @@ import pytest
 from hypic_rag.chat.tool_calls import (
     ParsedOutput,
     call_id,
+    chosen_tool,
     detect_format,
+    forced_call_prefix,
     format_tool_result,
     parse_output,
     split_reasoning,
@@ -465,3 +467,28 @@ def test_results_agree_with_the_bundled_models_turn_format():
     assert '<turn>call: {"arguments":{},"name":"w"}\nresult: {"city":"Oslo","temp":21}</turn>' in expected
     assert turn(format_tool_result(spaced)) == expected
     assert turn(format_tool_result(result)) == expected
+
+
+@pytest.mark.parametrize(
+    ("fmt", "completion"),
+    [
+        ("qwen3_json", '{"city": "Oslo"}}\n</tool_call>'),
+        ("qwen3_5_xml", "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"),
+    ],
+)
+def test_a_forced_opening_and_its_completion_parse_as_the_named_call(fmt, completion):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    prefix = forced_call_prefix(fmt, chosen_tool({"type": "function", "function": {"name": "get_weather"}}, tools))
+    parsed = parse_output(prefix + completion, fmt, tools)
+    assert [(c["name"], c["arguments"]) for c in parsed.tool_calls] == [("get_weather", {"city": "Oslo"})]
+    assert parsed.content == ""
+    assert forced_call_prefix(fmt, "required") in prefix
+    assert forced_call_prefix(fmt, "auto") == forced_call_prefix(fmt, None) == ""
+
+
+def test_a_forced_bundled_call_begins_with_its_sorted_first_key():
+    prefix = forced_call_prefix("bundled", "required")
+    parsed = parse_output(prefix + '{"city":"Oslo"},"name":"get_weather"}</a>', "bundled")
+    assert [c["name"] for c in parsed.tool_calls] == ["get_weather"]
+    with pytest.raises(ValueError, match="no tool-call format"):
+        forced_call_prefix("none", "required")
