@@ -1,0 +1,102 @@
+"""An answer's text, as it grows, split into reasoning and content deltas that never need taking back.
+
+``parse_output`` splits a finished answer; a stream must send pieces before the answer is finished, and a
+piece once sent cannot be unsent. So ``AnswerStream`` sends only what the final split will keep: reasoning up
+to ``</think>``, then content up to the first tool-call tag, holding back trailing whitespace (the final split
+strips it) and any tail that could be the start of a tag. Tool calls are sent whole when the answer is done
+(``finish``), as they are only known then. A forced call opening (``Generation.answer_prefix``) means the answer
+is a call: nothing is streamed and ``finish`` sends it all.
+
+One case cannot be streamed safely: an answer that closes a reasoning block its prompt never opened (a bare
+``</think>``, which ``split_reasoning`` reads as the end of reasoning) has had its start sent as content. The
+stream then sends no more content than it had; the finished output is still split correctly.
+
+Written here because the split follows our own parser (``tool_calls``), which no streaming library knows.
+"""
+
+from __future__ import annotations
+
+from .tool_calls import FUNCTION_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_OPEN, ParsedOutput
+
+REASONING, CONTENT = "reasoning", "content"
+Delta = tuple[str, str]  # (REASONING or CONTENT, text)
+
+
+def _partial_tag(text: str, tags: tuple[str, ...]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of one of ``tags``."""
+    best = 0
+    for tag in tags:
+        for n in range(min(len(tag) - 1, len(text)), best, -1):
+            if text.endswith(tag[:n]):
+                best = n
+                break
+    return best
+
+
+class AnswerStream:
+    """Reasoning and content deltas of one answer in tool-call format ``fmt`` (``tool_calls.FORMATS``)."""
+
+    def __init__(self, fmt: str, *, thinking_open: bool = False, tools: bool = False, answer_prefix: str = "") -> None:
+        self.fmt, self.thinking_open = fmt, thinking_open
+        # The bundled format's call is the whole answer, JSON from its first character: hold all when tools
+        # are offered. A forced opening makes the answer a call.
+        self.hold_all = bool(answer_prefix) or (fmt == "bundled" and tools)
+        self.text = ""
+        self.sent = {REASONING: "", CONTENT: ""}
+        self.frozen = {REASONING: False, CONTENT: False}
+        self.tags = (TOOL_OPEN, FUNCTION_OPEN) if fmt == "qwen3_5_xml" else (TOOL_OPEN,) if fmt != "none" else ()
+
+    def feed(self, delta: str) -> list[Delta]:
+        """The deltas that ``delta``, appended to the answer so far, makes safe to send."""
+        self.text += delta
+        if self.hold_all:
+            return []
+        reasoning, content = self._views()
+        return self._advance(REASONING, reasoning) + self._advance(CONTENT, content)
+
+    def finish(self, parsed: ParsedOutput) -> list[Delta]:
+        """What is left to send of the final split (tool calls aside): the rest of each part, where what was
+        sent begins it. Where it does not (the parser read the text otherwise), nothing more of that part."""
+        out = []
+        for kind, final in ((REASONING, parsed.reasoning or ""), (CONTENT, parsed.content)):
+            sent = self.sent[kind]
+            if final.startswith(sent) and len(final) > len(sent):
+                out.append((kind, final[len(sent) :]))
+                self.sent[kind] = final
+        return out
+
+    def _views(self) -> tuple[str, str]:
+        """The reasoning and the content that are safe to have sent, given the text so far."""
+        text = self.text
+        body = text.lstrip()
+        opened = self.thinking_open
+        if body.startswith(THINK_OPEN):
+            body, opened = body[len(THINK_OPEN) :], True
+        elif not opened and THINK_OPEN.startswith(body):
+            return "", ""  # may yet open a reasoning block
+        if opened:
+            reasoning, sep, rest = body.partition(THINK_CLOSE)
+            if not sep:
+                reasoning = reasoning[: len(reasoning) - _partial_tag(reasoning, (THINK_CLOSE,))]
+                return reasoning.strip(), ""
+            return reasoning.strip(), self._content(rest)
+        if THINK_CLOSE in text:  # a block the template opened unannounced (as ``split_reasoning`` reads it)
+            return "", ""
+        return "", self._content(text)
+
+    def _content(self, body: str) -> str:
+        body = body.lstrip()
+        cut = min((at for tag in self.tags if (at := body.find(tag)) >= 0), default=len(body))
+        body = body[:cut]
+        body = body[: len(body) - _partial_tag(body, (*self.tags, THINK_CLOSE))]
+        return body.rstrip()
+
+    def _advance(self, kind: str, view: str) -> list[Delta]:
+        sent = self.sent[kind]
+        if self.frozen[kind] or len(view) <= len(sent):
+            return []
+        if not view.startswith(sent):
+            self.frozen[kind] = True  # the text was read otherwise after all; finish() decides
+            return []
+        self.sent[kind] = view
+        return [(kind, view[len(sent) :])]
