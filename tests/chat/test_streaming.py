@@ -13,7 +13,11 @@ ANSWERS = [
     ("qwen3_json", True, "I should look.\n</think>\n\nIt is sunny in Oslo.  "),
     ("qwen3_json", False, "Sure. <tool_call>\n" + '{"name": "f", "arguments": {"x": 1}}' + "\n</tool_call>"),
     ("qwen3_json", False, "<think>hmm</think>Plain answer with a < sign and <tool_ca and more."),
-    ("qwen3_5_xml", False, "Calling.\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"),
+    (
+        "qwen3_5_xml",
+        False,
+        "Calling.\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",
+    ),
     ("qwen3_5_xml", True, "short thought</think>\n\n<function=f>\n</function>"),
     ("none", False, "  Just text.\n\nTwo paragraphs.  "),
     ("bundled", False, "Oslo"),
