@@ -12,7 +12,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[dev,demo,llamaindex]"
+	$(PY) -m pip install -e ".[all]"
 	touch $@
 
 demo: $(STAMP)

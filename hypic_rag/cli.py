@@ -81,6 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seams", type=_lengths, default=[], help="also run hypic at each of these seam widths")
     ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")
+    srv = sub.add_parser(
+        "serve",
+        help="the OpenAI chat-completions API on the engine (needs the server extra)",
+        description="POST /v1/chat/completions, GET /v1/models, /health and /metrics (Prometheus).",
+    )
+    srv.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the bundled model)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--cache-dir", default=None, help="add a persistent segment tier here")
+    srv.add_argument("--cache-url", default=None, help="a shared remote segment tier")
+    srv.add_argument("--mode", default="hypic", help="for requests that do not set hypic.mode")
+    srv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past that, 429")
+    srv.add_argument("--max-active", type=int, default=8, help="requests decoded at once, a token each in turn")
+    srv.add_argument("--dtype", default="float32")
+    srv.add_argument("--device", default="cpu")
+    srv.add_argument("--log-level", default="info")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
     cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
@@ -169,6 +185,30 @@ def main(argv: list[str] | None = None) -> int:
             command = "hypic-rag " + " ".join(argv if argv is not None else sys.argv[1:])
             for path in write_report(report, args.report, command):
                 print(f"wrote {path}")
+        return 0
+    if args.command == "serve":
+        if min(args.max_queue, args.max_active) < 1 or not 0 < args.port < 65536:
+            parser.error("--max-queue and --max-active must be >= 1, --port in 1..65535")
+        try:
+            from hypic_rag.server import serve
+        except ImportError as exc:
+            parser.error(f"the server needs its extra: pip install 'hypic-rag[server]' ({exc})")
+        try:
+            serve(
+                args.model,
+                host=args.host,
+                port=args.port,
+                cache_dir=args.cache_dir,
+                cache_url=args.cache_url,
+                mode=args.mode,
+                max_queue=args.max_queue,
+                max_active=args.max_active,
+                log_level=args.log_level,
+                dtype=args.dtype,
+                device=args.device,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
         return 0
     if args.command == "cache":
         from .cache import DiskCacheTier, default_cache_dir

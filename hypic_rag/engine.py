@@ -472,11 +472,18 @@ class Engine:
             segmentation=segmentation,
         )
         forced = forced_call_prefix(setup.tool_format, force_call)
-        if forced:
-            forced = (THINK_CLOSE + "\n\n" if thinking_opened(rendered.text) else "") + forced
-            query = Segment(text=(rendered.query.text or "") + forced, kind=rendered.query.kind, cache=False)
-            rendered = replace(rendered, text=rendered.text + forced, query=query, answer_prefix=forced)
         prompt = self.build_prompt(rendered.segments, rendered.query)
+        if forced:
+            # Tokenized on its own, as the model writes it after the prompt: across the boundary BPE would
+            # merge it with the generation prompt into tokens the model never produced there.
+            forced = (THINK_CLOSE + "\n\n" if thinking_opened(rendered.text) else "") + forced
+            prompt = replace(prompt, query=prompt.query + self.encode(forced))
+            if len(prompt.ids) > self.config.max_position_embeddings:
+                raise ValueError(
+                    f"prompt of {len(prompt.ids)} tokens is past the model's context of "
+                    f"{self.config.max_position_embeddings}"
+                )
+            rendered = replace(rendered, text=rendered.text + forced, answer_prefix=forced)
         return replace(rendered, token_ids=prompt.ids), prompt
 
     def chat(

@@ -157,16 +157,17 @@ def forced_call_prefix(fmt: str, choice: str | None) -> str:
     """The text the answer is made to begin with so that it calls a tool (``choice`` ``"required"``) or the
     named one: the call's opening in the template's own format, written for the model. Empty for
     ``None``/``"auto"``/``"none"``. The bundled format writes ``arguments`` before ``name`` (sorted keys), so
-    there only a call is forced, not which."""
+    there only a call is forced, not which. Each opening stops where the model's own tokens of it stop
+    (the bundled model writes ``":{"`` as one token, so its opening ends before it)."""
     if choice in (None, "auto", "none"):
         return ""
     name = None if choice == "required" else choice
     if fmt == "qwen3_json":
-        return "<tool_call>\n" + ("" if name is None else '{"name": ' + json.dumps(name) + ', "arguments": ')
+        return "<tool_call>\n" + ("" if name is None else '{"name": ' + json.dumps(name) + ', "arguments":')
     if fmt == "qwen3_5_xml":
         return "<tool_call>\n<function=" + ("" if name is None else name + ">\n")
     if fmt == "bundled":
-        return '{"arguments":'
+        return '{"arguments'
     raise ValueError("this chat template has no tool-call format, so tool_choice cannot require a call")
 
 

@@ -488,7 +488,7 @@ def test_a_forced_opening_and_its_completion_parse_as_the_named_call(fmt, comple
 
 def test_a_forced_bundled_call_begins_with_its_sorted_first_key():
     prefix = forced_call_prefix("bundled", "required")
-    parsed = parse_output(prefix + '{"city":"Oslo"},"name":"get_weather"}</a>', "bundled")
+    parsed = parse_output(prefix + '":{"city":"Oslo"},"name":"get_weather"}</a>', "bundled")
     assert [c["name"] for c in parsed.tool_calls] == ["get_weather"]
     with pytest.raises(ValueError, match="no tool-call format"):
         forced_call_prefix("none", "required")

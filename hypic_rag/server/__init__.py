@@ -1,0 +1,36 @@
+"""``hypic-rag serve``: the OpenAI chat-completions API on the engine (FastAPI + uvicorn), with Prometheus
+metrics. Needs the ``server`` extra."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .app import create_app
+
+__all__ = ["create_app", "serve"]
+
+
+def serve(
+    model: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    cache_dir: str | None = None,
+    cache_url: str | None = None,
+    mode: str = "hypic",
+    max_queue: int = 64,
+    max_active: int = 8,
+    log_level: str = "info",
+    **engine_options: Any,
+) -> None:
+    """Load ``model`` (a checkpoint directory, a hub id, or None for the bundled model) and serve it until
+    interrupted."""
+    import uvicorn
+
+    from ..engine import Engine
+
+    engine = Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url, **engine_options)
+    names = [model] if model else ["hypic-default"]
+    app = create_app(engine, model_names=names, default_mode=mode, max_queue=max_queue, max_active=max_active)
+    print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,0 +1,283 @@
+"""The OpenAI-compatible HTTP server (FastAPI): ``/v1/chat/completions``, ``/v1/models``, ``/health``,
+``/metrics``.
+
+Every request goes through the engine worker's bounded queue (``worker``); a full queue is a 429 with
+``Retry-After``. A bad request is a 4xx with OpenAI's error body before anything is sent: a streamed answer's
+status is decided after its prompt has run (its first event), so an error in the prompt is still a 400, not an
+event in a 200 stream. A client that goes away cancels its generation at the next token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..chat.streaming import CONTENT, AnswerStream
+from ..chat.tool_calls import ParsedOutput
+from ..engine import MODES, Engine
+from ..outputs import GenerationOutput
+from .metrics import ServerMetrics
+from .protocol import (
+    APIError,
+    chunk,
+    completion,
+    completion_id,
+    engine_arguments,
+    finish_reason,
+    from_value_error,
+    parse_request,
+    sse,
+    usage_chunk,
+    wire_tool_calls,
+)
+from .worker import DELTA, DONE, ERROR, FIRST, EngineWorker, Job, QueueFull
+
+ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+POLL_S = 0.25  # how often a waiting request checks that its client is still there
+
+
+class _Gone(Exception):
+    """The client disconnected while its request waited."""
+
+
+class _CountRequests:
+    """Counts every answer by route and status (pure ASGI, so it leaves streaming and disconnects alone)."""
+
+    def __init__(self, app: Any, metrics: ServerMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status: dict[str, int] = {}
+
+        async def capture(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route = scope["path"] if scope["path"] in ROUTES else "other"
+            self.metrics.requests.labels(route, str(status.get("code", "disconnected"))).inc()
+
+
+def _error(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _as_api_error(exc: BaseException, retry_after: int) -> APIError:
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ValueError):
+        return from_value_error(exc)
+    if isinstance(exc, TimeoutError):
+        return APIError(
+            429, f"the server is busy: {exc}", type="rate_limit_error", headers={"Retry-After": str(retry_after)}
+        )
+    if isinstance(exc, RuntimeError) and "shutting down" in str(exc):
+        return APIError(503, str(exc), type="server_error")
+    return APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error")
+
+
+def create_app(
+    engine: Engine,
+    *,
+    model_names: Sequence[str] = (),
+    default_mode: str = "hypic",
+    max_queue: int = 64,
+    max_active: int = 8,
+    max_body_bytes: int = 8 << 20,
+    queue_timeout_s: float = 120.0,
+) -> FastAPI:
+    """The app serving ``engine`` under ``model_names`` (the first is the one listed; the engine's own name
+    is always accepted). The engine worker starts and stops with the app."""
+    if default_mode not in MODES:
+        raise ValueError(f"unknown mode {default_mode!r}; expected one of {', '.join(MODES)}")
+    if engine.chat_setup is None:
+        raise ValueError(f"checkpoint {engine.name!r} has no chat template; the chat API needs one")
+    names = list(dict.fromkeys([*model_names, engine.name]))
+    state: dict[str, float] = {"service_s": 1.0}  # a running mean of request time, for Retry-After
+    worker: EngineWorker
+
+    def observe(job: Job, out: GenerationOutput) -> None:
+        now = time.perf_counter()
+        assert job.started is not None
+        ttft = job.started - job.enqueued + out.ttft_s
+        reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
+        metrics.record(job.arguments["mode"], out.stats, ttft, now - job.enqueued, reason)
+        state["service_s"] = 0.8 * state["service_s"] + 0.2 * (now - job.started)
+
+    def retry_after() -> int:
+        return max(1, math.ceil(state["service_s"] * (worker.queue.qsize() + 1) / max_active))
+
+    worker = EngineWorker(
+        engine, max_queue=max_queue, max_active=max_active, queue_timeout_s=queue_timeout_s, observe=observe
+    )
+    metrics = ServerMetrics(engine, worker.queue.qsize, lambda: len(worker.active))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.stop)
+
+    app = FastAPI(title="hypic-rag", lifespan=lifespan)
+    app.state.engine, app.state.worker, app.state.metrics = engine, worker, metrics
+    app.add_middleware(_CountRequests, metrics=metrics)
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return _error(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return _error(APIError(exc.status_code, str(exc.detail), type=kind))
+
+    @app.exception_handler(Exception)
+    async def bug(_: Request, exc: Exception) -> JSONResponse:
+        return _error(_as_api_error(exc, 1))
+
+    async def read_json(request: Request) -> Any:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise APIError(413, f"the request body is over {max_body_bytes} bytes", code="request_too_large")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > max_body_bytes:
+                raise APIError(413, f"the request body is over {max_body_bytes} bytes", code="request_too_large")
+        try:
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+
+    async def next_event(job: Job, request: Request) -> tuple[str, Any]:
+        while True:
+            try:
+                return await asyncio.wait_for(job.events.get(), POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    job.cancelled.set()
+                    raise _Gone from None
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = parse_request(await read_json(request))
+        if body.model not in names:
+            raise APIError(
+                404, f"model {body.model!r} is not served here; try {names[0]!r}", param="model", code="model_not_found"
+            )
+        job = Job(engine_arguments(body, default_mode), asyncio.get_running_loop())
+        try:
+            worker.submit(job)
+        except QueueFull:
+            raise APIError(
+                429,
+                f"the server is busy: {max_queue} requests are already waiting",
+                type="rate_limit_error",
+                headers={"Retry-After": str(retry_after())},
+            ) from None
+        streaming = False
+        try:
+            kind, payload = await next_event(job, request)
+            if kind == ERROR:
+                raise _as_api_error(payload, retry_after())
+            if body.stream:
+                streaming = True  # from here the stream owns the job
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                return StreamingResponse(
+                    _stream(job, payload, names[0], bool(body.tools), include_usage, engine),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache"},
+                )
+            while kind != DONE:
+                kind, payload = await next_event(job, request)
+                if kind == ERROR:
+                    raise _as_api_error(payload, retry_after())
+            return JSONResponse(completion(payload, names[0], completion_id()))
+        except _Gone:
+            return Response(status_code=499)
+        finally:
+            if not streaming:
+                job.cancelled.set()  # a no-op once done; stops the work of a request that failed or was left
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": created, "owned_by": "hypic-rag"} for n in names],
+        }
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if not worker.alive:
+            raise APIError(500, "the engine worker has stopped", type="server_error")
+        return JSONResponse({"status": "ok", "model": names[0], "queue_depth": worker.queue.qsize()})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+async def _stream(
+    job: Job, first: Any, model: str, tools: bool, include_usage: bool, engine: Engine
+) -> AsyncIterator[bytes]:
+    """The answer as server-sent events in OpenAI's chunk shape; closing it (the client left) cancels the job."""
+    assert job.events is not None and first is not None
+    request_id, created = completion_id(), int(time.time())
+    setup = engine.chat_setup
+    assert setup is not None
+    split = AnswerStream(
+        setup.tool_format, thinking_open=first.thinking_open, tools=tools, answer_prefix=first.answer_prefix
+    )
+
+    def piece(kind: str, text: str) -> bytes:
+        field = "content" if kind == CONTENT else "reasoning_content"
+        return sse(chunk(request_id, model, created, {field: text}, include_usage=include_usage))
+
+    try:
+        yield sse(chunk(request_id, model, created, {"role": "assistant", "content": ""}, include_usage=include_usage))
+        while True:
+            kind, payload = await job.events.get()
+            if kind == DELTA:
+                for part, text in split.feed(payload):
+                    yield piece(part, text)
+            elif kind == DONE:
+                out: GenerationOutput = payload
+                parsed = ParsedOutput(out.text or "", out.reasoning, out.tool_calls)
+                for part, text in split.finish(parsed):
+                    yield piece(part, text)
+                if out.tool_calls:
+                    calls = wire_tool_calls(out, streamed=True)
+                    yield sse(chunk(request_id, model, created, {"tool_calls": calls}, include_usage=include_usage))
+                yield sse(chunk(request_id, model, created, {}, finish_reason(out), include_usage=include_usage))
+                if include_usage:
+                    yield sse(usage_chunk(request_id, model, created, out))
+                yield sse("[DONE]")
+                return
+            elif kind == ERROR:
+                error = _as_api_error(payload, 1)
+                yield sse(error.body())
+                return
+            elif kind == FIRST:  # pragma: no cover - sent once, consumed before streaming began
+                continue
+    finally:
+        job.cancelled.set()  # a no-op once done; stops the generation when the client has gone

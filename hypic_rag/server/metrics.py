@@ -1,0 +1,76 @@
+"""The server's Prometheus metrics, on a registry of its own (so two servers in one process do not collide)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..engine import Engine
+
+# Seconds: from a millisecond-scale warm hit to a long cold prompt on CPU.
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class _CacheBytes(Collector):
+    """Bytes held by each cache tier, read when scraped."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Any:
+        family = GaugeMetricFamily("hypic_cache_bytes", "Bytes held by each cache tier", labels=["tier"])
+        segments = self.engine.segment_store.stats()
+        family.add_metric(["memory"], segments["memory_bytes"])
+        family.add_metric(["prefix"], self.engine.prefix_store.stats()["prefix_bytes"])
+        if "disk" in segments:
+            family.add_metric(["disk"], segments["disk"]["bytes"])
+        yield family
+
+
+class ServerMetrics:
+    def __init__(self, engine: Engine, queue_depth: Any, active: Any) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("hypic_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.ttft = Histogram(
+            "hypic_ttft_seconds",
+            "Arrival to first token, queueing included",
+            ["mode"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "hypic_request_seconds", "Arrival to the last token", ["mode"], buckets=E2E_BUCKETS, registry=r
+        )
+        self.hits = Counter("hypic_segment_hits", "Segments served from the cache", ["mode"], registry=r)
+        self.misses = Counter("hypic_segment_misses", "Segments not found in the cache", ["mode"], registry=r)
+        self.recomputed = Counter(
+            "hypic_recomputed_tokens", "Prompt tokens run through the model", ["mode"], registry=r
+        )
+        self.prompt_tokens = Counter("hypic_prompt_tokens", "Prompt tokens", ["mode"], registry=r)
+        self.cached_tokens = Counter("hypic_cached_tokens", "Prompt tokens served from the cache", ["mode"], registry=r)
+        self.finished = Counter("hypic_finished_requests", "Answers by how they ended", ["reason"], registry=r)
+        self.generated = Counter("hypic_generated_tokens", "Tokens generated", ["mode"], registry=r)
+        depth = Gauge("hypic_queue_depth", "Requests waiting for the engine", registry=r)
+        depth.set_function(queue_depth)
+        running = Gauge("hypic_active_requests", "Requests admitted and decoding", registry=r)
+        running.set_function(active)
+        r.register(_CacheBytes(engine))
+
+    def record(self, mode: str, stats: dict[str, Any], ttft_s: float, e2e_s: float, reason: str) -> None:
+        self.finished.labels(reason).inc()
+        self.ttft.labels(mode).observe(ttft_s)
+        self.e2e.labels(mode).observe(e2e_s)
+        self.hits.labels(mode).inc(stats.get("hit_segments", 0))
+        self.misses.labels(mode).inc(stats.get("miss_segments", 0))
+        self.recomputed.labels(mode).inc(stats.get("recomputed_tokens", 0))
+        self.prompt_tokens.labels(mode).inc(stats.get("prompt_tokens", 0))
+        self.cached_tokens.labels(mode).inc(stats.get("cached_tokens", 0))
+        self.generated.labels(mode).inc(stats.get("generated_tokens", 0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,149 @@
+"""The one thread that drives the engine, fed by a bounded queue.
+
+The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. It
+schedules at the token, not the request: each turn it first admits every waiting request (up to
+``max_active`` at once) and runs its prompt to the first token, then decodes one token of each admitted
+request in turn. So a request that arrives while others are decoding waits for one decode step each, not for
+whole answers, and requests that share documents all hit the segment cache whatever order they arrive in (the
+first to be prefilled stores what the others then find). Decode steps are not batched into one forward: the
+runtime's request states are single-sequence. ``max_active=1`` serves requests one after another, whole.
+
+Each request is a ``Job``: its engine arguments, a cancel flag the HTTP side sets when the client goes away,
+and the events (first token, text deltas, the finished output, or an error) handed back to the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..decoding import Generation
+from ..engine import Engine
+
+FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
+
+
+class QueueFull(Exception):
+    """No room in the queue: the HTTP side answers 429."""
+
+
+@dataclass
+class Job:
+    """One request on its way through the worker."""
+
+    arguments: dict[str, Any]  # Engine.start_chat's
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    enqueued: float = field(default_factory=time.perf_counter)
+    started: float | None = None
+    run: Generation | None = None
+
+    def emit(self, kind: str, payload: Any = None) -> None:
+        """Hand an event to the request's coroutine, from the worker thread."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+        except RuntimeError:  # the loop is gone: the server is shutting down
+            self.cancelled.set()
+
+
+class EngineWorker:
+    """Runs ``Job``s on ``engine`` (see the module docstring); ``observe(job, output)`` is told of each finished
+    one (the metrics)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_queue: int = 64,
+        max_active: int = 8,
+        queue_timeout_s: float = 120.0,
+        observe: Callable[[Job, Any], None] | None = None,
+    ) -> None:
+        if max_queue < 1 or max_active < 1:
+            raise ValueError("max_queue and max_active must be >= 1")
+        self.engine = engine
+        self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
+        self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
+        self.active: list[Job] = []
+        self.observe = observe
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hypic-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        for job in self.active:
+            job.emit(ERROR, RuntimeError("the server is shutting down"))
+        while not self.queue.empty():
+            self.queue.get_nowait().emit(ERROR, RuntimeError("the server is shutting down"))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFull from None
+
+    # -- the thread -----------------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._admit()
+            for job in list(self.active):
+                self._step(job)
+
+    def _admit(self) -> None:
+        while len(self.active) < self.max_active:
+            try:
+                job = self.queue.get(timeout=0.05) if not self.active else self.queue.get_nowait()
+            except queue.Empty:
+                return
+            if job.cancelled.is_set():
+                continue
+            waited = time.perf_counter() - job.enqueued
+            if waited > self.queue_timeout_s:
+                job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
+                continue
+            self._begin(job)
+
+    def _begin(self, job: Job) -> None:
+        job.started = time.perf_counter()
+        try:
+            job.run = self.engine.start_chat(
+                **job.arguments,
+                on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
+                cancelled=job.cancelled.is_set,
+            )
+        except Exception as exc:  # ValueError: bad input (400); anything else: a bug (500)
+            job.emit(ERROR, exc)
+            return
+        job.emit(FIRST, job.run)
+        self.active.append(job)
+        self._step(job)  # the first token goes out at once
+
+    def _step(self, job: Job) -> None:
+        assert job.run is not None
+        try:
+            done = job.run.step()
+            output = job.run.output() if done else None
+        except Exception as exc:
+            self.active.remove(job)
+            job.emit(ERROR, exc)
+            return
+        if done:
+            self.active.remove(job)
+            if self.observe is not None:
+                self.observe(job, output)
+            job.emit(DONE, output)
