@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--slo", action="store_true", help="max QPS under a P90 TTFT SLO (Zipf documents, Poisson arrivals)"
     )
+    bench.add_argument(
+        "--server",
+        action="store_true",
+        help="max QPS under a P90 TTFT SLO over HTTP on a live `hypic-rag serve`, beside the simulator's prediction",
+    )
     bench.add_argument("--modes", default="full,prefix,hypic,transformers", help="comma-separated; must include full")
     bench.add_argument("--segments", type=int, default=8)
     bench.add_argument("--segment-tokens", type=int, default=1024)
@@ -87,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         description="POST /v1/chat/completions, GET /v1/models, /health and /metrics (Prometheus).",
     )
     srv.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the bundled model)")
+    srv.add_argument("--served-model-name", default=None, help="the name clients ask for (default: --model)")
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--cache-dir", default=None, help="add a persistent segment tier here")
@@ -109,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
             parser.error("--layers and --repeats must be >= 1")
-        layers = args.layers or (2 if args.slo else 4)
+        layers = args.layers or (2 if args.slo or args.server else 4)
+        if args.server:
+            from hypic_rag.eval.bench.server import run as run_server
+
+            _write_json(run_server(layers=layers, repeats=args.repeats or 3), args.json)
+            return 0
         if args.slo:
             from hypic_rag.eval.bench.slo import run as run_slo
 
@@ -196,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             serve(
                 args.model,
+                name=args.served_model_name,
                 host=args.host,
                 port=args.port,
                 cache_dir=args.cache_dir,

@@ -13,6 +13,7 @@ __all__ = ["create_app", "serve"]
 def serve(
     model: str | None = None,
     *,
+    name: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     cache_dir: str | None = None,
@@ -23,14 +24,14 @@ def serve(
     log_level: str = "info",
     **engine_options: Any,
 ) -> None:
-    """Load ``model`` (a checkpoint directory, a hub id, or None for the bundled model) and serve it until
-    interrupted."""
+    """Load ``model`` (a checkpoint directory, a hub id, or None for the bundled model) and serve it, as ``name``
+    (default: ``model``, or ``hypic-default``), until interrupted."""
     import uvicorn
 
     from ..engine import Engine
 
     engine = Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url, **engine_options)
-    names = [model] if model else ["hypic-default"]
+    names = [name or model or "hypic-default"]
     app = create_app(engine, model_names=names, default_mode=mode, max_queue=max_queue, max_active=max_active)
     print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

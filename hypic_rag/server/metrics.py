@@ -16,19 +16,25 @@ E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class _CacheBytes(Collector):
-    """Bytes held by each cache tier, read when scraped."""
+    """Bytes and entries held by each cache tier, read when scraped."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def collect(self) -> Any:
-        family = GaugeMetricFamily("hypic_cache_bytes", "Bytes held by each cache tier", labels=["tier"])
+        held = GaugeMetricFamily("hypic_cache_bytes", "Bytes held by each cache tier", labels=["tier"])
+        entries = GaugeMetricFamily("hypic_cache_entries", "Entries held by each cache tier", labels=["tier"])
         segments = self.engine.segment_store.stats()
-        family.add_metric(["memory"], segments["memory_bytes"])
-        family.add_metric(["prefix"], self.engine.prefix_store.stats()["prefix_bytes"])
+        prefix = self.engine.prefix_store.stats()
+        held.add_metric(["memory"], segments["memory_bytes"])
+        entries.add_metric(["memory"], segments["memory_entries"])
+        held.add_metric(["prefix"], prefix["prefix_bytes"])
+        entries.add_metric(["prefix"], prefix["prefix_nodes"])
         if "disk" in segments:
-            family.add_metric(["disk"], segments["disk"]["bytes"])
-        yield family
+            held.add_metric(["disk"], segments["disk"]["bytes"])
+            entries.add_metric(["disk"], segments["disk"]["entries"])
+        yield held
+        yield entries
 
 
 class ServerMetrics:
