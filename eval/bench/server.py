@@ -5,11 +5,13 @@
 1. **Serve.** A random-weight checkpoint (Qwen3.5-0.8B layer shapes, ``layers`` decoder layers) with a ChatML
    template and a BPE tokenizer trained on the corpus's words, served by ``hypic-rag serve`` in its own process on
    127.0.0.1 (one torch thread by default; the load generator has the other core).
-2. **Service times.** Over HTTP, one request at a time: the TTFT (to the first streamed chunk) of a k-document
-   prompt for each mode and each number c = 0..k of cached documents, as ``bench.slo`` measures them in-process;
-   the median of ``repeats``. These feed the simulator, so simulator and live run share service times and differ
-   only where the simulator's model of the server (one FIFO queue, a request's TTFT = waiting + its service time,
-   an LRU of documents or prefix nodes) differs from the real one.
+2. **Service times.** Over HTTP, one request at a time, just before each mode's live run (this shared machine's
+   speed drifts over a run): the TTFT (to the first streamed chunk) of a k-document prompt for each number
+   c = 0..k of cached documents, as ``bench.slo`` measures them in-process; the median of ``repeats``. These
+   feed the simulator, so simulator and live run share service times and differ only where the simulator's
+   model of the server (one FIFO queue, a request's TTFT = waiting + a fixed service time per c, an LRU of
+   documents or prefix nodes) differs from the real one. Each probe also reports the engine's own mean prefill
+   time, to tell a slower machine from a wrong model.
 3. **Simulate.** ``bench.slo``'s simulator on the same traffic (Zipf documents in random order, Poisson arrivals):
    the highest QPS whose P90 TTFT is within the SLO.
 4. **Live.** For each mode, its cache warmed by ``warmup`` requests of the same traffic sent one at a time, then
@@ -53,15 +55,20 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join("".join(rng.choices(_SYLLABLES, k=rng.randint(1, 3))) for _ in range(n))
 
 
-def build_checkpoint(out: Path, layers: int, vocab: int = 2000, seed: int = 0) -> Path:
-    """A random Qwen3.5-0.8B-shaped checkpoint with a ChatML template and a tokenizer for the corpus's words."""
+def build_checkpoint(
+    out: Path, layers: int, vocab: int = 2000, seed: int = 0, shapes: dict[str, Any] | None = None
+) -> Path:
+    """A random checkpoint (Qwen3.5-0.8B layer shapes unless ``shapes``) with a ChatML template and a tokenizer
+    for the corpus's words."""
     from hypic_rag.testing.synthetic import add_chat_files
     from hypic_rag.testing.synthetic import build_checkpoint as build
 
     from .common import layer_shapes
 
-    build("qwen3_5_text", out, layer_shapes(layers, max_position_embeddings=262144), seed)
+    config = layer_shapes(layers, shapes, max_position_embeddings=262144)
+    build("qwen3_5_text", out, config, seed)
     rng = random.Random(seed)
+    vocab = min(vocab, config["vocab_size"])  # every token id must be one the model has
     return add_chat_files(out, CHATML, vocab_size=vocab, texts=[_words(rng, 200) for _ in range(50)])
 
 
@@ -91,7 +98,7 @@ class Corpus:
 
 
 @contextmanager
-def running_server(checkpoint: Path, threads: int, log: Callable[[str], None]) -> Any:
+def running_server(checkpoint: Path, threads: int, log: Callable[[str], None], max_active: int = 8) -> Any:
     """``hypic-rag serve`` on a free loopback port, in its own process; yields its base URL."""
     import socket
 
@@ -100,7 +107,8 @@ def running_server(checkpoint: Path, threads: int, log: Callable[[str], None]) -
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--model", str(checkpoint), "--port", str(port)]
-    command += ["--served-model-name", MODEL, "--max-queue", "4096", "--log-level", "warning"]
+    command += ["--served-model-name", MODEL, "--max-queue", "4096", "--max-active", str(max_active)]
+    command += ["--log-level", "warning"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -128,8 +136,32 @@ def running_server(checkpoint: Path, threads: int, log: Callable[[str], None]) -
 
 def ttft(client: httpx.Client, url: str, messages: list[dict], mode: str, timeout: float = 600) -> float:
     """Seconds from sending the request to its first streamed chunk (the first token)."""
-    body = {"model": MODEL, "messages": messages, "max_tokens": 1, "stream": True, "hypic": {"mode": mode}}
+    return timed_stream(client, url, messages, mode, 1, timeout)[0]
+
+
+def timed_stream(
+    client: httpx.Client, url: str, messages: list[dict], mode: str, max_tokens: int, timeout: float = 600
+) -> tuple[float, float, int]:
+    """Seconds to the first streamed chunk and to the last, and the tokens generated."""
+    first, last, tokens, _ = _stream(client, url, messages, mode, max_tokens, timeout)
+    return first, last, tokens
+
+
+def _stream(
+    client: httpx.Client, url: str, messages: list[dict], mode: str, max_tokens: int, timeout: float = 600
+) -> tuple[float, float, int, float]:
+    """Seconds to the first streamed chunk and to the last, the tokens generated, and the engine's own prefill
+    seconds (its ``ttft_s``: the prompt's forward, without queueing or HTTP)."""
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "hypic": {"mode": mode},
+    }
     start = time.perf_counter()
+    tokens, prefill = 0, float("nan")
     first = None
     with client.stream("POST", url + "/v1/chat/completions", json=body, timeout=timeout) as response:
         if response.status_code != 200:
@@ -137,9 +169,12 @@ def ttft(client: httpx.Client, url: str, messages: list[dict], mode: str, timeou
         for line in response.iter_lines():  # read to the end, so the next request finds the engine idle
             if first is None and line.startswith("data: "):
                 first = time.perf_counter() - start
+            if line.startswith('data: {"id"') and '"usage": {' in line:
+                final = json.loads(line[6:])
+                tokens, prefill = final["usage"]["completion_tokens"], final["hypic"]["ttft_s"]
     if first is None:
         raise RuntimeError("the stream ended without a chunk")
-    return first
+    return first, time.perf_counter() - start, tokens, prefill
 
 
 def metric(url: str, name: str) -> float:
@@ -150,36 +185,30 @@ def metric(url: str, name: str) -> float:
 
 
 def measure_service(
-    url: str, corpus: Corpus, traffic: Traffic, repeats: int, log: Callable[[str], None]
-) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """TTFT per mode per cached count c = 0..k over HTTP, and the bytes per cached document / prefix node."""
-    fresh = iter(range(10**6, 10**7))  # documents outside the corpus: cold unless this function warms them
-    k, table = traffic.k, {}
-    hypic_docs = 0
+    url: str, corpus: Corpus, traffic: Traffic, mode: str, repeats: int, fresh: Any
+) -> tuple[list[float], list[float], int]:
+    """One mode's TTFT over HTTP for each cached count c = 0..k (the median of ``repeats``), the engine's own
+    prefill seconds for the same requests, and how many documents the mode's cache took in doing so.
+    ``fresh`` yields document ids outside the corpus, so each measurement starts from known cache contents."""
+    k, row, engine_row, stored = traffic.k, [], [], 0
     with httpx.Client() as client:
-        for mode in SIM_MODES:  # warm-up: first calls pay for allocation and lazy initialisation
-            ttft(client, url, corpus.messages([next(fresh) for _ in range(k)]), mode)
-        hypic_docs += k
-        for mode in SIM_MODES:
-            row = []
-            for c in range(k + 1):
-                times = []
-                for _ in range(repeats):
-                    cached = [next(fresh) for _ in range(c)]
-                    if c and mode != "full":
-                        ttft(client, url, corpus.messages(cached if mode == "prefix" else cached[::-1]), mode)
-                    prompt = cached + [next(fresh) for _ in range(k - c)]
-                    times.append(ttft(client, url, corpus.messages(prompt), mode))
-                    hypic_docs += k if mode == "hypic" else 0
-                row.append(statistics.median(times))
-            table[mode] = row
-            log(f"  {mode:<7} TTFT over HTTP by cached documents 0..{k}: " + " ".join(f"{t:.3f}" for t in row))
-    per_entry = {
-        "hypic": metric(url, 'hypic_cache_bytes{tier="memory"}') / hypic_docs,
-        "prefix": metric(url, 'hypic_cache_bytes{tier="prefix"}')
-        / max(1.0, metric(url, 'hypic_cache_entries{tier="prefix"}')),
-    }
-    return table, per_entry
+        ttft(client, url, corpus.messages([next(fresh) for _ in range(k)]), mode)  # first calls pay for warm-up
+        stored += k
+        for c in range(k + 1):
+            times: list[float] = []
+            prefills: list[float] = []
+            for _ in range(repeats):
+                cached = [next(fresh) for _ in range(c)]
+                if c and mode != "full":
+                    ttft(client, url, corpus.messages(cached if mode == "prefix" else cached[::-1]), mode)
+                prompt = cached + [next(fresh) for _ in range(k - c)]
+                first, _, _, prefill = _stream(client, url, corpus.messages(prompt), mode, 1)
+                times.append(first)
+                prefills.append(prefill)
+                stored += k
+            row.append(statistics.median(times))
+            engine_row.append(statistics.median(prefills))
+    return row, engine_row, stored
 
 
 def probe(
@@ -193,6 +222,7 @@ def probe(
         arrivals.append(clock)
     bodies = [corpus.messages(docs) for docs in requests]  # built before the clock starts
     results: list[float | None] = [None] * len(requests)
+    prefills: list[float] = [float("nan")] * len(requests)
     errors: list[str] = []
     start = time.perf_counter()
 
@@ -203,7 +233,8 @@ def probe(
                 time.sleep(delay)
             try:
                 lag = time.perf_counter() - (start + arrivals[i])  # the load generator's own delay, if any
-                results[i] = lag + ttft(client, url, bodies[i], mode, timeout=time_limit)
+                first, _, _, prefills[i] = _stream(client, url, bodies[i], mode, 1, timeout=time_limit)
+                results[i] = lag + first
             except Exception as exc:  # a failed request is reported, never dropped
                 errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -211,13 +242,56 @@ def probe(
         list(pool.map(one, range(len(requests))))
     done = [t for t in results[len(requests) // 10 :] if t is not None]
     p90 = percentile(done, 90) if done else float("inf")
+    kept = [t for t in prefills[len(requests) // 10 :] if t == t]
     return {
         "qps": qps,
         "requests": len(requests),
         "p90_ttft_s": p90,
+        "mean_engine_prefill_s": statistics.mean(kept) if kept else float("nan"),
         "errors": errors,
         "wall_s": time.perf_counter() - start,
     }
+
+
+class Probes:
+    """One mode's live probes: probe i sends requests ``warmup + i * requests`` onwards of ``stream``."""
+
+    def __init__(
+        self,
+        url: str,
+        corpus: Corpus,
+        mode: str,
+        stream: list[list[int]],
+        warmup: int,
+        requests: int,
+        service: list[float],
+        capacity: int,
+        slo: float,
+        seed: int,
+    ) -> None:
+        self.url, self.corpus, self.mode, self.stream = url, corpus, mode, stream
+        self.warmup, self.requests, self.service, self.capacity = warmup, requests, service, capacity
+        self.slo, self.seed = slo, seed
+
+    def run(self, qps: float, i: int, log: Callable[[str], None]) -> dict[str, Any]:
+        begin = self.warmup + i * self.requests
+        batch = self.stream[begin : begin + self.requests]
+        row = probe(self.url, self.corpus, batch, self.mode, qps, self.seed + i, time_limit=max(60.0, 20 * self.slo))
+        # The simulator on the same requests at the same QPS, from the cache the live run had.
+        cache = CacheModel(self.mode, self.capacity)
+        for docs in self.stream[:begin]:
+            cache.serve(docs)
+        row["predicted_p90_ttft_s"], row["predicted_mean_service_s"] = _predict(
+            cache, self.service, batch, qps, self.seed + i
+        )
+        row["ok"] = not row["errors"] and row["p90_ttft_s"] <= self.slo
+        log(
+            f"  {self.mode:<7} {qps:7.3f} QPS: P90 TTFT {row['p90_ttft_s']:.3f}s live, "
+            f"{row['predicted_p90_ttft_s']:.3f}s simulated; mean prefill in the engine "
+            f"{row['mean_engine_prefill_s']:.3f}s, simulated service {row['predicted_mean_service_s']:.3f}s; "
+            f"{len(row['errors'])} errors -> {'within' if row['ok'] else 'over'} the SLO"
+        )
+        return row
 
 
 def live_max_qps(
@@ -251,49 +325,57 @@ def run(
     memory_bytes: int = 2 << 30,
     seed: int = 0,
     log: Callable[[str], None] = print,
+    shapes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     traffic = traffic or Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
     if min(traffic.k, traffic.corpus - traffic.k, layers, requests, probes, repeats, threads) < 1 or slo_factor <= 0:
         raise ValueError("k, layers, requests, probes, repeats and threads must be >= 1, the corpus larger than k")
     from tokenizers import Tokenizer
 
+    service: dict[str, list[float]] = {}
+    engine_prefill: dict[str, list[float]] = {}
+    per_entry: dict[str, float] = {}
+    capacity: dict[str, int] = {"full": 1}
+    predicted: dict[str, float] = {}
+    results: dict[str, Any] = {}
+    fresh = iter(range(10**6, 10**7))  # documents outside the corpus
     with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed)
+        checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
         corpus = Corpus(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
         log(f"random qwen3_5_text, {layers} layers; {traffic.k} docs x {traffic.doc_tokens} tokens per request")
         with running_server(checkpoint, threads, log) as url:
-            log("service times over HTTP:")
-            service, per_entry = measure_service(url, corpus, traffic, repeats, log)
-            slo = slo_factor * service["full"][0]
-            capacity = {"full": 1, **{m: max(1, int(memory_bytes // per_entry[m])) for m in ("hypic", "prefix")}}
-            log(f"SLO: P90 TTFT <= {slo:.3f}s ({slo_factor}x an idle full request over HTTP)")
-            predicted = {m: max_qps(m, service[m], capacity[m], traffic, slo, sim_requests, seed) for m in SIM_MODES}
-            results: dict[str, Any] = {}
-            for index, mode in enumerate(SIM_MODES):
+            for index, mode in enumerate(SIM_MODES):  # full first: its idle TTFT sets the SLO
+                # Each mode's service times are measured just before its live run: the machine's speed drifts.
+                service[mode], engine_prefill[mode], stored = measure_service(
+                    url, corpus, traffic, mode, repeats, fresh
+                )
+                log(
+                    f"  {mode:<7} TTFT over HTTP by cached documents 0..{traffic.k}: "
+                    + " ".join(f"{t:.3f}" for t in service[mode])
+                    + " (prefill in the engine: "
+                    + " ".join(f"{t:.3f}" for t in engine_prefill[mode])
+                    + ")"
+                )
+                if mode == "full":
+                    slo = slo_factor * service["full"][0]
+                    log(f"SLO: P90 TTFT <= {slo:.3f}s ({slo_factor}x an idle full request over HTTP)")
+                else:
+                    tier = "memory" if mode == "hypic" else "prefix"
+                    held = metric(url, f'hypic_cache_bytes{{tier="{tier}"}}')
+                    count = stored if mode == "hypic" else metric(url, 'hypic_cache_entries{tier="prefix"}')
+                    per_entry[mode] = held / max(1.0, count)
+                    capacity[mode] = max(1, int(memory_bytes // per_entry[mode]))
+                predicted[mode] = max_qps(mode, service[mode], capacity[mode], traffic, slo, sim_requests, seed)
                 stream = traffic.requests(warmup + requests * probes, seed + 100 * index)
                 with httpx.Client() as client:
                     for docs in stream[:warmup]:
                         ttft(client, url, corpus.messages(docs), mode)
-                queue = iter(range(probes))
                 runs: list[dict[str, Any]] = []
+                plan = Probes(url, corpus, mode, stream, warmup, requests, service[mode], capacity[mode], slo, seed)
 
-                def ok(q: float, mode: str = mode, stream: list = stream, runs: list = runs, queue=queue) -> bool:
-                    i = next(queue)
-                    batch = stream[warmup + i * requests : warmup + (i + 1) * requests]
-                    row = probe(url, corpus, batch, mode, q, seed + i, time_limit=max(60.0, 20 * slo))
-                    # The simulator on the same requests at the same QPS, from the cache the live run had.
-                    cache = CacheModel(mode, capacity[mode])
-                    for docs in stream[: warmup + i * requests]:
-                        cache.serve(docs)
-                    row["predicted_p90_ttft_s"] = _predict_p90(cache, service[mode], batch, q, seed + i)
-                    row["ok"] = not row["errors"] and row["p90_ttft_s"] <= slo
-                    runs.append(row)
-                    log(
-                        f"  {mode:<7} {q:7.3f} QPS: P90 TTFT {row['p90_ttft_s']:.3f}s live, "
-                        f"{row['predicted_p90_ttft_s']:.3f}s simulated, {len(row['errors'])} errors "
-                        f"-> {'within' if row['ok'] else 'over'} the SLO"
-                    )
-                    return row["ok"]
+                def ok(q: float, plan: Probes = plan, runs: list = runs) -> bool:
+                    runs.append(plan.run(q, len(runs), log))
+                    return runs[-1]["ok"]
 
                 live, _ = live_max_qps(ok, predicted[mode], probes, log)
                 results[mode] = {"live_max_qps": live, "simulated_max_qps": predicted[mode], "probes": runs}
@@ -309,6 +391,7 @@ def run(
         "slo_s": slo,
         "percentile": 90,
         "service_ttft_s": service,
+        "engine_prefill_s": engine_prefill,
         "bytes_per_entry": per_entry,
         "capacity_entries": capacity,
         "requests_per_probe": requests,
@@ -322,21 +405,85 @@ def run(
     }
 
 
+def concurrency(
+    layers: int = 2,
+    clients: int = 16,
+    max_tokens: int = 32,
+    actives: Sequence[int] = (1, 8),
+    traffic: Traffic | None = None,
+    threads: int = 1,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+    shapes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``clients`` requests sent at once (the same k documents, each in its own order, and its own question),
+    served with each ``max_active``: 1 answers them one after another, whole; more admits them together and
+    decodes a token of each in turn. TTFT and end-to-end times per request, over HTTP, documents warm."""
+    traffic = traffic or Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
+    from tokenizers import Tokenizer
+
+    rng = random.Random(seed)
+    orders = [rng.sample(range(traffic.k), traffic.k) for _ in range(clients)]
+    report: dict[str, Any] = {"clients": clients, "max_tokens": max_tokens, "layers": layers, "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
+        corpus = Corpus(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
+        bodies = [corpus.messages(order) for order in orders]
+        for active in actives:
+            with running_server(checkpoint, threads, log, max_active=active) as url:
+                with httpx.Client() as client:
+                    timed_stream(client, url, corpus.messages(list(range(traffic.k))), "hypic", 1)  # warm the docs
+                start = time.perf_counter()
+
+                def one(body: list[dict], start: float = start, url: str = url) -> tuple[float, float, int]:
+                    with httpx.Client() as client:
+                        lag = time.perf_counter() - start
+                        first, last, tokens = timed_stream(client, url, body, "hypic", max_tokens)
+                        return lag + first, lag + last, tokens
+
+                with ThreadPoolExecutor(clients) as pool:
+                    rows = list(pool.map(one, bodies))
+                wall = time.perf_counter() - start
+            firsts, lasts = [r[0] for r in rows], [r[1] for r in rows]
+            tokens = sum(r[2] for r in rows)
+            run = {
+                "mean_ttft_s": statistics.mean(firsts),
+                "p90_ttft_s": percentile(firsts, 90),
+                "max_ttft_s": max(firsts),
+                "mean_e2e_s": statistics.mean(lasts),
+                "wall_s": wall,
+                "generated_tokens": tokens,
+                "tokens_per_s": tokens / wall,
+            }
+            report["runs"][str(active)] = run
+            log(
+                f"  max_active {active}: TTFT mean {run['mean_ttft_s']:.2f}s, P90 {run['p90_ttft_s']:.2f}s, "
+                f"max {run['max_ttft_s']:.2f}s; end-to-end mean {run['mean_e2e_s']:.2f}s; "
+                f"{clients} answers in {wall:.2f}s ({run['tokens_per_s']:.1f} tokens/s)"
+            )
+    return report
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b else float("inf")
 
 
-def _predict_p90(cache: CacheModel, service: list[float], batch: list[list[int]], qps: float, seed: int) -> float:
-    """``simulate``'s queue on exactly these requests and arrivals, from ``cache`` as it stands."""
+def _predict(
+    cache: CacheModel, service: list[float], batch: list[list[int]], qps: float, seed: int
+) -> tuple[float, float]:
+    """``simulate``'s queue on exactly these requests and arrivals, from ``cache`` as it stands: the P90 TTFT and
+    the mean service time (both over all but the first tenth, as ``probe`` counts them)."""
     rng = random.Random(seed + 7)  # the arrivals ``probe`` drew
     clock = free_at = 0.0
-    ttfts = []
+    ttfts, services = [], []
     for docs in batch:
         clock += rng.expovariate(qps)
         start = max(clock, free_at)
-        free_at = start + service[cache.serve(docs)]
+        services.append(service[cache.serve(docs)])
+        free_at = start + services[-1]
         ttfts.append(free_at - clock)
-    return percentile(ttfts[len(batch) // 10 :], 90)
+    skip = len(batch) // 10
+    return percentile(ttfts[skip:], 90), statistics.mean(services[skip:])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -353,9 +500,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probes", type=int, default=4, help="live QPS probes per mode")
     parser.add_argument("--repeats", type=int, default=3, help="service-time measurements per point (median)")
     parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument(
+        "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 8"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     traffic = Traffic(args.corpus, args.k, args.zipf, args.doc_tokens, args.query_tokens)
+    if args.concurrency:
+        report = concurrency(args.layers, traffic=traffic, threads=args.threads)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        return
     report = run(
         traffic, args.layers, args.slo_factor, args.requests, args.warmup, args.probes, args.repeats, args.threads
     )

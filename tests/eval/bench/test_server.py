@@ -1,0 +1,51 @@
+"""The live-server load test: its QPS search, its replay of the simulator, and a tiny run over real HTTP."""
+
+from __future__ import annotations
+
+from hypic_rag.eval.bench.server import concurrency, live_max_qps, run
+from hypic_rag.eval.bench.slo import Traffic
+from hypic_rag.testing.synthetic import TINY
+
+
+def test_the_live_search_brackets_its_guess_then_bisects():
+    for threshold, guess in ((1.0, 0.5), (1.0, 3.0), (0.2, 1.0)):
+        found, tried = live_max_qps(lambda q, t=threshold: q <= t, guess, probes=8, log=lambda _: None)
+        assert len(tried) == 8 and found <= threshold
+        assert found > threshold * 0.9  # eight probes close in on it
+    assert live_max_qps(lambda q: False, 1.0, probes=3, log=lambda _: None)[0] == 0.0
+
+
+def test_a_tiny_run_over_http_reports_live_and_simulated_qps():
+    report = run(
+        Traffic(corpus=12, k=2, doc_tokens=16, query_tokens=4),
+        layers=2,
+        requests=8,
+        warmup=4,
+        probes=2,
+        repeats=1,
+        sim_requests=200,
+        shapes=TINY,
+        log=lambda _: None,
+    )
+    assert set(report["results"]) == {"full", "prefix", "hypic"}
+    for mode, row in report["results"].items():
+        assert len(row["probes"]) == 2 and all(not p["errors"] for p in row["probes"]), mode
+        assert all(p["p90_ttft_s"] > 0 and p["predicted_p90_ttft_s"] > 0 for p in row["probes"])
+    assert all(len(v) == 3 for v in report["service_ttft_s"].values())
+    assert report["bytes_per_entry"]["hypic"] > 0 and report["bytes_per_entry"]["prefix"] > 0
+
+
+def test_concurrency_reports_each_max_active():
+    report = concurrency(
+        layers=2,
+        clients=4,
+        max_tokens=3,
+        actives=(1, 2),
+        traffic=Traffic(corpus=12, k=2, doc_tokens=16, query_tokens=4),
+        shapes=TINY,
+        log=lambda _: None,
+    )
+    assert set(report["runs"]) == {"1", "2"}
+    for row in report["runs"].values():
+        assert 0 < row["mean_ttft_s"] <= row["max_ttft_s"] <= row["wall_s"] + 1e-6
+        assert 4 <= row["generated_tokens"] <= 12  # every answer has at least its first token
