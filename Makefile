@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(VENV)/bin/hypic-rag bench --runtime --json bench-runtime.json
 	$(VENV)/bin/hypic-rag bench --json bench-ttft.json
 	$(VENV)/bin/hypic-rag bench --slo --json bench-slo.json
+	$(VENV)/bin/hypic-rag bench --server --json bench-server.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -54,3 +54,12 @@ def test_bad_sweep_and_eval_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--workload", "memory", "--seams", "0"])
     assert "token counts must be >= 1" in capsys.readouterr().err
+
+
+def test_bad_serve_arguments_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--max-queue", "0"])
+    assert "--max-queue and --max-active must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--cache-url", "redis://127.0.0.1:1"])  # refused before anything loads or listens
+    assert "not available yet" in capsys.readouterr().err

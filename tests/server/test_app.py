@@ -40,8 +40,22 @@ def test_models_health_and_metrics(server, client):
     health = httpx.get(server + "/health").json()
     assert health["status"] == "ok" and health["model"] == MODEL
     text = httpx.get(server + "/metrics").text
-    for name in ("hypic_requests_total", "hypic_queue_depth", "hypic_cache_bytes", "hypic_active_requests"):
-        assert name in text
+    client.chat.completions.create(model=MODEL, messages=_ask(), max_tokens=2)
+    text = httpx.get(server + "/metrics").text
+    for name in (
+        'hypic_requests_total{route="/v1/chat/completions",status="200"}',
+        'hypic_ttft_seconds_bucket{le="0.25",mode="hypic"}',
+        'hypic_request_seconds_count{mode="hypic"}',
+        'hypic_segment_hits_total{mode="hypic"}',
+        'hypic_segment_misses_total{mode="hypic"}',
+        'hypic_recomputed_tokens_total{mode="hypic"}',
+        'hypic_cached_tokens_total{mode="hypic"}',
+        'hypic_cache_bytes{tier="memory"}',
+        'hypic_cache_entries{tier="prefix"}',
+        "hypic_queue_depth ",
+        "hypic_active_requests ",
+    ):
+        assert name in text, name
 
 
 def test_plain_completion_is_the_engines_answer(client, reference):
@@ -243,13 +257,44 @@ def test_a_client_that_leaves_cancels_its_generation(engine, monkeypatch):
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
             steps.release(2)
             assert next(response.iter_lines()).startswith("data: ")
-        # The connection is closed: the next steps find the request cancelled and stop.
+        # The connection is closed; once the server has seen it go, the next step finds the request cancelled.
+        deadline = time.monotonic() + 30
+        while not all(job.cancelled.is_set() for job in app.state.worker.active):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         for _ in range(20):
             steps.release()
-        deadline = time.monotonic() + 30
         while 'hypic_request_seconds_count{mode="hypic"} 1.0' not in (text := httpx.get(url + "/metrics").text):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert 'hypic_finished_requests_total{reason="cancelled"} 1.0' in text
         generated = float(text.split('hypic_generated_tokens_total{mode="hypic"} ')[1].split()[0])
         assert generated < 20 and app.state.worker.active == []
+
+
+def test_stop_strings_cut_plain_and_streamed_answers(client):
+    messages = _ask(question="What does Bo Ek do?")
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16).choices[0].message.content
+    assert len(whole) > 3, whole
+    stop = whole[2:4]
+    cut = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, stop=stop)
+    assert cut.choices[0].message.content == whole[: whole.find(stop)].strip()
+    assert cut.choices[0].finish_reason == "stop"
+    chunks = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, stop=[stop], stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut.choices[0].message.content
+
+
+def test_cache_control_marks_a_part_as_a_document_and_the_seam_is_the_bodys(client):
+    docs = [d.replace("lives", "has lived") for d in DOCS]
+
+    def marked(order):
+        parts = [{"type": "text", "text": docs[i], "cache_control": {"type": "ephemeral"}} for i in order]
+        return [{"role": "user", "content": [*parts, {"type": "text", "text": "Where does Bo Ek live?"}]}]
+
+    seam = {"hypic": {"seam": 4}}  # a remainder is recorded per seam width: both requests use this one
+    client.chat.completions.create(model=MODEL, messages=marked([0, 1, 2]), max_tokens=2, extra_body=seam)
+    again = client.chat.completions.create(
+        model=MODEL, messages=marked([2, 0, 1]), max_tokens=2, extra_body=seam
+    )
+    stats = again.model_extra["hypic"]
+    assert stats["hit_segments"] == 3 and stats["seam"] == 4
