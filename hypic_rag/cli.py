@@ -229,11 +229,23 @@ def main(argv: list[str] | None = None) -> int:
         if not directory.is_dir():
             parser.error(f"no segment cache at {directory}")
         tier = DiskCacheTier(directory)
-        if args.action == "clear":
-            print(f"removed {tier.clear()} entries from {directory}")
-        else:
-            print(json.dumps(tier.stats(), indent=2))
-        tier.close()
+        try:
+            if args.action == "clear":
+                print(f"removed {tier.clear()} entries from {directory}")
+            else:
+                print(json.dumps(tier.stats(), indent=2))
+        except Exception as exc:  # a damaged index, an unreadable folder: say so, never a traceback
+            if args.action == "stats":
+                parser.error(f"cannot read the segment cache at {directory}: {type(exc).__name__}: {exc}")
+            try:
+                removed = tier.reset()
+            except OSError as err:
+                parser.error(f"cannot clear the segment cache at {directory}: {err}")
+            print(
+                f"the index at {directory} was unreadable ({type(exc).__name__}): rebuilt it, removed {removed} files"
+            )
+        finally:
+            tier.close()
         return 0
     return 2
 

@@ -5,10 +5,19 @@ import os
 # Triton kernels read this when they are decorated, so it is set before anything imports them; the
 # kernels run only where a test forces backend="triton".
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# Our cache folder (weight digests, the default disk tier) goes to a scratch folder, not the user's home.
+os.environ.setdefault("HYPIC_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="hypic-test-cache-"))
 
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run (a red CI run is then a real regression, reproducible
+# here); HYPOTHESIS_PROFILE=explore searches afresh.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from hypic_rag.testing.parity import load_reference  # noqa: E402
 from hypic_rag.testing.synthetic import build_checkpoint  # noqa: E402

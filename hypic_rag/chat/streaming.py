@@ -72,8 +72,8 @@ class AnswerStream:
         opened = self.thinking_open
         if body.startswith(THINK_OPEN):
             body, opened = body[len(THINK_OPEN) :], True
-        elif not opened and THINK_OPEN.startswith(body):
-            return "", ""  # may yet open a reasoning block
+        elif THINK_OPEN.startswith(body):
+            return "", ""  # may yet be a ``<think>`` tag, which the final split strips
         if opened:
             reasoning, sep, rest = body.partition(THINK_CLOSE)
             if not sep:
