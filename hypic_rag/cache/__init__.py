@@ -1,7 +1,7 @@
-"""The position-independent segment cache: entries and their bytes, keys, the memory and disk tiers, and
-the prefix store of the ``prefix`` baseline."""
+"""The position-independent segment cache: entries and their bytes, keys, the memory and disk tiers, what an
+entry must look like to be used (``validate``), and the prefix store of the ``prefix`` baseline."""
 
-from .disk import BytesTier, DiskCacheTier, PickledValue, RawBytesDisk, default_cache_dir
+from .disk import BytesTier, DiskCacheTier, ForeignPath, PickledValue, RawBytesDisk, default_cache_dir
 from .entry import (
     FORMAT_VERSION,
     AttentionEntry,
@@ -15,6 +15,7 @@ from .entry import (
 from .keys import checkpoint_fingerprint, module_fingerprint, remainder_key, segment_key
 from .prefix import PrefixStore
 from .store import SegmentStore
+from .validate import EntryLayout
 
 __all__ = [
     "FORMAT_VERSION",
@@ -23,6 +24,8 @@ __all__ = [
     "CacheEntry",
     "CorruptEntry",
     "DiskCacheTier",
+    "EntryLayout",
+    "ForeignPath",
     "LinearEntry",
     "LinearRemainder",
     "PickledValue",

@@ -1,0 +1,81 @@
+"""What an entry must look like to be used by one model: its layers, shapes, dtypes, finite values and token ids.
+
+A checksum proves that bytes were not damaged after they were written, not that the writer wrote the right
+thing: a writer with a bug, an older format or a hostile writer can produce well-checksummed entries with a
+missing layer, a wrong shape or NaN states, which would be used silently (wrong logits) or fail deep inside the
+model. So every entry read from a shared tier is checked against the layout the model's config implies before it
+is used; one that does not fit is corrupt (dropped, counted, recomputed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..model.config import FULL, LINEAR, HybridConfig
+from .entry import CacheEntry, CorruptEntry, SegmentEntry
+
+
+@dataclass(frozen=True)
+class EntryLayout:
+    """The shapes and dtypes of one model's entries (``L`` is the segment's length)."""
+
+    linear_layers: tuple[int, ...]
+    attention_layers: tuple[int, ...]
+    heads: int  # linear value heads
+    key_dim: int
+    value_dim: int
+    conv_dim: int
+    conv_tail: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    dtypes: frozenset[torch.dtype]  # fp32 (states, operators) and the model's dtype (KV, conv tails)
+
+    @classmethod
+    def of(cls, config: HybridConfig, dtype: torch.dtype) -> EntryLayout:
+        return cls(
+            linear_layers=tuple(i for i, t in enumerate(config.layer_types) if t == LINEAR),
+            attention_layers=tuple(i for i, t in enumerate(config.layer_types) if t == FULL),
+            heads=config.linear_num_value_heads,
+            key_dim=config.linear_key_head_dim,
+            value_dim=config.linear_value_head_dim,
+            conv_dim=config.conv_dim,
+            conv_tail=config.linear_conv_kernel_dim - 1,
+            kv_heads=config.num_key_value_heads,
+            head_dim=config.head_dim,
+            vocab_size=config.vocab_size,
+            dtypes=frozenset({torch.float32, dtype}),
+        )
+
+    def check(self, entry: CacheEntry) -> None:
+        """Raise ``CorruptEntry`` unless ``entry`` fits this model exactly."""
+        n = len(entry.token_ids)
+        if n == 0 or any(not 0 <= i < self.vocab_size for i in entry.token_ids):
+            raise CorruptEntry("token ids outside the vocabulary, or none")
+        if tuple(sorted(entry.linear)) != self.linear_layers:
+            raise CorruptEntry(f"linear layers {sorted(entry.linear)}, expected {list(self.linear_layers)}")
+        state, operator = (self.heads, self.key_dim, self.value_dim), (self.heads, self.key_dim, self.key_dim)
+        expected: list[tuple[str, torch.Tensor, tuple[int, ...]]] = []
+        for i, lin in entry.linear.items():
+            expected += [(f"linear.{i}.b", lin.b, state), (f"linear.{i}.p", lin.p, operator)]
+            if hasattr(lin, "conv_tail"):
+                expected.append((f"linear.{i}.conv_tail", lin.conv_tail, (self.conv_dim, self.conv_tail)))
+        if isinstance(entry, SegmentEntry):
+            if tuple(sorted(entry.attention)) != self.attention_layers:
+                raise CorruptEntry(
+                    f"attention layers {sorted(entry.attention)}, expected {list(self.attention_layers)}"
+                )
+            kv = (self.kv_heads, n, self.head_dim)
+            for i, att in entry.attention.items():
+                expected += [(f"attention.{i}.keys", att.keys, kv), (f"attention.{i}.values", att.values, kv)]
+        elif not 0 < entry.seam < n:
+            raise CorruptEntry(f"a remainder after {entry.seam} of {n} tokens")
+        for name, tensor, shape in expected:
+            if tuple(tensor.shape) != shape:
+                raise CorruptEntry(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
+            if tensor.dtype not in self.dtypes:
+                raise CorruptEntry(f"{name} is {tensor.dtype}")
+            if not bool(torch.isfinite(tensor).all()):
+                raise CorruptEntry(f"{name} holds non-finite values")
