@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model.state import AttentionLayerKV, LinearLayerState, RequestState
-from .lru import ByteLRU
+from .lru import ByteLRU, Space, memory_space
 
 
 @dataclass
@@ -32,9 +32,10 @@ class PrefixNode:
 class PrefixStore:
     """Prefix nodes keyed by the chain of segments that leads to them, in a byte-budget LRU."""
 
-    def __init__(self, fingerprint: str, memory_bytes: int = 1 << 30) -> None:
+    def __init__(self, fingerprint: str, memory: ByteLRU | Space | int = 1 << 30) -> None:
+        """``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
         self.fingerprint = fingerprint
-        self._nodes: ByteLRU[PrefixNode] = ByteLRU(memory_bytes)
+        self._nodes: Space[PrefixNode] = memory_space(memory, "prefix")
 
     def chain_keys(self, segments: Sequence[Sequence[int]]) -> list[str]:
         keys, h = [], hashlib.sha256(self.fingerprint.encode())

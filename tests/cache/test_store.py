@@ -25,7 +25,7 @@ def test_memory_tier_returns_the_entry_it_was_given():
 
 def test_memory_budget_evicts_least_recently_used():
     a, b, c = make_entry(1), make_entry(2), make_entry(3)
-    store = SegmentStore("fp", memory_bytes=2 * a.nbytes)
+    store = SegmentStore("fp", memory=2 * a.nbytes)
     store.put("a", a)
     store.put("b", b)
     store.get("a", a.token_ids)
