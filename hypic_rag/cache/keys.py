@@ -5,30 +5,56 @@ part of the key."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from pathlib import Path
 
+import blake3
 import torch
 
 from .entry import FORMAT_VERSION
 
-_SAMPLE = 1 << 20  # bytes hashed from each end of every weight file
+
+def file_digest(file: Path, memo: Path | None = None) -> str:
+    """blake3 of every byte of ``file`` (memory-mapped, all cores), remembered in ``memo`` (a JSON file) by the
+    file's real path, size, inode and modification time, so that a checkpoint is hashed once, not at every
+    start. The memo lives in our cache folder, not beside the checkpoint, which may be read-only (a hub
+    snapshot, a shared volume); a memo that cannot be read or written is only a slower start."""
+    info = file.stat()
+    real = str(file.resolve())
+    stamp = [info.st_size, info.st_ino, info.st_mtime_ns]
+    known: dict = {}
+    if memo is not None:
+        try:
+            known = json.loads(memo.read_text())
+        except (OSError, ValueError):
+            known = {}
+        row = known.get(real) if isinstance(known, dict) else None
+        if isinstance(row, dict) and row.get("stamp") == stamp and isinstance(row.get("blake3"), str):
+            return row["blake3"]
+    digest = blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(str(file)).hexdigest()
+    if memo is not None:
+        known = known if isinstance(known, dict) else {}
+        known[real] = {"stamp": stamp, "blake3": digest}
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known))
+            os.replace(tmp, memo)
+        except OSError:
+            pass
+    return digest
 
 
-def checkpoint_fingerprint(path: Path) -> str:
-    """Config, tokenizer and weights of a checkpoint directory. Weight files are hashed by size,
-    safetensors header and their first and last MiB: a changed model changes these, and hashing
-    gigabytes at every start would not pay."""
+def checkpoint_fingerprint(path: Path, memo: Path | None = None) -> str:
+    """Config, tokenizer and every byte of every weight file of a checkpoint directory: a fine-tune that
+    changes one weight never shares entries with its base model. Weight digests are remembered in ``memo``."""
     h = hashlib.sha256()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         file = path / name
         h.update(name.encode() + (file.read_bytes() if file.is_file() else b"-"))
     for file in sorted(path.glob("*.safetensors")):
-        size = file.stat().st_size
-        h.update(f"{file.name}:{size}".encode())
-        with file.open("rb") as f:
-            h.update(f.read(_SAMPLE))
-            f.seek(max(0, size - _SAMPLE))
-            h.update(f.read(_SAMPLE))
+        h.update(f"{file.name}:{file_digest(file, memo)}".encode())
     return h.hexdigest()[:32]
 
 
