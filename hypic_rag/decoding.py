@@ -3,6 +3,7 @@ decode loop that continues a prefilled request state one token at a time."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -25,10 +26,18 @@ class Sampler:
     top_k: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
+            raise ValueError(f"seed must fit in 64 bits, got {self.seed}")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)):
             raise ValueError(f"top_k must be an integer or None, got {self.top_k!r}")
         if self.top_k is not None and self.top_k < 0:
@@ -53,7 +62,10 @@ class Sampler:
             # As transformers' TopKLogitsWarper, before top-p: ties with the k-th logit stay in.
             kth = torch.topk(logits, self.top_k).values[-1]
             logits = logits.masked_fill(logits < kth, float("-inf"))
-        probs = torch.softmax(logits / self.temperature, dim=-1)
+        # Shifted first, so that a tiny temperature sends the others to -inf instead of overflowing to inf - inf,
+        # and kept above float32's smallest normal, which a Python float may be far below (0/0 is NaN).
+        temperature = max(self.temperature, torch.finfo(torch.float32).tiny)
+        probs = torch.softmax((logits - logits.max()) / temperature, dim=-1)
         if self.top_p < 1:
             sorted_p, order = torch.sort(probs, descending=True)
             before = sorted_p.cumsum(0) - sorted_p  # mass of strictly more likely tokens

@@ -17,7 +17,17 @@ from typing import Any
 import torch
 
 from .assembly import Cached, assemble, assemble_fused, run_in_context
-from .cache import DiskCacheTier, PrefixStore, SegmentStore, checkpoint_fingerprint, module_fingerprint, segment_key
+from .cache import (
+    DiskCacheTier,
+    PrefixStore,
+    SegmentStore,
+    checkpoint_fingerprint,
+    default_cache_dir,
+    module_fingerprint,
+    segment_key,
+)
+from .cache.lru import ByteLRU
+from .cache.validate import EntryLayout
 from .chat.conversation import ChatSetup, thinking_opened
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
@@ -30,7 +40,7 @@ from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .outputs import GenerationOutput, RequestStats
 from .plan import VARIANTS, Prompt, RequestPlan, SegmentPlan, plan_request, resolve_seam
-from .segments import Segment, as_query
+from .segments import Segment, as_query, check_unicode
 from .tokenizer import load_tokenizer
 
 MODES = ("full", "prefix", "pic", "hypic")
@@ -48,6 +58,19 @@ class Prefilled:
     state: RequestState
     stats: RequestStats
     owed: list[tuple[SegmentPlan, Cached | None]]
+
+
+def _usable_device(device: str | torch.device) -> torch.device:
+    """``device`` parsed, and present on this machine."""
+    try:
+        out = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device: {exc}") from None
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch build or machine has no CUDA device")
+    if out.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available here")
+    return out
 
 
 def _missing(seg: SegmentPlan, found: Cached | None) -> bool:
@@ -72,6 +95,7 @@ class Engine:
         cold_policy: str = "parallel",
         min_cached_tokens: int = 12,
         memory_bytes: int = 2 << 30,
+        disk_bytes: int = 8 << 30,
         generation_defaults: GenerationDefaults | None = None,
         chat_template: ChatTemplate | None = None,
         fuse_forwards: bool = True,
@@ -87,6 +111,7 @@ class Engine:
         keeps its fixed defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
         ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward
         (``False``: a forward per stretch and seam, then the query: the reference path);
+        ``memory_bytes`` bounds all the engine's in-memory caches together, ``disk_bytes`` the disk tier;
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
         long decays leave subnormal floats in its state, and CPU matmuls on them ran about 10x slower
         (measured on the standard case); values below 1.2e-38 become 0."""
@@ -111,9 +136,14 @@ class Engine:
         if flush_denormals:
             torch.set_flush_denormal(True)
         self.fingerprint = fingerprint or module_fingerprint(model)
-        disk = DiskCacheTier(self.cache_dir) if self.cache_dir is not None else None
-        self.segment_store = SegmentStore(self.fingerprint, memory_bytes, disk, device=model.device)
-        self.prefix_store = PrefixStore(self.fingerprint, memory_bytes)
+        if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
+            raise ValueError(f"memory_bytes must be a byte count >= 0, got {memory_bytes!r}")
+        disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
+        # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
+        self.memory = ByteLRU(memory_bytes)
+        layout = EntryLayout.of(model.config, model.dtype)
+        self.segment_store = SegmentStore(self.fingerprint, self.memory, disk, device=model.device, layout=layout)
+        self.prefix_store = PrefixStore(self.fingerprint, self.memory)
 
     @classmethod
     def from_pretrained(
@@ -133,6 +163,7 @@ class Engine:
         (a shared remote tier, API.md) is not in this version: it is refused, never ignored."""
         if cache_url is not None:
             raise ValueError(f"cache_url={cache_url!r}: the shared remote segment tier is not available yet")
+        device = _usable_device(device)
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
         model = load_model(root, device=device, dtype=resolve_dtype(dtype))
@@ -147,7 +178,7 @@ class Engine:
             eos_token_ids=eos,
             cache_dir=cache_dir,
             name=str(path) if is_hub else root.name,
-            fingerprint=checkpoint_fingerprint(root) + str(model.dtype),
+            fingerprint=checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype),
             **options,
         )
 
@@ -159,6 +190,9 @@ class Engine:
         return self.tokenizer
 
     def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        check_unicode(text, "text")
         return list(self._require_tokenizer().encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -214,6 +248,15 @@ class Engine:
 
     @torch.inference_mode()
     def _prefill(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
+        before = dict(self.segment_store.counters)
+        done = self._prefill_mode(prompt, mode, seam)
+        after = self.segment_store.counters
+        done.stats.cache_counters = {
+            k: after[k] - before[k] for k in ("memory_hits", "disk_hits", "corrupt", "tier_errors")
+        }
+        return done
+
+    def _prefill_mode(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
@@ -405,7 +448,7 @@ class Engine:
     ) -> Generation:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if isinstance(stop, str) or not all(isinstance(s, str) for s in stop or ()):
+        if stop is not None and (not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop)):
             raise ValueError("stop must be a list of strings")
         if stop and self.tokenizer is None:
             raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")

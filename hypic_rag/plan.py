@@ -22,7 +22,7 @@ VARIANTS = ("A", "B")
 
 def resolve_seam(seam: int | float, length: int) -> int:
     """A token count, or a fraction of the segment (rounded up), capped at its length."""
-    if isinstance(seam, bool) or not isinstance(seam, (int, float)) or seam < 0:
+    if isinstance(seam, bool) or not isinstance(seam, (int, float)) or not math.isfinite(seam) or seam < 0:
         raise ValueError(f"seam must be a token count or a fraction in [0, 1], got {seam!r}")
     if isinstance(seam, float):
         if seam > 1:

@@ -7,6 +7,14 @@ from dataclasses import dataclass
 KINDS = ("system", "document", "tool", "memory", "turn", "query")
 
 
+def check_unicode(text: str, what: str) -> None:
+    """Text a tokenizer can take: a lone surrogate (from a bad decode upstream) is a ValueError, not a crash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode: {exc.reason} at position {exc.start}") from None
+
+
 @dataclass(frozen=True)
 class Segment:
     """One recurring piece of a prompt: give exactly one of ``text`` and ``token_ids``."""
@@ -28,11 +36,15 @@ class Segment:
             raise ValueError("a Segment needs exactly one of text and token_ids")
         if text is not None and not isinstance(text, str):
             raise ValueError(f"Segment text must be a str, got {type(text).__name__}")
+        if text is not None:
+            check_unicode(text, "Segment text")
         if kind not in KINDS:
             raise ValueError(f"unknown segment kind {kind!r}; expected one of {', '.join(KINDS)}")
         ids = None
         if token_ids is not None:
-            if isinstance(token_ids, (str, bytes)) or not all(
+            if not isinstance(token_ids, (list, tuple)):
+                raise ValueError(f"Segment token_ids must be a list of ints, got {type(token_ids).__name__}")
+            if not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in token_ids
             ):
                 raise ValueError("Segment token_ids must be a list of ints")

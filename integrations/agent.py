@@ -17,6 +17,8 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,9 +87,18 @@ class ToolAgent:
         max_steps: int = 4,
         mode: str = "hypic",
         max_new_tokens: int = 64,
+        tool_timeout_s: float = 30.0,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        """``tool_timeout_s`` bounds each tool call: a tool still running then becomes an error result (its
+        thread is left to finish; Python cannot stop it)."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+        if isinstance(memory, str) or not all(isinstance(m, str) for m in memory):
+            raise ValueError("memory must be a list of strings, one per memory entry")
+        if isinstance(tool_timeout_s, bool) or not isinstance(tool_timeout_s, (int, float)) or not tool_timeout_s > 0:
+            raise ValueError(f"tool_timeout_s must be a number > 0, got {tool_timeout_s!r}")
+        if not all(isinstance(t, Tool) for t in tools):
+            raise ValueError("tools must be a list of Tool (Tool.from_function(fn) makes one)")
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")
@@ -97,12 +108,24 @@ class ToolAgent:
         self.max_steps = max_steps
         self.mode = mode
         self.max_new_tokens = max_new_tokens
+        self.tool_timeout_s = float(tool_timeout_s)
 
     def _call(self, name: str, args: dict) -> tuple[Any, str | None]:
+        """The tool's result, or an error result the model sees (and may recover from): an exception, a call
+        past ``tool_timeout_s``, or a result that JSON cannot encode."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tool-{name}")
         try:
-            return self.tools[name].fn(**args), None
-        except Exception as exc:  # the model sees the error as the step's result and may recover
-            return {"error": f"{type(exc).__name__}: {exc}"}, f"{type(exc).__name__}: {exc}"
+            result = pool.submit(self.tools[name].fn, **args).result(timeout=self.tool_timeout_s)
+            json.dumps(result)
+        except FutureTimeout:
+            error = f"TimeoutError: {name} did not return within {self.tool_timeout_s:g} s"
+            return {"error": error}, error
+        except Exception as exc:  # the tool raised, or its result is not JSON
+            error = f"{type(exc).__name__}: {exc}"
+            return {"error": error}, error
+        finally:
+            pool.shutdown(wait=False)
+        return result, None
 
     def run(self, task: str, on_step: Callable[[AgentStep], None] | None = None) -> AgentResult:
         if not task.strip():

@@ -234,6 +234,23 @@ class HybridConfig:
         return cls.from_dict(data)
 
     def _validate(self) -> None:
+        sizes = (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+            "max_position_embeddings",
+        )
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.linear_num_value_heads % self.linear_num_key_heads:
