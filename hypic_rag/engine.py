@@ -120,6 +120,12 @@ class Engine:
         if cold_policy not in COLD_POLICIES:
             raise ValueError(f"unknown cold_policy {cold_policy!r}; expected one of {', '.join(COLD_POLICIES)}")
         resolve_seam(seam, 1)
+        for name, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_bytes, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        for name, value in (("fuse_forwards", fuse_forwards), ("flush_denormals", flush_denormals)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         self.model = model
         self.config = model.config
         self.tokenizer = tokenizer

@@ -166,3 +166,20 @@ def test_writers_killed_mid_write_leave_a_usable_cache(tmp_path, oracle):
         reader = engine(cache_dir=folder)
         out = reader.generate(segments(DOCS[::-1]), QUESTION, max_new_tokens=1)
         assert out.stats["tier_errors"] == 0 and same(out.prompt_logits, oracle(DOCS[::-1]))
+
+
+def test_engines_in_threads_share_one_folder(tmp_path, oracle):
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = tmp_path / "cache"
+    orders = [DOCS, DOCS[::-1], DOCS[1:] + DOCS[:1], DOCS[2:] + DOCS[:2]]
+    expected = [oracle(order) for order in orders]  # the oracle's engine stays in this thread
+
+    def work(i):
+        mine = engine(cache_dir=folder)  # one engine per thread, one folder for all
+        outs = [mine.generate(segments(orders[i]), QUESTION, max_new_tokens=1) for _ in range(3)]
+        return [(same(o.prompt_logits, expected[i]), o.stats["tier_errors"], o.stats["corrupt"]) for o in outs]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    assert all(row == (True, 0, 0) for rows in results for row in rows), results

@@ -120,3 +120,20 @@ def test_the_agent_bounds_tools_and_encodes_their_results(bundled):
         ToolAgent([Tool.from_function(slow)], memory="abc")
     with pytest.raises(ValueError, match="tool_timeout_s"):
         ToolAgent([Tool.from_function(slow)], tool_timeout_s=math.nan)
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"min_cached_tokens": -1}, "min_cached_tokens"),
+        ({"min_cached_tokens": 2.5}, "min_cached_tokens"),
+        ({"disk_bytes": 0}, "disk_bytes"),
+        ({"fuse_forwards": "yes"}, "fuse_forwards"),
+        ({"seam": -3}, "seam"),
+        ({"seam_variant": "C"}, "seam_variant"),
+        ({"cold_policy": "lazy"}, "cold_policy"),
+    ],
+)
+def test_bad_engine_options_are_named(options, name):
+    with pytest.raises(ValueError, match=name):
+        Engine.from_pretrained(**options)
