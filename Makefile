@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hypic-installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean redis-server
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,13 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(VENV)/bin/hypic-rag demo
 
-test: $(STAMP)
+# The Redis tier's tests start a real redis-server (the Debian package) on loopback.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q redis-server; \
+		else sudo apt-get install -y -q redis-server; fi; }
+
+test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 

@@ -27,6 +27,7 @@ from .cache import (
     segment_key,
 )
 from .cache.lru import ByteLRU
+from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
 from .chat.conversation import ChatSetup, thinking_opened
 from .chat.segmentation import RenderedPrompt, segment_prompt
@@ -88,6 +89,7 @@ class Engine:
         *,
         eos_token_ids: Sequence[int] = (),
         cache_dir: str | Path | None = None,
+        cache_url: str | None = None,
         name: str = "model",
         fingerprint: str | None = None,
         seam: int | float = 8,
@@ -145,10 +147,14 @@ class Engine:
         if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
             raise ValueError(f"memory_bytes must be a byte count >= 0, got {memory_bytes!r}")
         disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
+        self.cache_url = cache_url
+        remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
         # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
         self.memory = ByteLRU(memory_bytes)
         layout = EntryLayout.of(model.config, model.dtype)
-        self.segment_store = SegmentStore(self.fingerprint, self.memory, disk, device=model.device, layout=layout)
+        self.segment_store = SegmentStore(
+            self.fingerprint, self.memory, disk, device=model.device, layout=layout, remote=remote
+        )
         self.prefix_store = PrefixStore(self.fingerprint, self.memory)
 
     @classmethod
@@ -165,10 +171,10 @@ class Engine:
         """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
         through the local Hugging Face cache), or, for ``None``, the bundled default model.
 
-        ``cache_dir`` adds a persistent segment tier there; ``options`` go to ``Engine``. ``cache_url``
-        (a shared remote tier, API.md) is not in this version: it is refused, never ignored."""
+        ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
+        one that replicas on several machines use together; ``options`` go to ``Engine``."""
         if cache_url is not None:
-            raise ValueError(f"cache_url={cache_url!r}: the shared remote segment tier is not available yet")
+            check_url(cache_url)
         device = _usable_device(device)
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
@@ -183,6 +189,7 @@ class Engine:
             load_tokenizer(root),
             eos_token_ids=eos,
             cache_dir=cache_dir,
+            cache_url=cache_url,
             name=str(path) if is_hub else root.name,
             fingerprint=checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype),
             **options,
@@ -257,9 +264,8 @@ class Engine:
         before = dict(self.segment_store.counters)
         done = self._prefill_mode(prompt, mode, seam)
         after = self.segment_store.counters
-        done.stats.cache_counters = {
-            k: after[k] - before[k] for k in ("memory_hits", "disk_hits", "corrupt", "tier_errors")
-        }
+        counted = ("memory_hits", "disk_hits", "remote_hits", "corrupt", "tier_errors")
+        done.stats.cache_counters = {k: after[k] - before[k] for k in counted}
         return done
 
     def _prefill_mode(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:

@@ -45,6 +45,7 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from hypic_rag import Engine, GenerationOutput
+from hypic_rag.cache.remote import check_url
 from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.chat.segmentation import SEGMENTATIONS
 from hypic_rag.chat.tool_calls import format_tool_result, split_reasoning
@@ -278,8 +279,9 @@ class ChatHypic(BaseChatModel):
     """A chat model served by hypic-rag through ``Engine.chat``.
 
     ``model`` is a local checkpoint directory or a hub id ``org/name`` (``"hypic-default"``, the default, is the
-    bundled model), loaded once per (model, cache_dir) per process on first use; ``cache_dir`` adds a persistent
-    segment tier. Or pass a ready ``engine``. Sampling settings left ``None`` come from the checkpoint's
+    bundled model), loaded once per (model, cache_dir, cache_url) per process on first use; ``cache_dir`` adds a
+    persistent segment tier, ``cache_url`` (``redis://host:port/db``) a shared one. Or pass a ready ``engine``.
+    Sampling settings left ``None`` come from the checkpoint's
     ``generation_config.json``, else greedy and 64 tokens. ``timeout`` and ``max_retries`` are LangChain's standard
     parameters, accepted for compatibility: a local engine has nothing to time out or retry.
     """
@@ -307,12 +309,11 @@ class ChatHypic(BaseChatModel):
 
     def model_post_init(self, __context: Any) -> None:
         if self.cache_url is not None:
+            check_url(self.cache_url)
+        if self.engine is not None and (self.cache_dir is not None or self.cache_url is not None):
             raise ValueError(
-                "cache_url: the shared remote cache tier is not available in this version of hypic-rag; "
-                "use cache_dir for a persistent local tier"
+                "cache_dir and cache_url apply when ChatHypic loads the model; the engine you passed has its own"
             )
-        if self.engine is not None and self.cache_dir is not None:
-            raise ValueError("cache_dir applies when ChatHypic loads the model; the engine you passed has its own")
         self._check_options(
             {
                 "mode": self.mode,
@@ -362,7 +363,7 @@ class ChatHypic(BaseChatModel):
     def get_engine(self) -> Engine:
         """The engine: the one passed, else ``model`` loaded (once per process) with ``cache_dir``."""
         if self.engine is None:
-            self.engine = load_engine(self.model, self.cache_dir)
+            self.engine = load_engine(self.model, self.cache_dir, self.cache_url)
         return self.engine
 
     # -- tools -------------------------------------------------------------------------------------------------------

@@ -39,21 +39,23 @@ CHAT_OPTIONS = (
 )
 
 _ENGINE_LOCK = threading.Lock()
-_ENGINES: dict[tuple[str | None, str | None], Engine] = {}
+_ENGINES: dict[tuple[str | None, str | None, str | None], Engine] = {}
 
 
-def load_engine(model: str | Path | None = None, cache_dir: str | Path | None = None) -> Engine:
-    """``Engine.from_pretrained(model, cache_dir=cache_dir)``, loaded once per (model, cache_dir) per
-    process and shared by every integration; ``None`` or ``"hypic-default"`` is the bundled model. A
-    local directory is keyed by its resolved path, a hub id by itself."""
+def load_engine(
+    model: str | Path | None = None, cache_dir: str | Path | None = None, cache_url: str | None = None
+) -> Engine:
+    """``Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url)``, loaded once per (model,
+    cache_dir, cache_url) per process and shared by every integration; ``None`` or ``"hypic-default"`` is the
+    bundled model. A local directory is keyed by its resolved path, a hub id by itself."""
     name = None if model is None or str(model) == DEFAULT_MODEL else str(model)
     if name is not None and Path(name).expanduser().exists():
         name = str(Path(name).expanduser().resolve())
     where = str(Path(cache_dir).expanduser().resolve()) if cache_dir is not None else None
     with _ENGINE_LOCK:
-        if (name, where) not in _ENGINES:
-            _ENGINES[name, where] = Engine.from_pretrained(name, cache_dir=where)
-        return _ENGINES[name, where]
+        if (name, where, cache_url) not in _ENGINES:
+            _ENGINES[name, where, cache_url] = Engine.from_pretrained(name, cache_dir=where, cache_url=cache_url)
+        return _ENGINES[name, where, cache_url]
 
 
 def default_engine() -> Engine:

@@ -61,5 +61,5 @@ def test_bad_serve_arguments_are_refused(capsys):
         main(["serve", "--max-queue", "0"])
     assert "--max-queue and --max-active must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["serve", "--cache-url", "redis://127.0.0.1:1"])  # refused before anything loads or listens
-    assert "not available yet" in capsys.readouterr().err
+        main(["serve", "--cache-url", "memcached://127.0.0.1:1"])  # refused before anything loads or listens
+    assert "cache_url must be redis://" in capsys.readouterr().err

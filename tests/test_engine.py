@@ -158,6 +158,6 @@ def test_dtype_strings_and_default_model(checkpoint, tmp_path, monkeypatch):
         Engine.from_pretrained()
 
 
-def test_a_remote_tier_is_refused_not_ignored(checkpoint):
-    with pytest.raises(ValueError, match="remote segment tier is not available yet"):
-        Engine.from_pretrained(checkpoint("qwen3_5_text"), cache_url="redis://127.0.0.1:6379/0")
+def test_a_cache_url_that_is_not_redis_is_refused_not_taken_as_a_folder(checkpoint):
+    with pytest.raises(ValueError, match="cache_url must be redis://"):
+        Engine.from_pretrained(checkpoint("qwen3_5_text"), cache_url="./cache")

@@ -7,9 +7,11 @@ bytes, another model's, or one that does not fit this model's layout: ``validate
 and reported as a miss, so the caller recomputes it; it is never used and never an error the caller
 sees.
 
-A persistent tier that fails (a full or read-only disk, a damaged index, a server that is down) is
-bypassed: the failure is counted (``tier_errors``), logged once, and the tier is tried again after
-``retry_s`` seconds; meanwhile requests are served from memory or recomputed.
+Persistent tiers are looked up in order, the local disk then the shared remote tier (``remote.py``); a
+hit is copied to the faster tiers. A persistent tier that fails (a full or read-only disk, a damaged
+index, a server that is down) is bypassed: the failure is counted (``tier_errors``), logged once, and
+the tier is tried again after ``retry_s`` seconds; meanwhile requests are served from memory or
+recomputed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ from .validate import EntryLayout
 
 E = TypeVar("E", SegmentEntry, RemainderEntry)
 log = logging.getLogger("hypic_rag.cache")
-COUNTERS = ("memory_hits", "disk_hits", "misses", "corrupt", "writes", "tier_errors")
+TIERS = ("disk", "remote")  # the lookup order after memory
+COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors")
+
+
+class _Tier:
+    """A persistent tier and its health: down until ``down_until`` after a failure."""
+
+    def __init__(self, name: str, tier: BytesTier) -> None:
+        self.name, self.tier = name, tier
+        self.down_until = 0.0
+        self.warned = False
 
 
 class SegmentStore:
@@ -40,20 +52,43 @@ class SegmentStore:
         device: torch.device | str = "cpu",
         layout: EntryLayout | None = None,
         retry_s: float = 30.0,
+        remote: BytesTier | None = None,
     ) -> None:
-        """Entries read from ``disk`` are checked against ``layout`` (the model's) and placed on ``device``.
+        """Lookups go memory, then ``disk``, then ``remote`` (a shared tier), and a hit is copied to the faster
+        tiers. Entries read from a tier are checked against ``layout`` (the model's) and placed on ``device``.
         ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
         if isinstance(memory, int) and memory < 0:
             raise ValueError("memory_bytes must be >= 0")
         self.device = torch.device(device)
         self.fingerprint = fingerprint
-        self.disk = disk
         self.layout = layout
         self.retry_s = retry_s
         self._memory: Space[CacheEntry] = memory_space(memory, "segment")
-        self._disk_down_until = 0.0
-        self._warned = False
+        self._tiers: dict[str, _Tier] = {}
+        self.disk, self.remote = disk, remote
         self.counters = dict.fromkeys(COUNTERS, 0)
+
+    @property
+    def disk(self) -> BytesTier | None:
+        return self._tiers["disk"].tier if "disk" in self._tiers else None
+
+    @disk.setter
+    def disk(self, tier: BytesTier | None) -> None:
+        self._set_tier("disk", tier)
+
+    @property
+    def remote(self) -> BytesTier | None:
+        return self._tiers["remote"].tier if "remote" in self._tiers else None
+
+    @remote.setter
+    def remote(self, tier: BytesTier | None) -> None:
+        self._set_tier("remote", tier)
+
+    def _set_tier(self, name: str, tier: BytesTier | None) -> None:
+        self._tiers.pop(name, None)
+        if tier is not None:
+            self._tiers[name] = _Tier(name, tier)
+        self._tiers = {n: self._tiers[n] for n in TIERS if n in self._tiers}
 
     def get(self, key: str, token_ids: tuple[int, ...]) -> SegmentEntry | None:
         """The shared part of the segment cached under ``key``."""
@@ -81,19 +116,23 @@ class SegmentStore:
                 return entry
             self._memory.pop(key)
             self.counters["corrupt"] += 1
-        if self.disk is not None:
-            found = self._from_disk(key, token_ids, kind)
+        faster: list[_Tier] = []
+        for tier in self._tiers.values():
+            found, data = self._read(tier, key, token_ids, kind)
             if found is not None:
-                self.counters["disk_hits"] += 1
+                self.counters[f"{tier.name}_hits"] += 1
                 self._memory.put(key, found)
+                for up in faster:  # promoted: the next lookup finds it nearer
+                    self._call(up, lambda t, data=data: t.set(key, data))
                 return found
+            faster.append(tier)
         self.counters["misses"] += 1
         return None
 
-    def _from_disk(self, key: str, token_ids: tuple[int, ...], kind: type[E]) -> E | None:
-        data = self._tier(lambda disk: disk.get(key), corrupt=True, key=key)
+    def _read(self, tier: _Tier, key: str, token_ids: tuple[int, ...], kind: type[E]) -> tuple[E | None, bytes]:
+        data = self._call(tier, lambda t: t.get(key), corrupt=True)
         if data is None:
-            return None
+            return None, b""
         try:
             entry = kind.from_bytes(data, self.fingerprint)
             if entry.token_ids != token_ids:
@@ -101,44 +140,53 @@ class SegmentStore:
             if self.layout is not None:
                 self.layout.check(entry)
         except CorruptEntry:
-            self._drop(key)
-            return None
-        return entry.to(self.device) if self.device.type != "cpu" else entry
+            self.counters["corrupt"] += 1
+            self._call(tier, lambda t: t.delete(key))
+            return None, b""
+        return (entry.to(self.device) if self.device.type != "cpu" else entry), data
 
-    def _tier(self, call: Any, *, corrupt: bool = False, key: str = "") -> Any:
-        """``call(disk)``, or None while the tier is down or when it fails (counted, logged once, retried later)."""
-        if self.disk is None or time.monotonic() < self._disk_down_until:
+    def _call(self, tier: _Tier, call: Any, *, corrupt: bool = False) -> Any:
+        """``call(tier)``, or None while the tier is down or when it fails (counted, logged once, retried later)."""
+        if time.monotonic() < tier.down_until:
             return None
         try:
-            return call(self.disk)
+            return call(tier.tier)
         except (PickledValue, ForeignPath):
             if corrupt:  # the tier deleted the record already; count it
                 self.counters["corrupt"] += 1
             return None
         except Exception as exc:  # any failure of the tier: the request goes on without it
             self.counters["tier_errors"] += 1
-            self._disk_down_until = time.monotonic() + self.retry_s
-            if not self._warned:
-                self._warned = True
+            tier.down_until = time.monotonic() + self.retry_s
+            if not tier.warned:
+                tier.warned = True
                 log.warning(
-                    "segment cache tier failed (%s: %s); bypassing it for %.0f s", type(exc).__name__, exc, self.retry_s
+                    "segment cache %s tier failed (%s: %s); bypassing it for %.0f s",
+                    tier.name,
+                    type(exc).__name__,
+                    exc,
+                    self.retry_s,
                 )
             return None
 
     def _drop(self, key: str) -> None:
         self.counters["corrupt"] += 1
         self._memory.pop(key)
-        self._tier(lambda disk: disk.delete(key))
+        for tier in self._tiers.values():
+            self._call(tier, lambda t: t.delete(key))
 
     def _put(self, key: str, entry: CacheEntry) -> None:
         self.counters["writes"] += 1
         self._memory.put(key, entry)
-        if self.disk is not None:
-            self._tier(lambda disk: disk.set(key, entry.to_bytes(self.fingerprint)))
+        if self._tiers:
+            data = entry.to_bytes(self.fingerprint)
+            for tier in self._tiers.values():
+                self._call(tier, lambda t: t.set(key, data))
 
     def clear(self) -> None:
         self._memory.clear()
-        self._tier(lambda disk: disk.clear())
+        for tier in self._tiers.values():
+            self._call(tier, lambda t: t.clear())
 
     def __contains__(self, key: str) -> bool:
         return key in self._memory
@@ -150,7 +198,7 @@ class SegmentStore:
             "evictions": self._memory.evictions,
             **self.counters,
         }
-        if self.disk is not None:
-            disk = self._tier(lambda disk: disk.stats())
-            out["disk"] = disk if disk is not None else {"available": False}
+        for tier in self._tiers.values():
+            found = self._call(tier, lambda t: t.stats())
+            out[tier.name] = found if found is not None else {"available": False}
         return out

@@ -30,9 +30,10 @@ class _CacheBytes(Collector):
         entries.add_metric(["memory"], segments["memory_entries"])
         held.add_metric(["prefix"], prefix["prefix_bytes"])
         entries.add_metric(["prefix"], prefix["prefix_nodes"])
-        if "disk" in segments:
-            held.add_metric(["disk"], segments["disk"]["bytes"])
-            entries.add_metric(["disk"], segments["disk"]["entries"])
+        for tier in ("disk", "remote"):  # a tier that is down reports {"available": False}
+            if "bytes" in segments.get(tier, {}):
+                held.add_metric([tier], segments[tier]["bytes"])
+                entries.add_metric([tier], segments[tier]["entries"])
         yield held
         yield entries
 
@@ -59,6 +60,10 @@ class ServerMetrics:
         )
         self.prompt_tokens = Counter("hypic_prompt_tokens", "Prompt tokens", ["mode"], registry=r)
         self.cached_tokens = Counter("hypic_cached_tokens", "Prompt tokens served from the cache", ["mode"], registry=r)
+        self.tier_hits = Counter("hypic_tier_hits", "Entries found in each cache tier", ["tier"], registry=r)
+        self.tier_errors = Counter(
+            "hypic_cache_faults", "Cache faults: corrupt entries dropped, tier failures bypassed", ["kind"], registry=r
+        )
         self.finished = Counter("hypic_finished_requests", "Answers by how they ended", ["reason"], registry=r)
         self.generated = Counter("hypic_generated_tokens", "Tokens generated", ["mode"], registry=r)
         depth = Gauge("hypic_queue_depth", "Requests waiting for the engine", registry=r)
@@ -69,6 +74,10 @@ class ServerMetrics:
 
     def record(self, mode: str, stats: dict[str, Any], ttft_s: float, e2e_s: float, reason: str) -> None:
         self.finished.labels(reason).inc()
+        for tier in ("memory", "disk", "remote"):
+            self.tier_hits.labels(tier).inc(stats.get(f"{tier}_hits", 0))
+        self.tier_errors.labels("corrupt").inc(stats.get("corrupt", 0))
+        self.tier_errors.labels("tier_error").inc(stats.get("tier_errors", 0))
         self.ttft.labels(mode).observe(ttft_s)
         self.e2e.labels(mode).observe(e2e_s)
         self.hits.labels(mode).inc(stats.get("hit_segments", 0))
