@@ -102,6 +102,7 @@ class Engine:
         chat_template: ChatTemplate | None = None,
         fuse_forwards: bool = True,
         flush_denormals: bool = True,
+        prefill_pool: Any = None,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
@@ -122,12 +123,12 @@ class Engine:
         if cold_policy not in COLD_POLICIES:
             raise ValueError(f"unknown cold_policy {cold_policy!r}; expected one of {', '.join(COLD_POLICIES)}")
         resolve_seam(seam, 1)
-        for name, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_bytes, 1)):
+        for option, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_bytes, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name, value in (("fuse_forwards", fuse_forwards), ("flush_denormals", flush_denormals)):
+                raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
+        for option, value in (("fuse_forwards", fuse_forwards), ("flush_denormals", flush_denormals)):
             if not isinstance(value, bool):
-                raise ValueError(f"{name} must be True or False, got {value!r}")
+                raise ValueError(f"{option} must be True or False, got {value!r}")
         self.model = model
         self.config = model.config
         self.tokenizer = tokenizer
@@ -141,6 +142,7 @@ class Engine:
         self.cold_policy = cold_policy
         self.min_cached_tokens = min_cached_tokens
         self.fuse_forwards = fuse_forwards
+        self.prefill_pool = prefill_pool  # workers.RayPrefill: cold misses prefilled across Ray actors
         if flush_denormals:
             torch.set_flush_denormal(True)
         self.fingerprint = fingerprint or module_fingerprint(model)
@@ -166,13 +168,15 @@ class Engine:
         cache_dir: str | Path | None = None,
         cache_url: str | None = None,
         revision: str | None = None,
+        prefill_workers: int = 0,
         **options: Any,
     ) -> Engine:
         """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
         through the local Hugging Face cache), or, for ``None``, the bundled default model.
 
         ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
-        one that replicas on several machines use together; ``options`` go to ``Engine``."""
+        one that replicas on several machines use together; ``prefill_workers=N`` prefills cold segments on N
+        Ray actors (``workers.py``; the ``ray`` extra); ``options`` go to ``Engine``."""
         if cache_url is not None:
             check_url(cache_url)
         device = _usable_device(device)
@@ -184,6 +188,11 @@ class Engine:
             options["generation_defaults"] = read_generation_defaults(root)
         if "chat_template" not in options:
             options["chat_template"] = ChatTemplate.from_checkpoint(root)
+        fingerprint = checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype)
+        if prefill_workers:
+            from .workers import RayPrefill
+
+            options["prefill_pool"] = RayPrefill(root, prefill_workers, model.dtype, fingerprint)
         return cls(
             model,
             load_tokenizer(root),
@@ -191,7 +200,7 @@ class Engine:
             cache_dir=cache_dir,
             cache_url=cache_url,
             name=str(path) if is_hub else root.name,
-            fingerprint=checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype),
+            fingerprint=fingerprint,
             **options,
         )
 
@@ -342,7 +351,9 @@ class Engine:
     def _fill(self, misses: Sequence[tuple[SegmentPlan, Cached | None]]) -> list[Cached]:
         """Prefill the missed segments in isolation, all at once, and store what the cache lacked: the
         entry, or only the remainder where the entry was there (so no seam width evicts another's)."""
-        fresh = prefill_isolated(self.model, [seg.ids for seg, _ in misses], [seg.record_rest for seg, _ in misses])
+        ids, rests = [list(seg.ids) for seg, _ in misses], [seg.record_rest for seg, _ in misses]
+        pool = self.prefill_pool
+        fresh = pool.prefill(ids, rests) if pool is not None else prefill_isolated(self.model, ids, rests)
         out = []
         for (seg, had), made in zip(misses, fresh, strict=True):
             if had is None:
