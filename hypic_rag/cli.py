@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--mode", default="hypic", help="for requests that do not set hypic.mode")
     srv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past that, 429")
     srv.add_argument("--max-active", type=int, default=8, help="requests decoded at once, a token each in turn")
+    srv.add_argument("--prefill-workers", type=int, default=0, help="Ray actors that prefill cold segments")
     srv.add_argument("--dtype", default="float32")
     srv.add_argument("--device", default="cpu")
     srv.add_argument("--log-level", default="info")
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
                 dtype=args.dtype,
                 device=args.device,
+                prefill_workers=args.prefill_workers,
             )
         except ValueError as exc:
             parser.error(str(exc))

@@ -1,0 +1,112 @@
+"""Cold segments prefilled on a pool of Ray actors, each holding the model: a request's misses split across them.
+
+The in-process ``parallel`` policy prefills a request's misses as one batch on one process; with
+``prefill_workers=N`` they are split over N actors instead, longest first, each to the worker with the fewest
+tokens so far (the greedy longest-processing-time rule), and each worker runs ``entries.prefill_isolated`` on
+its share. Entries come back as their checksummed bytes (``SegmentEntry.to_bytes``), the same bytes a cache
+tier holds, so the caller checks them as it checks any tier's and stores them in its own tiers (a shared Redis
+tier included). Ray is the worker pool because users who outgrow one machine expect an existing distributed
+runtime; it starts a local cluster on 127.0.0.1 unless the process is already connected to one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .cache.entry import RemainderEntry, SegmentEntry
+from .entries import FreshEntry
+
+
+class PrefillWorker:
+    """One actor: the model loaded once, prefilling shares of requests' misses."""
+
+    def __init__(self, checkpoint: str, dtype: str, fingerprint: str, threads: int = 1) -> None:
+        from .model import load_model
+        from .model.loading import resolve_dtype
+
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(True)
+        self.model = load_model(checkpoint, device="cpu", dtype=resolve_dtype(dtype))
+        self.fingerprint = fingerprint
+
+    def prefill(self, segments: list[list[int]], rests: list[int]) -> list[tuple[bytes, bytes | None]]:
+        from .entries import prefill_isolated
+
+        fresh = prefill_isolated(self.model, segments, rests)
+        return [
+            (f.entry.to_bytes(self.fingerprint), f.rest.to_bytes(self.fingerprint) if f.rest is not None else None)
+            for f in fresh
+        ]
+
+
+def split_longest_first(lengths: Sequence[int], workers: int) -> list[list[int]]:
+    """Indices of ``lengths`` per worker: longest first, each to the least loaded worker (by tokens)."""
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        w = min(range(workers), key=lambda w: load[w])
+        shares[w].append(i)
+        load[w] += lengths[i]
+    return [s for s in shares if s]
+
+
+class RayPrefill:
+    """``workers`` Ray actors holding the checkpoint at ``checkpoint``."""
+
+    def __init__(self, checkpoint: str | Path, workers: int, dtype: torch.dtype, fingerprint: str) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ValueError("prefill_workers needs Ray: pip install 'hypic-rag[ray]'") from exc
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"prefill_workers must be an integer >= 1, got {workers!r}")
+        if not ray.is_initialized():
+            ray.init(
+                address="local",
+                num_cpus=max(workers, os.cpu_count() or 1),
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+            )
+        deadline = time.monotonic() + 10  # CPUs of actors just killed come back after a moment
+        while (free := ray.available_resources().get("CPU", 0)) < workers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if free < workers:  # an actor that cannot be placed would wait forever
+            raise ValueError(f"prefill_workers={workers} needs {workers} free Ray CPUs; the cluster has {free:g}")
+        self.ray = ray
+        self.fingerprint = fingerprint
+        actor = ray.remote(num_cpus=1)(PrefillWorker)
+        self.actors = [
+            actor.remote(str(checkpoint), str(dtype).removeprefix("torch."), fingerprint) for _ in range(workers)
+        ]
+        ray.get([a.__ray_ready__.remote() for a in self.actors])  # loaded before the first request
+
+    def prefill(self, segments: Sequence[Sequence[int]], rests: Sequence[int]) -> list[FreshEntry]:
+        """What ``prefill_isolated`` gives, computed across the actors."""
+        shares = split_longest_first([len(s) for s in segments], len(self.actors))
+        calls = [
+            actor.prefill.remote([list(segments[i]) for i in share], [rests[i] for i in share])
+            for actor, share in zip(self.actors, shares, strict=False)
+        ]
+        out: list[FreshEntry | None] = [None] * len(segments)
+        for share, results in zip(shares, self.ray.get(calls), strict=True):
+            for i, (entry, rest) in zip(share, results, strict=True):
+                out[i] = FreshEntry(
+                    SegmentEntry.from_bytes(entry, self.fingerprint),
+                    RemainderEntry.from_bytes(rest, self.fingerprint) if rest is not None else None,
+                )
+        return [f for f in out if f is not None]
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors = []
+
+    def __getstate__(self) -> Any:  # pragma: no cover - an engine is not sent anywhere
+        raise TypeError("a RayPrefill pool stays in the process that made it")
