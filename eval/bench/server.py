@@ -98,7 +98,9 @@ class Corpus:
 
 
 @contextmanager
-def running_server(checkpoint: Path, threads: int, log: Callable[[str], None], max_active: int = 8) -> Any:
+def running_server(
+    checkpoint: Path, threads: int, log: Callable[[str], None], max_active: int = 8, cache_url: str | None = None
+) -> Any:
     """``hypic-rag serve`` on a free loopback port, in its own process; yields its base URL."""
     import socket
 
@@ -108,7 +110,7 @@ def running_server(checkpoint: Path, threads: int, log: Callable[[str], None], m
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--model", str(checkpoint), "--port", str(port)]
     command += ["--served-model-name", MODEL, "--max-queue", "4096", "--max-active", str(max_active)]
-    command += ["--log-level", "warning"]
+    command += ["--log-level", "warning"] + (["--cache-url", cache_url] if cache_url else [])
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -464,6 +466,49 @@ def concurrency(
     return report
 
 
+def replicas(
+    layers: int = 2,
+    requests: int = 120,
+    traffic: Traffic | None = None,
+    threads: int = 1,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+    shapes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Two ``hypic-rag serve`` replicas taking the same traffic in turn (as a round-robin balancer gives it),
+    without and with a shared Redis tier: the share of document segments each run finds cached."""
+    from hypic_rag.testing.redis import RedisServer
+
+    traffic = traffic or Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
+    from tokenizers import Tokenizer
+
+    stream = traffic.requests(requests, seed + 7)
+    report: dict[str, Any] = {"requests": requests, "workload": vars(traffic), "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
+        corpus = Corpus(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
+        bodies = [corpus.messages(docs) for docs in stream]
+        for shared in (False, True):
+            with RedisServer(Path(tmp) / f"redis-{shared}", maxmemory="2gb") as redis:
+                url = redis.url if shared else None
+                with (
+                    running_server(checkpoint, threads, log, cache_url=url) as a,
+                    running_server(checkpoint, threads, log, cache_url=url) as b,
+                    httpx.Client() as client,
+                ):
+                    hits = segments = 0
+                    for i, messages in enumerate(bodies):
+                        body = {"model": MODEL, "messages": messages, "max_tokens": 1, "hypic": {"mode": "hypic"}}
+                        out = client.post((a, b)[i % 2] + "/v1/chat/completions", json=body, timeout=600).json()
+                        hits += out["hypic"]["hit_segments"]  # documents only: template glue is never cached
+                        segments += traffic.k
+                        time.sleep(0.05)  # the other replica's background write reaches Redis first
+            name = "shared_redis" if shared else "separate"
+            report["runs"][name] = {"hit_ratio": hits / segments, "hit_segments": hits, "segments": segments}
+            log(f"  2 replicas, {name}: {hits}/{segments} segments cached ({100 * hits / segments:.1f}%)")
+    return report
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b else float("inf")
 
@@ -503,11 +548,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 8"
     )
+    parser.add_argument(
+        "--replicas", action="store_true", help="instead: the hit ratio of 2 replicas with and without shared Redis"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     traffic = Traffic(args.corpus, args.k, args.zipf, args.doc_tokens, args.query_tokens)
-    if args.concurrency:
-        report = concurrency(args.layers, traffic=traffic, threads=args.threads)
+    if args.concurrency or args.replicas:
+        if args.concurrency:
+            report = concurrency(args.layers, traffic=traffic, threads=args.threads)
+        else:
+            report = replicas(args.layers, traffic=traffic, threads=args.threads)
         if args.json:
             args.json.write_text(json.dumps(report, indent=2) + "\n")
         return

@@ -49,3 +49,17 @@ def test_concurrency_reports_each_max_active():
     for row in report["runs"].values():
         assert 0 < row["mean_ttft_s"] <= row["max_ttft_s"] <= row["wall_s"] + 1e-6
         assert 4 <= row["generated_tokens"] <= 12  # every answer has at least its first token
+
+
+def test_two_replicas_share_documents_only_through_redis():
+    from hypic_rag.eval.bench.server import replicas
+
+    report = replicas(
+        layers=2,
+        requests=12,
+        traffic=Traffic(corpus=6, k=2, doc_tokens=16, query_tokens=4),
+        shapes=TINY,
+        log=lambda _: None,
+    )
+    separate, shared = report["runs"]["separate"], report["runs"]["shared_redis"]
+    assert shared["hit_ratio"] > separate["hit_ratio"]  # each replica also finds what the other prefilled
