@@ -74,15 +74,22 @@ class Sampler:
         return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def partial_suffix(text: str, tags: Sequence[str]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of one of ``tags``: what a stream holds
+    back until it knows whether a tag (a stop string, a tool-call tag) begins there."""
+    best = 0
+    for tag in tags:
+        for n in range(min(len(tag) - 1, len(text)), best, -1):
+            if text.endswith(tag[:n]):
+                best = n
+                break
+    return best
+
+
 def _held_back(text: str, stops: Sequence[str]) -> int:
     """How many trailing characters of ``text`` a stream must hold back: a possible start of a stop
     string, or an unfinished UTF-8 character (the tokenizer's replacement character)."""
-    hold = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:n]):
-                hold = n
-                break
+    hold = partial_suffix(text, stops)
     if text.endswith("\ufffd"):
         hold = max(hold, len(text) - len(text.rstrip("\ufffd")))
     return hold
@@ -183,34 +190,6 @@ class Decoder:
                 self.on_token(FLUSH, text[self._emitted :])
                 self._emitted = len(text)
         return True
-
-
-def decode(
-    model: HybridModel,
-    state: RequestState,
-    first: int,
-    sampler: Sampler,
-    generator: torch.Generator | None,
-    *,
-    stops: Collection[int],
-    max_new_tokens: int,
-    on_token: TokenCallback | None = None,
-    detokenize: Callable[[Sequence[int]], str] | None = None,
-) -> tuple[list[int], str]:
-    """Generated ids from ``first`` on, and why it stopped: ``"stop"`` at a stop id (not included),
-    ``"length"`` at ``max_new_tokens``, ``"context"`` at the model's context. ``on_token(id, delta)``
-    gets each id as it is chosen, with its text delta when ``detokenize`` is given."""
-    return Decoder(
-        model,
-        state,
-        first,
-        sampler,
-        generator,
-        stops=stops,
-        max_new_tokens=max_new_tokens,
-        on_token=on_token,
-        detokenize=detokenize,
-    ).run()
 
 
 class Generation:

@@ -58,7 +58,7 @@ class _Timer:
 
 def _decode_rates(engine: Any, docs: list, query: Any, steps: int, repeats: int) -> dict[str, float]:
     """Greedy decode steps per second after each mode's prefill (the prompt warm for ``hypic``)."""
-    from hypic_rag.decoding import Sampler, decode
+    from hypic_rag.decoding import Decoder, Sampler
 
     rates: dict[str, float] = {}
     for mode in ("full", "hypic"):
@@ -67,7 +67,9 @@ def _decode_rates(engine: Any, docs: list, query: Any, steps: int, repeats: int)
             logits, state = engine.prefill(docs, query, mode=mode)
             sampler = Sampler()
             start = time.perf_counter()
-            decode(engine.model, state, sampler.pick(logits, None), sampler, None, stops=(), max_new_tokens=steps)
+            Decoder(
+                engine.model, state, sampler.pick(logits, None), sampler, None, stops=(), max_new_tokens=steps
+            ).run()
             best = min(best, time.perf_counter() - start)
         rates[mode] = steps / best
     return rates

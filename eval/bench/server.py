@@ -72,6 +72,11 @@ def build_checkpoint(
     return add_chat_files(out, CHATML, vocab_size=vocab, texts=[_words(rng, 200) for _ in range(50)])
 
 
+def default_traffic() -> Traffic:
+    """4 documents of 256 tokens from a corpus of 100 with Zipf(1.1) popularity, and a 32-token question."""
+    return Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
+
+
 class Corpus:
     """Document ``i`` is words drawn from its own seed until it is ``doc_tokens`` tokens; queries are fresh."""
 
@@ -79,6 +84,13 @@ class Corpus:
         self.tokenizer, self.traffic, self.seed = tokenizer, traffic, seed
         self._docs: dict[int, str] = {}
         self._queries = random.Random(seed + 1)
+
+    @classmethod
+    def of(cls, checkpoint: Path, traffic: Traffic, seed: int = 0) -> Corpus:
+        """Sized with the tokenizer of ``checkpoint``."""
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
 
     def _sized(self, rng: random.Random, tokens: int) -> str:
         text = ""
@@ -329,11 +341,9 @@ def run(
     log: Callable[[str], None] = print,
     shapes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    traffic = traffic or Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
+    traffic = traffic or default_traffic()
     if min(traffic.k, traffic.corpus - traffic.k, layers, requests, probes, repeats, threads) < 1 or slo_factor <= 0:
         raise ValueError("k, layers, requests, probes, repeats and threads must be >= 1, the corpus larger than k")
-    from tokenizers import Tokenizer
-
     service: dict[str, list[float]] = {}
     engine_prefill: dict[str, list[float]] = {}
     per_entry: dict[str, float] = {}
@@ -343,7 +353,7 @@ def run(
     fresh = iter(range(10**6, 10**7))  # documents outside the corpus
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
-        corpus = Corpus(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
+        corpus = Corpus.of(checkpoint, traffic, seed)
         log(f"random qwen3_5_text, {layers} layers; {traffic.k} docs x {traffic.doc_tokens} tokens per request")
         with running_server(checkpoint, threads, log) as url:
             for index, mode in enumerate(SIM_MODES):  # full first: its idle TTFT sets the SLO
@@ -421,15 +431,14 @@ def concurrency(
     """``clients`` requests sent at once (the same k documents, each in its own order, and its own question),
     served with each ``max_active``: 1 answers them one after another, whole; more admits them together and
     decodes a token of each in turn. TTFT and end-to-end times per request, over HTTP, documents warm."""
-    traffic = traffic or Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
-    from tokenizers import Tokenizer
+    traffic = traffic or default_traffic()
 
     rng = random.Random(seed)
     orders = [rng.sample(range(traffic.k), traffic.k) for _ in range(clients)]
     report: dict[str, Any] = {"clients": clients, "max_tokens": max_tokens, "layers": layers, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
-        corpus = Corpus(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
+        corpus = Corpus.of(checkpoint, traffic, seed)
         bodies = [corpus.messages(order) for order in orders]
         for active in actives:
             with running_server(checkpoint, threads, log, max_active=active) as url:
@@ -479,14 +488,13 @@ def replicas(
     without and with a shared Redis tier: the share of document segments each run finds cached."""
     from hypic_rag.testing.redis import RedisServer
 
-    traffic = traffic or Traffic(corpus=100, k=4, zipf=1.1, doc_tokens=256, query_tokens=32)
-    from tokenizers import Tokenizer
+    traffic = traffic or default_traffic()
 
     stream = traffic.requests(requests, seed + 7)
     report: dict[str, Any] = {"requests": requests, "workload": vars(traffic), "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
-        corpus = Corpus(Tokenizer.from_file(str(checkpoint / "tokenizer.json")), traffic, seed)
+        corpus = Corpus.of(checkpoint, traffic, seed)
         bodies = [corpus.messages(docs) for docs in stream]
         for shared in (False, True):
             with RedisServer(Path(tmp) / f"redis-{shared}", maxmemory="2gb") as redis:

@@ -16,21 +16,11 @@ Written here because the split follows our own parser (``tool_calls``), which no
 
 from __future__ import annotations
 
+from ..decoding import partial_suffix
 from .tool_calls import FUNCTION_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_OPEN, ParsedOutput
 
 REASONING, CONTENT = "reasoning", "content"
 Delta = tuple[str, str]  # (REASONING or CONTENT, text)
-
-
-def _partial_tag(text: str, tags: tuple[str, ...]) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of one of ``tags``."""
-    best = 0
-    for tag in tags:
-        for n in range(min(len(tag) - 1, len(text)), best, -1):
-            if text.endswith(tag[:n]):
-                best = n
-                break
-    return best
 
 
 class AnswerStream:
@@ -77,7 +67,7 @@ class AnswerStream:
         if opened:
             reasoning, sep, rest = body.partition(THINK_CLOSE)
             if not sep:
-                reasoning = reasoning[: len(reasoning) - _partial_tag(reasoning, (THINK_CLOSE,))]
+                reasoning = reasoning[: len(reasoning) - partial_suffix(reasoning, (THINK_CLOSE,))]
                 return reasoning.strip(), ""
             return reasoning.strip(), self._content(rest)
         if THINK_CLOSE in text:  # a block the template opened unannounced (as ``split_reasoning`` reads it)
@@ -88,7 +78,7 @@ class AnswerStream:
         body = body.lstrip()
         cut = min((at for tag in self.tags if (at := body.find(tag)) >= 0), default=len(body))
         body = body[:cut]
-        body = body[: len(body) - _partial_tag(body, (*self.tags, THINK_CLOSE))]
+        body = body[: len(body) - partial_suffix(body, (*self.tags, THINK_CLOSE))]
         return body.rstrip()
 
     def _advance(self, kind: str, view: str) -> list[Delta]:
