@@ -80,6 +80,8 @@ class DiskCacheTier:
     without an index row (``Cache.check(fix=True)``)."""
 
     def __init__(self, directory: str | Path, size_limit: int = 8 << 30) -> None:
+        if "://" in str(directory):
+            raise ValueError(f"cache_dir is a folder, not {str(directory)!r}: pass a Redis URL as cache_url")
         directory = Path(directory).expanduser()
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"cache_dir {str(directory)!r} is a file, not a folder")

@@ -86,6 +86,8 @@ def test_bad_text_segments_and_engine_options(tmp_path, bundled):
         Engine.from_pretrained(cache_dir=file)
     with pytest.raises(ValueError, match="memory_bytes"):
         Engine.from_pretrained(memory_bytes=-1)
+    with pytest.raises(ValueError, match="pass a Redis URL as cache_url"):
+        Engine.from_pretrained(cache_dir="redis://127.0.0.1:6379/0")  # never a folder named "redis:"
 
 
 def test_a_config_with_no_context_is_refused(tmp_path):
