@@ -135,6 +135,8 @@ class Engine:
         self.eos_token_ids = tuple(eos_token_ids)
         self.generation_defaults = generation_defaults or GenerationDefaults()
         self.chat_setup = ChatSetup.build(chat_template, tokenizer) if chat_template is not None else None
+        if cache_dir is not None and "://" in str(cache_dir):  # Path() would fold it into a folder name
+            raise ValueError(f"cache_dir is a folder, not {str(cache_dir)!r}: pass a Redis URL as cache_url")
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.name = name
         self.seam = seam
