@@ -148,8 +148,6 @@ class Engine:
         if flush_denormals:
             torch.set_flush_denormal(True)
         self.fingerprint = fingerprint or module_fingerprint(model)
-        if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
-            raise ValueError(f"memory_bytes must be a byte count >= 0, got {memory_bytes!r}")
         disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
         self.cache_url = cache_url
         remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
@@ -245,11 +243,14 @@ class Engine:
             raise ValueError("the prompt is empty: give at least one segment or a non-empty query")
         if not query_ids:
             raise ValueError("the query tokenizes to no tokens")
-        if n > self.config.max_position_embeddings:
-            raise ValueError(
-                f"prompt of {n} tokens is past the model's context of {self.config.max_position_embeddings}"
-            )
+        self._check_context(n)
         return prompt
+
+    def _check_context(self, tokens: int) -> None:
+        if tokens > self.config.max_position_embeddings:
+            raise ValueError(
+                f"prompt of {tokens} tokens is past the model's context of {self.config.max_position_embeddings}"
+            )
 
     # -- one request ------------------------------------------------------------------------------
 
@@ -546,11 +547,7 @@ class Engine:
             # merge it with the generation prompt into tokens the model never produced there.
             forced = (THINK_CLOSE + "\n\n" if thinking_opened(rendered.text) else "") + forced
             prompt = replace(prompt, query=prompt.query + self.encode(forced))
-            if len(prompt.ids) > self.config.max_position_embeddings:
-                raise ValueError(
-                    f"prompt of {len(prompt.ids)} tokens is past the model's context of "
-                    f"{self.config.max_position_embeddings}"
-                )
+            self._check_context(len(prompt.ids))
             rendered = replace(rendered, text=rendered.text + forced, answer_prefix=forced)
         return replace(rendered, token_ids=prompt.ids), prompt
 

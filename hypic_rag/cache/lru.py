@@ -22,8 +22,8 @@ class ByteLRU(Generic[V]):
     """A value larger than the whole budget is not kept; inserting evicts the least recently used."""
 
     def __init__(self, budget: int) -> None:
-        if budget < 0:
-            raise ValueError("the memory budget must be >= 0 bytes")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ValueError(f"memory_bytes (the memory budget) must be an integer >= 0 bytes, got {budget!r}")
         self.budget = budget
         self.used = 0
         self.evictions = 0

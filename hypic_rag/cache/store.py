@@ -57,8 +57,6 @@ class SegmentStore:
         """Lookups go memory, then ``disk``, then ``remote`` (a shared tier), and a hit is copied to the faster
         tiers. Entries read from a tier are checked against ``layout`` (the model's) and placed on ``device``.
         ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
-        if isinstance(memory, int) and memory < 0:
-            raise ValueError("memory_bytes must be >= 0")
         self.device = torch.device(device)
         self.fingerprint = fingerprint
         self.layout = layout
