@@ -208,11 +208,10 @@ class Generation:
         stats: RequestStats,
         ttft_s: float,
         prompt_logits: torch.Tensor,
-        detokenize: Callable[[Sequence[int]], str] | None,
         finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
     ) -> None:
         self.decoder, self.stats, self.ttft_s = decoder, stats, ttft_s
-        self.prompt_logits, self.detokenize, self.finalize = prompt_logits, detokenize, finalize
+        self.prompt_logits, self.finalize = prompt_logits, finalize
 
     @property
     def done(self) -> bool:
@@ -234,7 +233,7 @@ class Generation:
         assert finish is not None
         self.stats.generated_tokens = len(ids)
         text = self.decoder.text
-        if text is None and self.detokenize is not None:
-            text = self.detokenize(ids)
+        if text is None and self.decoder.detokenize is not None:
+            text = self.decoder.detokenize(ids)
         out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish, self.prompt_logits)
         return self.finalize(out) if self.finalize is not None else out

@@ -500,7 +500,7 @@ class Engine:
             stop_strings=list(stop or ()),
             cancelled=cancelled,
         )
-        return Generation(decoder, done.stats, ttft, done.logits, detokenize, finalize)
+        return Generation(decoder, done.stats, ttft, done.logits, finalize)
 
     # -- chat ---------------------------------------------------------------------------------------
 
@@ -527,11 +527,8 @@ class Engine:
         tools: Sequence[Mapping[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any] | None,
         segmentation: str,
-        force_call: str | None = None,
     ) -> tuple[RenderedPrompt, Prompt]:
-        """The rendered prompt and its tokenized form, tokenized once for both. ``force_call``
-        (``"required"`` or a tool's name) ends the prompt with the opening of a call (``answer_prefix``),
-        after closing a reasoning block the template opened."""
+        """The rendered prompt and its tokenized form, tokenized once for both."""
         setup = self._require_chat()
         rendered = segment_prompt(
             setup.template,
@@ -540,16 +537,23 @@ class Engine:
             chat_template_kwargs=chat_template_kwargs,
             segmentation=segmentation,
         )
-        forced = forced_call_prefix(setup.tool_format, force_call)
         prompt = self.build_prompt(rendered.segments, rendered.query)
-        if forced:
-            # Tokenized on its own, as the model writes it after the prompt: across the boundary BPE would
-            # merge it with the generation prompt into tokens the model never produced there.
-            forced = (THINK_CLOSE + "\n\n" if thinking_opened(rendered.text) else "") + forced
-            prompt = replace(prompt, query=prompt.query + self.encode(forced))
-            self._check_context(len(prompt.ids))
-            rendered = replace(rendered, text=rendered.text + forced, answer_prefix=forced)
         return replace(rendered, token_ids=prompt.ids), prompt
+
+    def _force_call(
+        self, rendered: RenderedPrompt, prompt: Prompt, force_call: str | None, thinking: bool
+    ) -> tuple[RenderedPrompt, Prompt]:
+        """``force_call`` (``"required"`` or a tool's name) ends the prompt with the opening of a call
+        (``answer_prefix``), after closing the reasoning block the template opened (``thinking``)."""
+        forced = forced_call_prefix(self._require_chat().tool_format, force_call)
+        if not forced:
+            return rendered, prompt
+        # Tokenized on its own, as the model writes it after the prompt: across the boundary BPE would merge
+        # it with the generation prompt into tokens the model never produced there.
+        forced = (THINK_CLOSE + "\n\n" if thinking else "") + forced
+        prompt = replace(prompt, query=prompt.query + self.encode(forced))
+        self._check_context(len(prompt.ids))
+        return replace(rendered, text=rendered.text + forced, answer_prefix=forced, token_ids=prompt.ids), prompt
 
     def chat(
         self,
@@ -624,9 +628,10 @@ class Engine:
         settings = self.generation_defaults.resolve(max_new_tokens, temperature, top_p, top_k)
         max_new = settings.pop("max_new_tokens")
         sampler = Sampler(seed=seed, **settings)  # temperature, top_p, top_k
-        rendered, prompt = self._render(messages, tools, chat_template_kwargs, segmentation, choice)
+        rendered, prompt = self._render(messages, tools, chat_template_kwargs, segmentation)
+        thinking = thinking_opened(rendered.text)
+        rendered, prompt = self._force_call(rendered, prompt, choice, thinking)
         forced = rendered.answer_prefix
-        thinking = thinking_opened(rendered.text[: len(rendered.text) - len(forced)])
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
         seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
 

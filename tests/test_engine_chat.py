@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hypic_rag import Engine
+from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.generation_config import GenerationDefaults
 
 DOCS = ["Ana Lee lives in Oslo.", "Bo Ek lives in Rome.", "Cy Ru lives in Lima and works as a pilot."]
@@ -178,7 +179,8 @@ WEATHER = {
 
 def test_tool_choice_forces_the_opening_of_a_call(engine):
     named = {"type": "function", "function": {"name": "get_weather"}}
-    rendered, prompt = engine._render(_ask(DOCS), [WEATHER], None, "auto", "get_weather")
+    plain = engine._render(_ask(DOCS), [WEATHER], None, "auto")
+    rendered, prompt = engine._force_call(*plain, "get_weather", thinking_opened(plain[0].text))
     assert rendered.answer_prefix == '<tool_call>\n{"name": "get_weather", "arguments":'
     assert rendered.text == engine.render(_ask(DOCS), [WEATHER]).text + rendered.answer_prefix
     forced_ids = engine.encode(rendered.answer_prefix)  # tokenized on its own, as the model would write it
