@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -497,7 +497,8 @@ def replicas(
         corpus = Corpus.of(checkpoint, traffic, seed)
         bodies = [corpus.messages(docs) for docs in stream]
         for shared in (False, True):
-            with RedisServer(Path(tmp) / f"redis-{shared}", maxmemory="2gb") as redis:
+            redis = RedisServer(Path(tmp) / "redis", maxmemory="2gb") if shared else nullcontext()
+            with redis:  # started only for the run that shares it
                 url = redis.url if shared else None
                 with (
                     running_server(checkpoint, threads, log, cache_url=url) as a,

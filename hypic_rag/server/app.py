@@ -39,7 +39,7 @@ from .protocol import (
     usage_chunk,
     wire_tool_calls,
 )
-from .worker import DELTA, DONE, ERROR, FIRST, EngineWorker, Job, QueueFull
+from .worker import DELTA, DONE, ERROR, EngineWorker, Job, QueueFull
 
 ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
 POLL_S = 0.25  # how often a waiting request checks that its client is still there
@@ -241,7 +241,6 @@ async def _stream(
     job: Job, first: Any, model: str, tools: bool, include_usage: bool, engine: Engine
 ) -> AsyncIterator[bytes]:
     """The answer as server-sent events in OpenAI's chunk shape; closing it (the client left) cancels the job."""
-    assert job.events is not None and first is not None
     request_id, created = completion_id(), int(time.time())
     setup = engine.chat_setup
     assert setup is not None
@@ -274,10 +273,7 @@ async def _stream(
                 yield sse("[DONE]")
                 return
             elif kind == ERROR:
-                error = _as_api_error(payload, 1)
-                yield sse(error.body())
+                yield sse(_as_api_error(payload, 1).body())
                 return
-            elif kind == FIRST:  # pragma: no cover - sent once, consumed before streaming began
-                continue
     finally:
         job.cancelled.set()  # a no-op once done; stops the generation when the client has gone

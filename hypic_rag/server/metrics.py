@@ -61,7 +61,7 @@ class ServerMetrics:
         self.prompt_tokens = Counter("hypic_prompt_tokens", "Prompt tokens", ["mode"], registry=r)
         self.cached_tokens = Counter("hypic_cached_tokens", "Prompt tokens served from the cache", ["mode"], registry=r)
         self.tier_hits = Counter("hypic_tier_hits", "Entries found in each cache tier", ["tier"], registry=r)
-        self.tier_errors = Counter(
+        self.faults = Counter(
             "hypic_cache_faults", "Cache faults: corrupt entries dropped, tier failures bypassed", ["kind"], registry=r
         )
         self.finished = Counter("hypic_finished_requests", "Answers by how they ended", ["reason"], registry=r)
@@ -76,8 +76,8 @@ class ServerMetrics:
         self.finished.labels(reason).inc()
         for tier in ("memory", "disk", "remote"):
             self.tier_hits.labels(tier).inc(stats.get(f"{tier}_hits", 0))
-        self.tier_errors.labels("corrupt").inc(stats.get("corrupt", 0))
-        self.tier_errors.labels("tier_error").inc(stats.get("tier_errors", 0))
+        self.faults.labels("corrupt").inc(stats.get("corrupt", 0))
+        self.faults.labels("tier_error").inc(stats.get("tier_errors", 0))
         self.ttft.labels(mode).observe(ttft_s)
         self.e2e.labels(mode).observe(e2e_s)
         self.hits.labels(mode).inc(stats.get("hit_segments", 0))

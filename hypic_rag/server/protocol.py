@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..engine import MODES
 from ..outputs import GenerationOutput
 from ..segments import KINDS
 
@@ -211,9 +210,7 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
 def engine_arguments(request: ChatCompletionRequest, default_mode: str) -> dict[str, Any]:
     """``Engine.start_chat``'s keyword arguments for this request."""
     options = request.hypic or HypicOptions()
-    mode = options.mode or default_mode
-    if mode not in MODES:  # pragma: no cover - the model checks it
-        raise APIError(400, f"hypic.mode must be one of {', '.join(MODES)}", param="hypic.mode")
+    mode = options.mode or default_mode  # HypicOptions' Literal and create_app checked both
     tool_choice = request.tool_choice
     if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
         raise APIError(400, "tool_choice must be auto, none, required or a named function", param="tool_choice")
