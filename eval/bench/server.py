@@ -563,17 +563,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     traffic = Traffic(args.corpus, args.k, args.zipf, args.doc_tokens, args.query_tokens)
-    if args.concurrency or args.replicas:
-        if args.concurrency:
-            report = concurrency(args.layers, traffic=traffic, threads=args.threads)
-        else:
-            report = replicas(args.layers, traffic=traffic, threads=args.threads)
-        if args.json:
-            args.json.write_text(json.dumps(report, indent=2) + "\n")
-        return
-    report = run(
-        traffic, args.layers, args.slo_factor, args.requests, args.warmup, args.probes, args.repeats, args.threads
-    )
+    if args.concurrency:
+        report = concurrency(args.layers, traffic=traffic, threads=args.threads)
+    elif args.replicas:
+        report = replicas(args.layers, traffic=traffic, threads=args.threads)
+    else:
+        report = run(
+            traffic, args.layers, args.slo_factor, args.requests, args.warmup, args.probes, args.repeats, args.threads
+        )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
