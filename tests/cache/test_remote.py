@@ -97,9 +97,9 @@ def test_a_slow_redis_is_bounded_by_the_timeout(redis_server, oracle):
     engine = _engine(cache_url=redis_server.url)
     blocker = subprocess.Popen(["redis-cli", "-p", str(redis_server.port), "DEBUG", "SLEEP", "3"])
     time.sleep(0.2)
-    start = time.perf_counter()
     out = _ask(engine)
-    assert time.perf_counter() - start < 2.5  # one 0.5 s timeout, then the tier is bypassed
+    # Answered while Redis still sleeps: one call timed out, then the tier was bypassed.
+    assert blocker.poll() is None
     assert out.stats["tier_errors"] == 1 and _same(out.prompt_logits, oracle())
     blocker.wait(10)
 
