@@ -460,3 +460,21 @@ def test_the_engine_is_loaded_once_per_model_and_cache_dir(chat_checkpoint, tmp_
     assert prompting.load_engine(str(chat_checkpoint)) is one
     assert prompting.load_engine(str(chat_checkpoint), tmp_path) is not one
     assert ChatHypic(model=str(chat_checkpoint)).get_engine() is one
+
+
+def test_a_chain_with_cache_url_shares_its_documents_with_another_replica(tmp_path):
+    from hypic_rag.testing.redis import RedisServer
+
+    docs = ["Ana Lee lives in Oslo and works as a baker.", "Bo Ek lives in Rome and works as a nurse."]
+    question = "Where does Bo Ek live?"
+    with RedisServer(tmp_path / "redis") as redis:
+        llm = ChatHypic(cache_url=redis.url, max_tokens=2)
+        chain = documents_to_messages() | llm | StrOutputParser()
+        chain.invoke({"context": [Document(d) for d in docs], "question": question})
+        llm.get_engine().segment_store.remote.flush()  # its entries reach Redis in the background
+        replica = Engine.from_pretrained(cache_url=redis.url)  # another process's engine: nothing local
+        parts = [{"type": "text", "text": d, "hypic": {"kind": "document"}} for d in docs[::-1]]
+        out = replica.chat(
+            [{"role": "user", "content": [*parts, {"type": "text", "text": question}]}], max_new_tokens=2
+        )
+        assert out.stats["remote_hits"] >= 2 and out.stats["hit_segments"] == 2  # both documents, reordered
