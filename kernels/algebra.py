@@ -8,6 +8,11 @@
   row's remainder after its seam as well (seam variant B), for the cost of one pass.
 - ``compose``: chain cached segments left to right, ``S <- P_i S + B_i``.
 - ``rerotate``: move RoPE-rotated keys to new positions, ``R(p + d) = R(d) R(p)``.
+- Operator forms (issue 17): every linear mixer's segment map is ``S <- P S + B``, but ``P`` takes the
+  form its recurrence allows — ``dense`` (``[H, K, K]``: Gated DeltaNet, KDA), ``diagonal`` (``[H, K]``:
+  per-channel decay without a delta rule), ``scalar`` (``[H]``: Mamba2, Lightning) or ``none`` (a conv-only
+  mixer, whose only carried state is its conv tail). ``apply_operator`` and ``compose_forms`` take each
+  natively, so a scalar entry stores one number per head; ``ssd_split_transition`` captures Mamba2's.
 
 Convention (transformers' and fla's): ``S_t = exp(g_t)(I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``.
 Public shapes follow fla: ``k [N, T, H, K]``, ``v [N, T, H, V]``, ``g, beta [N, T, H]``.
@@ -202,6 +207,84 @@ def compose(p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor | None = None, *,
     if resolve(backend, p) == "triton":
         return _compose_triton(p, b, s0)
     return compose_reference(p, b, s0)
+
+
+# -- operator forms ------------------------------------------------------------------------------
+
+DENSE, DIAGONAL, SCALAR, NONE = "dense", "diagonal", "scalar", "none"
+FORMS = (DENSE, DIAGONAL, SCALAR, NONE)
+
+
+def operator_shape(form: str, state_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of one segment's ``P`` in ``form`` for states of ``state_shape`` (``[H, K, ...]``)."""
+    if form == DENSE:
+        return (state_shape[0], state_shape[1], state_shape[1])
+    if form == DIAGONAL:
+        return (state_shape[0], state_shape[1])
+    if form == SCALAR:
+        return (state_shape[0],)
+    if form == NONE:
+        return (0,)
+    raise ValueError(f"unknown operator form {form!r}; expected one of {', '.join(FORMS)}")
+
+
+def apply_operator(form: str, p: torch.Tensor, s: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``P S + B`` in fp32 for states ``s [..., H, K, V]`` (any leading batch dims) and ``p`` in ``form``
+    without them (one segment's operator)."""
+    s = s.float()
+    if form == DENSE:
+        return torch.matmul(p.float(), s) + b.float()
+    if form == DIAGONAL:
+        return p.float()[..., None] * s + b.float()
+    if form == SCALAR:
+        return p.float().reshape(*p.shape, *([1] * (b.dim() - 1))) * s + b.float()
+    if form == NONE:
+        return b.float().expand_as(s).clone()
+    raise ValueError(f"unknown operator form {form!r}; expected one of {', '.join(FORMS)}")
+
+
+def compose_forms(form: str, p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor | None = None) -> torch.Tensor:
+    """``compose`` for any operator form: states after each of the ``S`` segments, ``[S, *state]`` fp32.
+    Dense chains go to ``compose`` (with its Triton kernel); the other forms are elementwise."""
+    if form == DENSE:
+        return compose(p, b, s0)
+    state = torch.zeros_like(b[0], dtype=torch.float32) if s0 is None else s0.float()
+    outs = []
+    for i in range(b.shape[0]):
+        state = apply_operator(form, p[i], state, b[i])
+        outs.append(state)
+    return torch.stack(outs)
+
+
+def ssd_split_transition(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    rest_start: torch.Tensor,
+) -> SplitTransition:
+    """``split_transition`` for Mamba2 (``kernels.ssd``'s shapes): zero-start rows' outputs and end states,
+    their scalar operators ``p [N, H] = exp(a sum dt)``, and each row's remainder from ``rest_start[n]``
+    (``T``: none, the identity). A scalar decay commutes with everything, so the remainder's zero-start
+    state is one weighted sum over its tokens, ``sum_t exp(a (cum_T - cum_t)) dt_t x_t b_t^T``, with no
+    second scan."""
+    from .ssd import ssd_scan
+
+    n, t = x.shape[:2]
+    if rest_start.shape != (n,):
+        raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
+    out, state = ssd_scan(x, dt, a, b, c)
+    log_decay = dt.float() * a.float()  # [N, T, H]
+    p = log_decay.sum(1).exp()
+    if bool((rest_start >= t).all()):
+        return SplitTransition(state, p, out)
+    in_rest = (torch.arange(t, device=x.device)[None, :] >= rest_start.to(x.device)[:, None])[..., None]
+    cum = log_decay.cumsum(1)
+    weight = (cum[:, -1:] - cum).exp() * dt.float() * in_rest
+    rest_state = torch.einsum("nsh,nshp,nshk->nhpk", weight, x.float(), b.float())
+    rest_p = (log_decay * in_rest).sum(1).exp()
+    return SplitTransition(state, p, out, rest_state, rest_p)
 
 
 # -- rerotate -----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ and ``src``: keep those on the CPU (reading them from the GPU is a sync per call
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -132,6 +133,31 @@ def _plan(at: list[int], src: list[int], t: int) -> list[tuple[int, int, int, in
             lo, hi, j, flags = steps[-1]
             steps[-1] = (lo, hi, j, flags | _SAVE)
     return steps
+
+
+def scan_pieces(
+    t: int,
+    at: list[int],
+    src: list[int],
+    state: torch.Tensor,
+    run: Callable[[int, int, torch.Tensor], torch.Tensor],
+    jump: Callable[[int, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """Any mixer through the same plan, a piece at a time: ``run(lo, hi, state)`` advances the state over
+    fresh tokens ``[lo, hi)`` (recording their outputs), ``jump(j, source)`` returns jump ``j``'s state
+    from ``source`` (the current state, or the one saved at ``src[j]``). Returns the final state.
+
+    The mixers whose operators are cheap (a scalar per head: Mamba2) use this instead of a fused kernel:
+    their per-piece scans are short, and the jumps elementwise."""
+    saved = state
+    for lo, hi, j, flags in _plan(at, src, t):
+        if hi > lo:
+            state = run(lo, hi, state)
+        if j >= 0:
+            state = jump(j, saved if flags & _FROM_SAVED else state)
+        if flags & _SAVE:
+            saved = state
+    return state
 
 
 def scan_with_jumps_reference(

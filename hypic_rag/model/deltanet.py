@@ -13,16 +13,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hypic_rag.kernels.algebra import split_transition
+from hypic_rag.kernels.algebra import DENSE, split_transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 
 from .config import HybridConfig
+from .conv import causal_conv, causal_conv_across
 from .layers import GatedRMSNorm
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class GatedDeltaNet(nn.Module):
+    operator_form = DENSE
+
     def __init__(self, config: HybridConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -45,39 +48,13 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(self.dv, config.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, h, bias=False)
 
-    def conv(self, mixed: torch.Tensor, tail: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal depthwise conv over ``mixed [B, T, C]`` after ``tail [B, C, kernel-1]``; returns the
-        output (before SiLU) and the new tail. A missing tail is zeros: the start of a sequence.
-
-        Written as ``kernel`` shifted multiply-adds over ``[B, T, C]``: on CPU this is about twice as
-        fast as a grouped ``conv1d``, which needs the channels-first layout.
-        """
-        b, t, c = mixed.shape
-        if tail is None:
-            tail = mixed.new_zeros(b, c, self.kernel - 1)
-        full = torch.cat((tail.transpose(1, 2).to(mixed.dtype), mixed), dim=1)
-        w = self.conv1d.weight[:, 0, :].t()  # [kernel, C]
-        out = full[:, :t] * w[0]
-        for j in range(1, self.kernel):
-            out.addcmul_(full[:, j : j + t], w[j])
-        return out, full[:, t:].transpose(1, 2).clone(memory_format=torch.contiguous_format)
-
-    def _conv_across(
-        self, mixed: torch.Tensor, tail: torch.Tensor | None, at: torch.Tensor, tails: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The conv over fresh tokens between which cached segments sit: after fresh token ``at[j]`` the
-        history is segment ``j``'s tail (the last one's, where several segments meet at one point)."""
-        pieces, start = [], 0
-        for j, cut in enumerate(at.tolist()):
-            if cut > start:
-                out, tail = self.conv(mixed[:, start:cut], tail)
-                pieces.append(out)
-                start = cut
-            tail = tails[j][None].to(mixed.dtype)
-        if start < mixed.shape[1]:
-            out, tail = self.conv(mixed[:, start:], tail)
-            pieces.append(out)
-        return torch.cat(pieces, dim=1), tail
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of one segment's cached state: end state ``b``, operator ``p``, conv tail."""
+        return {
+            "b": (self.num_v_heads, self.dk, self.dv),
+            "p": (self.num_v_heads, self.dk, self.dk),
+            "conv_tail": (self.conv_dim, self.kernel - 1),
+        }
 
     def forward(
         self,
@@ -96,10 +73,13 @@ class GatedDeltaNet(nn.Module):
             x = torch.where(pad_mask[..., None], x, 0.0)
         layer = state.linear(self.layer_idx) if state is not None else None
         ops = jumps.linear[self.layer_idx] if jumps is not None else None
+        weight = self.conv1d.weight[:, 0, :]
         if ops is None:
-            mixed, tail = self.conv(self.in_proj_qkv(x), layer.conv if layer else None)
+            mixed, tail = causal_conv(self.in_proj_qkv(x), layer.conv if layer else None, weight)
         else:
-            mixed, tail = self._conv_across(self.in_proj_qkv(x), layer.conv if layer else None, jumps.at, ops[2])
+            mixed, tail = causal_conv_across(
+                self.in_proj_qkv(x), layer.conv if layer else None, weight, None, jumps.at, ops[2]
+            )
         mixed = F.silu(mixed)
         q, k, v = mixed.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
         z = self.in_proj_z(x)
