@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .cache.entry import LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
-from .kernels.algebra import compose, rerotate
+from .kernels.algebra import compose_forms, rerotate
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
 
@@ -65,10 +65,11 @@ def install_segment(model: HybridModel, state: RequestState, cached: Cached, sea
     if w == n:
         return w
     after_seam, ops = cached.operators(w, variant)
+    forms = model.operator_forms
     linear = {}
     for i, lin in entry.linear.items():
         start = state.linear(i).recurrent[0] if after_seam else before[i]
-        s = compose(ops[i].p[None], ops[i].b[None], start)[0]
+        s = compose_forms(forms[i], ops[i].p[None], ops[i].b[None], start)[0]
         linear[i] = (lin.conv_tail[None].to(model.dtype), s[None])
     kv = {i: (att.keys[None, :, w:], att.values[None, :, w:]) for i, att in entry.attention.items()}
     state.extend(n - w, linear, kv, shift=offset)  # keys stay at w..L-1; stitch moves them by `offset`

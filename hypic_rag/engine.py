@@ -153,7 +153,7 @@ class Engine:
         remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
         # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
         self.memory = ByteLRU(memory_bytes)
-        layout = EntryLayout.of(model.config, model.dtype)
+        layout = EntryLayout.of(model)
         self.segment_store = SegmentStore(
             self.fingerprint, self.memory, disk, device=model.device, layout=layout, remote=remote
         )

@@ -8,7 +8,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text"]
+KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe"]
 TOL = 1e-5
 
 
@@ -53,10 +53,11 @@ def test_fused_equals_per_segment_warm_and_reordered(checkpoint, kind, variant, 
     assert (a - full).abs().max() < TOL and (b - full).abs().max() < 1e-4 and sa == sb
 
 
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "nemotron_h"])
 @pytest.mark.parametrize("variant", ["A", "B"])
-def test_fused_with_misses_and_in_context_stretches_between_cached_segments(checkpoint, variant):
+def test_fused_with_misses_and_in_context_stretches_between_cached_segments(checkpoint, kind, variant):
     """Cached segments, misses filled cold, and segments too short to cache (run in context) mixed."""
-    fused, reference = _pair(checkpoint("qwen3_5_text"), seam_variant=variant, min_cached_tokens=12)
+    fused, reference = _pair(checkpoint(kind), seam_variant=variant, min_cached_tokens=12)
     segs = _segments([30, 5, 4, 25, 40, 3, 18], seed=7)
     q = _query()
     for engine in (fused, reference):
@@ -70,8 +71,9 @@ def test_fused_with_misses_and_in_context_stretches_between_cached_segments(chec
     assert (a - b).abs().max() < TOL
 
 
-def test_fused_state_continues_decoding_as_the_reference_does(checkpoint):
-    fused, reference = _pair(checkpoint("qwen3_next"))
+@pytest.mark.parametrize("kind", ["qwen3_next", "nemotron_h"])
+def test_fused_state_continues_decoding_as_the_reference_does(checkpoint, kind):
+    fused, reference = _pair(checkpoint(kind))
     segs, q = _segments([40, 52, 36], seed=5), _query()
     for engine in (fused, reference):
         engine.generate(segs[::-1], q, max_new_tokens=1)

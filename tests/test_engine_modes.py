@@ -7,7 +7,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text"]
+KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h"]
 TOL = 1e-4
 
 

@@ -13,41 +13,39 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.config import FULL, LINEAR, HybridConfig
+from ..model import HybridModel
+from ..model.config import FULL
 from .entry import CacheEntry, CorruptEntry, SegmentEntry
 
 
 @dataclass(frozen=True)
 class EntryLayout:
-    """The shapes and dtypes of one model's entries (``L`` is the segment's length)."""
+    """The shapes and dtypes of one model's entries (``L`` is the segment's length): per linear layer its
+    mixer's shapes (``b``, ``p`` in the mixer's operator form, ``conv_tail``), per attention layer K and V."""
 
-    linear_layers: tuple[int, ...]
+    linear: tuple[tuple[int, tuple[tuple[str, tuple[int, ...]], ...]], ...]
     attention_layers: tuple[int, ...]
-    heads: int  # linear value heads
-    key_dim: int
-    value_dim: int
-    conv_dim: int
-    conv_tail: int
     kv_heads: int
     head_dim: int
     vocab_size: int
     dtypes: frozenset[torch.dtype]  # fp32 (states, operators) and the model's dtype (KV, conv tails)
 
     @classmethod
-    def of(cls, config: HybridConfig, dtype: torch.dtype) -> EntryLayout:
+    def of(cls, model: HybridModel) -> EntryLayout:
+        config = model.config
+        shapes = {i: tuple(mixer.state_shapes().items()) for i, mixer in model.linear_mixers().items()}
         return cls(
-            linear_layers=tuple(i for i, t in enumerate(config.layer_types) if t == LINEAR),
+            linear=tuple(sorted(shapes.items())),
             attention_layers=tuple(i for i, t in enumerate(config.layer_types) if t == FULL),
-            heads=config.linear_num_value_heads,
-            key_dim=config.linear_key_head_dim,
-            value_dim=config.linear_value_head_dim,
-            conv_dim=config.conv_dim,
-            conv_tail=config.linear_conv_kernel_dim - 1,
             kv_heads=config.num_key_value_heads,
             head_dim=config.head_dim,
             vocab_size=config.vocab_size,
-            dtypes=frozenset({torch.float32, dtype}),
+            dtypes=frozenset({torch.float32, model.dtype}),
         )
+
+    @property
+    def linear_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, _ in self.linear)
 
     def check(self, entry: CacheEntry) -> None:
         """Raise ``CorruptEntry`` unless ``entry`` fits this model exactly."""
@@ -56,12 +54,12 @@ class EntryLayout:
             raise CorruptEntry("token ids outside the vocabulary, or none")
         if tuple(sorted(entry.linear)) != self.linear_layers:
             raise CorruptEntry(f"linear layers {sorted(entry.linear)}, expected {list(self.linear_layers)}")
-        state, operator = (self.heads, self.key_dim, self.value_dim), (self.heads, self.key_dim, self.key_dim)
         expected: list[tuple[str, torch.Tensor, tuple[int, ...]]] = []
-        for i, lin in entry.linear.items():
-            expected += [(f"linear.{i}.b", lin.b, state), (f"linear.{i}.p", lin.p, operator)]
-            if hasattr(lin, "conv_tail"):
-                expected.append((f"linear.{i}.conv_tail", lin.conv_tail, (self.conv_dim, self.conv_tail)))
+        for i, shapes in self.linear:
+            lin = entry.linear[i]
+            for name, shape in shapes:
+                if hasattr(lin, name):
+                    expected.append((f"linear.{i}.{name}", getattr(lin, name), shape))
         if isinstance(entry, SegmentEntry):
             if tuple(sorted(entry.attention)) != self.attention_layers:
                 raise CorruptEntry(

@@ -19,6 +19,70 @@ from .layers import RMSNorm
 from .state import RequestState
 
 
+def attend(
+    layer_idx: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    state: RequestState | None,
+    pad_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """Every attention layer's core, ``[B, Hq, T, D]``: the new keys join the request's KV and the
+    queries attend over it by position (``stitch``), or, for a fresh state, causally over themselves.
+    ``pad_mask [B, T]`` (True for real tokens) hides padding keys; it is for a fresh state only."""
+    t = q.shape[2]
+    if state is not None:
+        kv = state.append_kv(layer_idx, k, v, positions)
+        if kv.keys.shape[2] != t:  # earlier tokens are held: attend over the reassembled KV
+            if pad_mask is not None:
+                raise ValueError("pad_mask needs a fresh request state")
+            return stitch(q, kv.keys, kv.values, positions, kv.positions, kv.shift, inv_freq, scale=scale)
+    mask = None
+    if pad_mask is not None:
+        eye = torch.eye(t, dtype=torch.bool, device=q.device)
+        # Each padding query sees itself, so no softmax row is empty (an empty row gives NaN).
+        mask = (torch.ones_like(eye).tril() & pad_mask[:, None, None, :]) | eye
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None and t > 1, scale=scale, enable_gqa=True
+    )
+
+
+class PlainAttention(nn.Module):
+    """Multi-head attention with GQA and no output gate, norm or position encoding (Nemotron-H's): its
+    cached keys move to any position without rotation."""
+
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = hd = config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * hd, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * hd, config.hidden_size, bias=bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        hd = self.head_dim
+        q = self.q_proj(x).view(b, t, self.num_heads, hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)
+        out = attend(self.layer_idx, q, k, v, positions, rope[2], state, pad_mask, hd**-0.5)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
 class GatedAttention(nn.Module):
     def __init__(self, config: HybridConfig, layer_idx: int) -> None:
         super().__init__()
@@ -54,21 +118,7 @@ class GatedAttention(nn.Module):
         cos, sin, inv_freq = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
-        if state is not None:
-            kv = state.append_kv(self.layer_idx, k, v, positions)
-            if kv.keys.shape[2] != t:  # earlier tokens are held: attend over the reassembled KV
-                if pad_mask is not None:
-                    raise ValueError("pad_mask needs a fresh request state")
-                out = stitch(q, kv.keys, kv.values, positions, kv.positions, kv.shift, inv_freq, scale=hd**-0.5)
-                return self._output(out, gate)
-        mask = None
-        if pad_mask is not None:
-            eye = torch.eye(t, dtype=torch.bool, device=x.device)
-            # Each padding query sees itself, so no softmax row is empty (an empty row gives NaN).
-            mask = (torch.ones_like(eye).tril() & pad_mask[:, None, None, :]) | eye
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None and t > 1, scale=hd**-0.5, enable_gqa=True
-        )
+        out = attend(self.layer_idx, q, k, v, positions, inv_freq, state, pad_mask, hd**-0.5)
         return self._output(out, gate)
 
     def _output(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

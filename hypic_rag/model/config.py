@@ -14,6 +14,8 @@ from typing import Any
 
 LINEAR = "linear_attention"
 FULL = "full_attention"
+MLP = "mlp"  # a layer that is only a feed-forward (Nemotron-H's "-")
+MOE = "moe"  # a layer that is only a mixture of experts (Nemotron-H's "E")
 
 _COMMON: dict[str, Any] = {
     "hidden_act": "silu",
@@ -78,12 +80,22 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 # Top-level model types whose text model lives in ``text_config``.
 _WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
-SUPPORTED_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
+# Families read by ``family_configs`` (their linear layers are Mamba2).
+MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba")
+SUPPORTED_MODEL_TYPES = (
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    "qwen3_5",
+    "qwen3_5_moe",
+    *MAMBA2_MODEL_TYPES,
+)
 
 
 @dataclass(frozen=True)
 class HybridConfig:
-    """The fields of a Gated DeltaNet hybrid that the runtime needs."""
+    """The fields of a hybrid model that the runtime needs: Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5)
+    and Mamba2 hybrids (Nemotron-H); each family's own fields default to unused."""
 
     model_type: str
     vocab_size: int
@@ -94,11 +106,6 @@ class HybridConfig:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
-    linear_num_key_heads: int
-    linear_num_value_heads: int
-    linear_key_head_dim: int
-    linear_value_head_dim: int
-    linear_conv_kernel_dim: int
     rms_norm_eps: float
     hidden_act: str
     max_position_embeddings: int
@@ -106,6 +113,11 @@ class HybridConfig:
     partial_rotary_factor: float
     attention_bias: bool
     tie_word_embeddings: bool
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
@@ -113,10 +125,43 @@ class HybridConfig:
     norm_topk_prob: bool = True
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    # Mamba2 (Nemotron-H)
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    ssm_state_size: int = 0
+    mamba_n_groups: int = 1
+    mamba_conv_kernel: int = 0
+    mamba_conv_bias: bool = True
+    mamba_proj_bias: bool = False
+    time_step_min: float = 0.0
+    time_step_max: float = float("inf")
+    mlp_bias: bool = False
+    # Granite's multipliers (1 elsewhere); ``attention_scale`` None is 1/sqrt(head_dim)
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_scale: float | None = None
+    logits_scaling: float = 1.0
+    moe_latent_size: int | None = None
+    moe_n_group: int = 1
+    moe_topk_group: int = 1
+    routed_scaling_factor: float = 1.0
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
     pad_token_id: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def mixer(self) -> str:
+        """The linear layers' token mixer: ``"gated_deltanet"`` or ``"mamba2"``."""
+        return "mamba2" if self.model_type in MAMBA2_MODEL_TYPES else "gated_deltanet"
+
+    @property
+    def mamba_intermediate(self) -> int:
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        return self.mamba_intermediate + 2 * self.mamba_n_groups * self.ssm_state_size
 
     @property
     def rotary_dim(self) -> int:
@@ -148,6 +193,12 @@ class HybridConfig:
             raise ValueError(
                 f"unsupported model_type {model_type!r}: hypic-rag runs {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
+        if model_type in MAMBA2_MODEL_TYPES:
+            from .family_configs import READERS
+
+            cfg = READERS[model_type](cls, data)
+            cfg._validate()
+            return cfg
         top = data
         if model_type in _WRAPPERS:
             text = data.get("text_config")
@@ -234,25 +285,40 @@ class HybridConfig:
         return cls.from_dict(data)
 
     def _validate(self) -> None:
-        sizes = (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "linear_num_key_heads",
-            "linear_num_value_heads",
-            "linear_key_head_dim",
-            "linear_value_head_dim",
-            "linear_conv_kernel_dim",
-            "max_position_embeddings",
-        )
+        sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
+        if FULL in self.layer_types:
+            sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
+        if LINEAR in self.layer_types:
+            sizes += (
+                ["mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel"]
+                if self.mixer == "mamba2"
+                else [
+                    "linear_num_key_heads",
+                    "linear_num_value_heads",
+                    "linear_key_head_dim",
+                    "linear_value_head_dim",
+                    "linear_conv_kernel_dim",
+                ]
+            )
         for name in sizes:
             if getattr(self, name) < 1:
                 raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
-        if self.num_attention_heads % self.num_key_value_heads:
+        if FULL in self.layer_types and self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.mixer == "mamba2":
+            if LINEAR in self.layer_types and self.mamba_num_heads % self.mamba_n_groups:
+                raise ValueError("mamba_num_heads must be a multiple of n_groups")
+            feed_forward = MLP in self.layer_types or self.model_type != "nemotron_h"
+            if feed_forward and self.intermediate_size <= 0:
+                raise ValueError(f"the feed-forward layers need a size >= 1, got {self.intermediate_size}")
+            if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
+                raise ValueError(f"rotary dim {self.rotary_dim} must be even and within head_dim {self.head_dim}")
+            if self.num_experts:
+                if not 0 < self.num_experts_per_tok <= self.num_experts:
+                    raise ValueError("num_experts_per_tok must be between 1 and the number of experts")
+                if self.num_experts % self.moe_n_group or not 0 < self.moe_topk_group <= self.moe_n_group:
+                    raise ValueError("n_routed_experts must split into n_group groups, topk_group of them picked")
+            return
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
         if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.head_dim:

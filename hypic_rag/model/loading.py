@@ -129,6 +129,27 @@ def _stack_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> No
         tensors[prefix + ".down_proj"] = torch.stack([experts[e]["down_proj"] for e in ids])
 
 
+_NEMOTRON_EXPERT_RE = re.compile(r"^(backbone\.layers\.\d+\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight$")
+
+
+def _stack_nemotron_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """Nemotron-H checkpoints store each (ungated, ReLU²) expert's ``up_proj``/``down_proj`` apart."""
+    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    for name in [n for n in tensors if _NEMOTRON_EXPERT_RE.match(n)]:
+        m = _NEMOTRON_EXPERT_RE.match(name)
+        assert m is not None
+        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
+    for prefix, experts in groups.items():
+        ids = sorted(experts)
+        if ids != list(range(config.num_experts)):
+            raise ValueError(f"{prefix} holds experts {ids[:5]}..., expected 0..{config.num_experts - 1}")
+        for proj in ("up_proj", "down_proj"):
+            absent = [e for e in ids if proj not in experts[e]]
+            if absent:
+                raise ValueError(f"missing weight {prefix}.{absent[0]}.{proj}.weight")
+            tensors[f"{prefix}.{proj}"] = torch.stack([experts[e][proj] for e in ids])
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -136,11 +157,14 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         if name.startswith("model.language_model."):
             name = "model." + name[len("model.language_model.") :]
         out[name] = t
-    _split_qwen3_next_projections(out, config)
-    _stack_experts(out, config)
-    if config.tie_word_embeddings or "lm_head.weight" not in out:
-        if config.tie_word_embeddings and "model.embed_tokens.weight" in out:
-            out["lm_head.weight"] = out["model.embed_tokens.weight"]
+    if config.mixer == "gated_deltanet":
+        _split_qwen3_next_projections(out, config)
+        _stack_experts(out, config)
+    else:
+        _stack_nemotron_experts(out, config)
+    embedding = "backbone.embeddings.weight" if config.model_type == "nemotron_h" else "model.embed_tokens.weight"
+    if config.tie_word_embeddings and embedding in out:
+        out["lm_head.weight"] = out[embedding]
     return out
 
 
@@ -169,7 +193,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
             )
     params = {name: state[name].to(device=device, dtype=dtype) for name in expected}
     if config.tie_word_embeddings:
-        params["lm_head.weight"] = params["model.embed_tokens.weight"]
+        params["lm_head.weight"] = params[model.embedding_name]
     model.load_state_dict(params, assign=True, strict=False)
     model.inv_freq = rope_inv_freq(config.rotary_dim, config.rope_theta).to(device)  # the buffer was built on meta
     model.eval()

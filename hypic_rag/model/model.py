@@ -66,7 +66,14 @@ class HybridModel(nn.Module):
     def __init__(self, config: HybridConfig) -> None:
         super().__init__()
         self.config = config
-        self.model = Backbone(config)
+        if config.model_type == "nemotron_h":
+            from .nemotron_h import NemotronBackbone
+
+            self.backbone = NemotronBackbone(config)
+            self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        else:
+            self.model = Backbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(config.rotary_dim, config.rope_theta), persistent=False)
 
@@ -77,6 +84,24 @@ class HybridModel(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
+
+    @property
+    def embedding_name(self) -> str:
+        """The input embedding's parameter name (an LM head tied to it loads from it)."""
+        return "backbone.embeddings.weight" if self.config.model_type == "nemotron_h" else "model.embed_tokens.weight"
+
+    def linear_mixers(self) -> dict[int, nn.Module]:
+        """Each linear layer's token mixer (``operator_form``, ``state_shapes()``)."""
+        mixers = {}
+        for i, layer in enumerate(self._stack[1]):
+            if layer.is_linear:
+                mixers[i] = layer.linear_attn if hasattr(layer, "linear_attn") else layer.mixer
+        return mixers
+
+    @property
+    def operator_forms(self) -> dict[int, str]:
+        """Each linear layer's operator form (``kernels.algebra.FORMS``)."""
+        return {i: mixer.operator_form for i, mixer in self.linear_mixers().items()}
 
     def new_state(self) -> RequestState:
         return RequestState(self.config)
@@ -119,13 +144,14 @@ class HybridModel(nn.Module):
             raise ValueError(
                 f"positions must be [{t}] ints below max_position_embeddings={self.config.max_position_embeddings}"
             )
-        x = self.model.embed_tokens(input_ids)
+        embed, layers, norm = self._stack
+        x = embed(input_ids)
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
-        for layer in self.model.layers:
+        for layer in layers:
             x = layer(x, positions, rope, state, pad_mask, capture, jumps)
         if state is not None:
             state.advance(t)
-        return self.model.norm(x)
+        return norm(x)
 
     def forward(
         self,

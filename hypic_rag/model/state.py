@@ -19,7 +19,7 @@ import torch
 
 from hypic_rag.kernels.algebra import SplitTransition
 
-from .config import LINEAR, HybridConfig
+from .config import FULL, LINEAR, HybridConfig
 
 
 @dataclass
@@ -124,7 +124,7 @@ class RequestState:
 
     @property
     def attention_layer_ids(self) -> list[int]:
-        return [i for i, t in enumerate(self.config.layer_types) if t != LINEAR]
+        return [i for i, t in enumerate(self.config.layer_types) if t == FULL]
 
     def linear(self, idx: int) -> LinearLayerState | None:
         return self._linear.get(idx)

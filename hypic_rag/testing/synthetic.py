@@ -68,7 +68,40 @@ def hybrid_layer_types(n: int) -> list[str]:
     return types
 
 
-KINDS = ("qwen3_next", "qwen3_next_moe", "qwen3_5_text", "qwen3_5_moe_text")
+# Nemotron-H on tiny shapes: Mamba2, attention and ReLU² MLP layers (``_moe``: an MoE layer for the MLP).
+TINY_NEMOTRON_H: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    layers_block_type=["linear_attention", "full_attention", "mlp", "linear_attention", "mlp", "full_attention"],
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    mamba_num_heads=8,
+    mamba_head_dim=8,
+    ssm_state_size=16,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=64,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
+)
+TINY_NEMOTRON_MOE: dict[str, Any] = dict(
+    layers_block_type=["linear_attention", "full_attention", "moe", "linear_attention", "mlp", "full_attention"],
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    moe_shared_expert_intermediate_size=48,
+    n_group=2,
+    topk_group=1,
+    routed_scaling_factor=1.5,
+)
+
+KINDS = ("qwen3_next", "qwen3_next_moe", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "nemotron_h_moe")
+# Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
+_PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -83,17 +116,27 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 # Trained models forget slowly: exp(g) mostly 0.7-0.99 per token, not ~e^-1.
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5 - 2.0)
             elif p.dim() == 1:
-                neutral = 1.0 if name.endswith("linear_attn.norm.weight") else 0.0
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + neutral)
+                plain = name.endswith("linear_attn.norm.weight") or (
+                    name.startswith("backbone.") and name.endswith(_PLAIN_NORMS)
+                )
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + (1.0 if plain else 0.0))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+        for name, buf in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # a routing bias: make it matter
+                buf.copy_(torch.randn(buf.shape, generator=gen) * 0.1)
 
 
 def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> torch.nn.Module:
     """A randomised transformers model of ``kind`` (one of ``KINDS``) on tiny or overridden shapes."""
     torch.manual_seed(seed)
     params = {**TINY, **(overrides or {})}
-    if kind in ("qwen3_next", "qwen3_next_moe"):
+    if kind in ("nemotron_h", "nemotron_h_moe"):
+        from transformers import NemotronHConfig, NemotronHForCausalLM
+
+        extra = TINY_NEMOTRON_MOE if kind.endswith("moe") else {}
+        model = NemotronHForCausalLM(NemotronHConfig(**{**TINY_NEMOTRON_H, **extra, **(overrides or {})}))
+    elif kind in ("qwen3_next", "qwen3_next_moe"):
         from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
         extra = (

@@ -20,7 +20,7 @@ def made():
 
 def test_the_engines_own_entries_fit_its_layout(made):
     engine, entry = made
-    layout = EntryLayout.of(engine.config, engine.model.dtype)
+    layout = EntryLayout.of(engine.model)
     layout.check(entry)
     assert set(entry.linear) == set(layout.linear_layers) and set(entry.attention) == set(layout.attention_layers)
 
@@ -29,4 +29,4 @@ def test_another_models_layout_refuses_them(made, checkpoint):
     _, entry = made
     other = Engine.from_pretrained(checkpoint("qwen3_next"))
     with pytest.raises(CorruptEntry):
-        EntryLayout.of(other.config, other.model.dtype).check(entry)
+        EntryLayout.of(other.model).check(entry)

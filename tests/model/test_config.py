@@ -7,10 +7,12 @@ import json
 import pytest
 
 from hypic_rag.model import HybridConfig
-from hypic_rag.testing.synthetic import KINDS, TINY
+from hypic_rag.testing.synthetic import KINDS, TINY, TINY_NEMOTRON_H
+
+GDN_KINDS = [k for k in KINDS if not k.startswith("nemotron_h")]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", GDN_KINDS)
 def test_saved_configs_read_back(checkpoint, kind):
     cfg = HybridConfig.from_file(checkpoint(kind))
     assert cfg.layer_types == tuple(TINY["layer_types"])
@@ -76,3 +78,46 @@ def test_unsupported_model_type_in_a_checkpoint(checkpoint, tmp_path):
     (path / "config.json").write_text(json.dumps({**data, "model_type": "mamba2"}))
     with pytest.raises(ValueError, match="unsupported model_type 'mamba2'"):
         Engine.from_pretrained(path)
+
+
+@pytest.mark.parametrize("kind", ["nemotron_h", "nemotron_h_moe"])
+def test_saved_nemotron_h_configs_read_back(checkpoint, kind):
+    cfg = HybridConfig.from_file(checkpoint(kind))
+    assert cfg.mixer == "mamba2" and cfg.rotary_dim == 0  # no position encoding in its attention
+    assert cfg.layer_types[:2] == ("linear_attention", "full_attention")
+    assert cfg.layer_types[2] == ("moe" if kind.endswith("moe") else "mlp")
+    assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size, cfg.mamba_n_groups) == (8, 8, 16, 2)
+    assert cfg.mamba_conv_dim == 64 + 2 * 2 * 16
+    assert cfg.num_experts == (4 if kind.endswith("moe") else 0)
+
+
+def _nemotron(**fields) -> dict:
+    base = {k: v for k, v in TINY_NEMOTRON_H.items() if k != "layers_block_type"}
+    return {"model_type": "nemotron_h", **base, **fields}
+
+
+def test_nemotron_h_reads_real_checkpoint_spellings():
+    """Published configs write ``hybrid_override_pattern`` and the ``mamba_*`` aliases; older ones the
+    legacy layer names ``mamba``/``attention``."""
+    cfg = HybridConfig.from_dict(_nemotron(hybrid_override_pattern="M-M*-E", mamba_n_groups=4, mamba_d_conv=3,
+                                           n_routed_experts=4, num_experts_per_tok=2, n_group=1))  # fmt: skip
+    assert cfg.layer_types == ("linear_attention", "mlp", "linear_attention", "full_attention", "mlp", "moe")
+    assert (cfg.mamba_n_groups, cfg.mamba_conv_kernel, cfg.num_hidden_layers) == (4, 3, 6)
+    legacy = HybridConfig.from_dict(_nemotron(layers_block_type=["mamba", "attention", "mlp"]))
+    assert legacy.layer_types == ("linear_attention", "full_attention", "mlp")
+
+
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        ({"hybrid_override_pattern": "M*X"}, "unknown layer codes"),
+        ({}, "needs layers_block_type or hybrid_override_pattern"),
+        ({"layers_block_type": ["linear_attention", "sliding_attention"]}, "unsupported layer types"),
+        ({"hybrid_override_pattern": "M*", "mlp_hidden_act": "gelu"}, "mlp_hidden_act"),
+        ({"hybrid_override_pattern": "M*", "mamba_num_heads": 6, "n_groups": 4}, "multiple of n_groups"),
+        ({"hybrid_override_pattern": "M*", "ssm_state_size": 0}, "ssm_state_size must be >= 1"),
+    ],
+)
+def test_nemotron_h_config_errors(fields, match):
+    with pytest.raises(ValueError, match=match):
+        HybridConfig.from_dict(_nemotron(**fields))

@@ -23,15 +23,16 @@ def test_full_forward_matches_transformers(checkpoint, kind):
     assert logits_max_diff(ours, load_reference(path), ids) < 1e-4
 
 
-@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text"])
+@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text", "nemotron_h", "nemotron_h_moe"])
 def test_split_prefill_equals_one_shot(checkpoint, kind):
     model = load_model(checkpoint(kind))
     assert split_prefill_max_diff(model, _ids((2, 500), model.config.vocab_size), 300) < 1e-4
 
 
-def test_token_by_token_decode_equals_prefill(checkpoint):
+@pytest.mark.parametrize("kind", ["qwen3_next", "nemotron_h"])
+def test_token_by_token_decode_equals_prefill(checkpoint, kind):
     """The recurrent step, the carried conv tail and the KV cache, one token at a time."""
-    model = load_model(checkpoint("qwen3_next"))
+    model = load_model(checkpoint(kind))
     ids = _ids((1, 40), model.config.vocab_size)
     with torch.inference_mode():
         whole = model(ids)
@@ -41,7 +42,7 @@ def test_token_by_token_decode_equals_prefill(checkpoint):
     assert (steps - whole).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_next_moe", "qwen3_5_text"])
+@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_next_moe", "qwen3_5_text", "nemotron_h", "nemotron_h_moe"])
 def test_greedy_decoding_matches_transformers_generate(checkpoint, kind):
     path = checkpoint(kind)
     engine = Engine.from_pretrained(path)
@@ -59,3 +60,21 @@ def test_explicit_positions_are_checked(checkpoint):
         model(ids, positions=torch.tensor([0, model.config.max_position_embeddings]))
     with pytest.raises(ValueError, match="positions must be"):
         model(ids, positions=torch.tensor([0]))
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "nemotron_h"])
+def test_left_padded_rows_equal_their_own_forward(checkpoint, kind):
+    """Padding is an exact identity for the linear state (zero input, no decay): a padded row ends where
+    its real tokens alone end, which the isolated prefill of a batch of segments relies on."""
+    model = load_model(checkpoint(kind))
+    ids = _ids((2, 30), model.config.vocab_size)
+    pad = torch.ones(2, 30, dtype=torch.bool)
+    pad[1, :12] = False
+    with torch.inference_mode():
+        state = model.new_state()
+        batched = model(ids, state=state, pad_mask=pad)
+        alone_state = model.new_state()
+        alone = model(ids[1:, 12:], state=alone_state)
+    assert (batched[1, 12:] - alone[0]).abs().max() < 1e-4
+    for i in state.linear_layer_ids:
+        assert (state.linear(i).recurrent[1] - alone_state.linear(i).recurrent[0]).abs().max() < 1e-5

@@ -1,0 +1,324 @@
+"""``config.json`` readers for the Mamba2 hybrids: Nemotron-H, Granite-4.0-H (``granitemoehybrid``), Bamba.
+
+Each reads the fields as published checkpoints spell them, not only as ``save_pretrained`` writes them:
+Nemotron's ``hybrid_override_pattern``, Granite's ``layer_types`` of ``mamba``/``attention``, Bamba's
+``attn_layer_indices``, the ``mamba_*`` aliases, ``mamba_d_head: "auto"``, a ``time_step_limit`` written
+as ``Infinity`` or as transformers' tagged ``{"__float__": "Infinity"}``. Defaults are transformers 5's:
+a missing field means what it means to transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .config import FULL, LINEAR, MLP, MOE, HybridConfig
+
+# transformers' older layer names, as some checkpoints still spell them (its ``remap_legacy_layer_types``).
+LEGACY_LAYER_TYPES = {"mamba": LINEAR, "attention": FULL}
+# Nemotron-H's ``hybrid_override_pattern``: one character per layer.
+NEMOTRON_PATTERN = {"M": LINEAR, "*": FULL, "-": MLP, "E": MOE}
+
+NEMOTRON_H: dict[str, Any] = {
+    "vocab_size": 131072,
+    "hidden_size": 4096,
+    "tie_word_embeddings": False,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 4096,
+    "intermediate_size": 21504,
+    "mlp_hidden_act": "relu2",
+    "mlp_bias": False,
+    "ssm_state_size": 128,
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 64,
+    "mamba_hidden_act": "silu",
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "use_conv_bias": True,
+    "time_step_min": 0.001,
+    "use_bias": False,
+    "n_routed_experts": 8,
+    "moe_intermediate_size": 7688,
+    "moe_shared_expert_intermediate_size": 7688,
+    "moe_latent_size": None,
+    "num_experts_per_tok": 2,
+    "routed_scaling_factor": 1.0,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "layer_norm_epsilon": 1e-5,
+    "eos_token_id": 2,
+    "bos_token_id": 1,
+    "pad_token_id": 0,
+}
+NEMOTRON_ALIASES = {
+    "mamba_n_groups": "n_groups",
+    "mamba_d_conv": "conv_kernel",
+    "mamba_conv_bias": "use_conv_bias",
+    "mamba_dt_min": "time_step_min",
+}
+
+# Granite-4.0-H and Bamba share their Mamba fields.
+_MAMBA: dict[str, Any] = {
+    "mamba_n_heads": 128,
+    "mamba_n_groups": 1,
+    "mamba_d_state": 256,
+    "mamba_d_head": "auto",
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+    "time_step_limit": [0.0, float("inf")],
+}
+GRANITE: dict[str, Any] = {
+    **_MAMBA,
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "hidden_act": "silu",
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "embedding_multiplier": 1.0,
+    "logits_scaling": 1.0,
+    "residual_multiplier": 1.0,
+    "attention_multiplier": 1.0,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "shared_intermediate_size": 1024,
+    "position_embedding_type": None,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": None,
+}
+BAMBA: dict[str, Any] = {
+    **_MAMBA,
+    "vocab_size": 128000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_act": "silu",
+    "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "attn_layer_indices": None,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+def _eos(value: Any) -> tuple[int, ...]:
+    return tuple(value) if isinstance(value, list) else (() if value is None else (int(value),))
+
+
+def _float(value: Any) -> float:
+    """A float as JSON configs write it, transformers' tagged ``{"__float__": "Infinity"}`` included."""
+    if isinstance(value, dict) and "__float__" in value:
+        value = value["__float__"]
+    return float(value)
+
+
+def _layer_names(types: Any, allowed: set[str]) -> tuple[str, ...]:
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise ValueError(f"layer_types must be a list of names, got {types!r}")
+    out = tuple(LEGACY_LAYER_TYPES.get(t, t) for t in types)
+    unknown = sorted(set(out) - allowed)
+    if unknown:
+        raise ValueError(f"unsupported layer types {unknown}; expected {sorted(allowed)}")
+    return out
+
+
+def _rope(d: dict[str, Any]) -> tuple[float, float | None]:
+    """``rope_theta`` and ``partial_rotary_factor`` from ``rope_parameters`` or the legacy top-level fields."""
+    rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise ValueError(f"unsupported rope_type {kind!r}: only 'default' RoPE is implemented")
+    partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor"))
+    return float(rope.get("rope_theta", d.get("rope_theta", 10000.0))), partial
+
+
+def _mamba_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """Granite's and Bamba's ``mamba_*`` fields under this runtime's names."""
+    heads = int(d["mamba_n_heads"])
+    head_dim = d["mamba_d_head"]
+    if head_dim == "auto":
+        head_dim = int(d["mamba_expand"]) * int(d["hidden_size"]) // heads
+    limit = d.get("time_step_limit") or [0.0, float("inf")]
+    return {
+        "mamba_num_heads": heads,
+        "mamba_head_dim": int(head_dim),
+        "ssm_state_size": int(d["mamba_d_state"]),
+        "mamba_n_groups": int(d["mamba_n_groups"]),
+        "mamba_conv_kernel": int(d["mamba_d_conv"]),
+        "mamba_conv_bias": bool(d["mamba_conv_bias"]),
+        "mamba_proj_bias": bool(d["mamba_proj_bias"]),
+        "time_step_min": _float(limit[0]),
+        "time_step_max": _float(limit[1]),
+    }
+
+
+def _check_act(d: dict[str, Any], name: str, want: str) -> None:
+    if d.get(name, want) != want:
+        raise ValueError(f"unsupported {name} {d.get(name)!r}: only {want!r} is implemented")
+
+
+def read_nemotron_h(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Nemotron-H: Mamba2, attention without RoPE, ReLU² MLP and MoE layers, from ``hybrid_override_pattern``
+    (``M*-E``) or ``layers_block_type`` / ``layer_types``."""
+    d = dict(NEMOTRON_H)
+    for key, value in data.items():
+        d[NEMOTRON_ALIASES.get(key, key)] = value
+    types = d.get("layers_block_type") or d.get("layer_types")
+    if types is None:
+        pattern = d.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError("a nemotron_h config needs layers_block_type or hybrid_override_pattern")
+        bad = sorted(set(pattern) - set(NEMOTRON_PATTERN))
+        if bad:
+            raise ValueError(f"hybrid_override_pattern has unknown layer codes {bad}; expected M, *, - or E")
+        types = [NEMOTRON_PATTERN[ch] for ch in pattern]
+    types = _layer_names(types, {LINEAR, FULL, MLP, MOE})
+    _check_act(d, "mlp_hidden_act", "relu2")
+    _check_act(d, "mamba_hidden_act", "silu")
+    if d.get("sliding_window"):
+        raise ValueError("nemotron_h with sliding_window attention is not supported")
+    return cls(
+        model_type="nemotron_h",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=len(types),
+        layer_types=types,
+        num_attention_heads=int(d["num_attention_heads"]),
+        num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
+        head_dim=int(d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]),
+        rms_norm_eps=float(d["layer_norm_epsilon"]),
+        hidden_act="relu2",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=10000.0,
+        partial_rotary_factor=0.0,  # Nemotron-H's attention has no position encoding
+        attention_bias=False,
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        num_experts=int(d["n_routed_experts"]) if MOE in types else 0,
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["moe_intermediate_size"]),
+        shared_expert_intermediate_size=int(d["moe_shared_expert_intermediate_size"]),
+        norm_topk_prob=bool(d["norm_topk_prob"]),
+        mamba_num_heads=int(d["mamba_num_heads"]),
+        mamba_head_dim=int(d["mamba_head_dim"]),
+        ssm_state_size=int(d["ssm_state_size"]),
+        mamba_n_groups=int(d["n_groups"]),
+        mamba_conv_kernel=int(d["conv_kernel"]),
+        mamba_conv_bias=bool(d["use_conv_bias"]),
+        mamba_proj_bias=bool(d["use_bias"]),
+        time_step_min=float(d["time_step_min"]),  # the mixer clamps dt to (time_step_min, inf)
+        mlp_bias=bool(d["mlp_bias"]),
+        moe_latent_size=int(d["moe_latent_size"]) if d.get("moe_latent_size") else None,
+        moe_n_group=int(d["n_group"]),
+        moe_topk_group=int(d["topk_group"]),
+        routed_scaling_factor=float(d["routed_scaling_factor"]),
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+def read_granitemoehybrid(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Granite-4.0-H: Mamba2 or attention (RoPE or none), then a shared SwiGLU MLP plus an optional MoE, with
+    embedding, attention, residual and logit multipliers."""
+    d = {**GRANITE, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    n = int(d["num_hidden_layers"])
+    types = d.get("layer_types") or d.get("layers_block_type") or [LINEAR] * n
+    types = _layer_names(types, {LINEAR, FULL})
+    _check_act(d, "hidden_act", "silu")
+    theta, _ = _rope(d)
+    rope = d.get("position_embedding_type") == "rope"
+    heads = int(d["num_attention_heads"])
+    return cls(
+        model_type="granitemoehybrid",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["shared_intermediate_size"]),
+        num_hidden_layers=len(types),
+        layer_types=types,
+        num_attention_heads=heads,
+        num_key_value_heads=int(d["num_key_value_heads"]),
+        head_dim=int(d["hidden_size"]) // heads,
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=theta,
+        partial_rotary_factor=1.0 if rope else 0.0,
+        attention_bias=bool(d["attention_bias"]),
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        num_experts=int(d["num_local_experts"] or 0),
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["intermediate_size"]),
+        shared_expert_intermediate_size=int(d["shared_intermediate_size"]),
+        **_mamba_fields(d),
+        embedding_multiplier=float(d["embedding_multiplier"]),
+        residual_multiplier=float(d["residual_multiplier"]),
+        attention_scale=float(d["attention_multiplier"]),
+        logits_scaling=float(d["logits_scaling"]),
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+def read_bamba(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Bamba: Mamba2 everywhere but ``attn_layer_indices``; attention with half the head rotated (transformers
+    forces ``partial_rotary_factor = 0.5``); a SwiGLU MLP after every mixer."""
+    d = {**BAMBA, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    n = int(d["num_hidden_layers"])
+    attn = d.get("attn_layer_indices") or []
+    if not isinstance(attn, list) or any(not isinstance(i, int) or not 0 <= i < n for i in attn):
+        raise ValueError(f"attn_layer_indices must list layer indices below {n}, got {attn!r}")
+    _check_act(d, "hidden_act", "silu")
+    theta, _ = _rope(d)
+    heads = int(d["num_attention_heads"])
+    return cls(
+        model_type="bamba",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=n,
+        layer_types=tuple(FULL if i in attn else LINEAR for i in range(n)),
+        num_attention_heads=heads,
+        num_key_value_heads=int(d["num_key_value_heads"]),
+        head_dim=int(d["hidden_size"]) // heads,
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=theta,
+        partial_rotary_factor=0.5,
+        attention_bias=bool(d["attention_bias"]),
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        **_mamba_fields(d),
+        mlp_bias=bool(d["mlp_bias"]),
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS: dict[str, Callable[[type[HybridConfig], dict[str, Any]], HybridConfig]] = {
+    "nemotron_h": read_nemotron_h,
+    "granitemoehybrid": read_granitemoehybrid,
+    "bamba": read_bamba,
+}

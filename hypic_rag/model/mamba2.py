@@ -1,0 +1,130 @@
+"""The Mamba2 token mixer (Nemotron-H, Granite-4.0-H, Falcon-H1, Bamba): projections, causal conv with a
+carried tail, the selective scan, the D skip and the grouped gated RMSNorm.
+
+Its state is the conv tail and the SSM state ``[H, P, N]``; a segment's operator is one number per head
+(``kernels.algebra.SCALAR``), so it crosses a boundary at the cost of a multiply. Weight names are
+transformers' (``in_proj``, ``conv1d``, ``dt_bias``, ``A_log``, ``D``, ``norm``, ``out_proj``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hypic_rag.kernels.algebra import SCALAR, apply_operator, ssd_split_transition
+from hypic_rag.kernels.scan import scan_pieces
+from hypic_rag.kernels.ssd import ssd_scan
+
+from .config import HybridConfig
+from .conv import causal_conv, causal_conv_across
+from .state import RequestState, SegmentJumps, TransitionCapture
+
+
+class GroupedGatedRMSNorm(nn.Module):
+    """``rmsnorm(x * silu(gate))`` per group of channels, times the weight, in fp32 (norm after gate)."""
+
+    def __init__(self, dim: int, groups: int, eps: float) -> None:
+        super().__init__()
+        self.eps, self.groups = eps, groups
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float() * F.silu(gate.float())
+        g = h.view(*h.shape[:-1], self.groups, -1)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * g.view(h.shape).to(dtype)
+
+
+class Mamba2Mixer(nn.Module):
+    operator_form = SCALAR
+
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.heads = config.mamba_num_heads
+        self.head_dim = config.mamba_head_dim
+        self.state_size = config.ssm_state_size
+        self.groups = config.mamba_n_groups
+        self.inner = config.mamba_intermediate
+        self.conv_dim = config.mamba_conv_dim
+        self.kernel = config.mamba_conv_kernel
+        self.dt_min, self.dt_max = config.time_step_min, config.time_step_max
+        h = config.hidden_size
+        self.in_proj = nn.Linear(h, self.inner + self.conv_dim + self.heads, bias=config.mamba_proj_bias)
+        self.conv1d = nn.Conv1d(
+            self.conv_dim, self.conv_dim, self.kernel, groups=self.conv_dim, bias=config.mamba_conv_bias
+        )
+        self.dt_bias = nn.Parameter(torch.ones(self.heads))
+        self.A_log = nn.Parameter(torch.zeros(self.heads))
+        self.D = nn.Parameter(torch.ones(self.heads))
+        self.norm = GroupedGatedRMSNorm(self.inner, self.groups, config.rms_norm_eps)
+        self.out_proj = nn.Linear(self.inner, h, bias=config.mamba_proj_bias)
+
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of one segment's cached state: end state ``b``, operator ``p``, conv tail."""
+        return {
+            "b": (self.heads, self.head_dim, self.state_size),
+            "p": (self.heads,),
+            "conv_tail": (self.conv_dim, self.kernel - 1),
+        }
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        """As ``GatedDeltaNet.forward``: padding is an exact identity (zero input, ``dt = 0``)."""
+        b, t, _ = x.shape
+        if pad_mask is not None:
+            x = torch.where(pad_mask[..., None], x, 0.0)
+        layer = state.linear(self.layer_idx) if state is not None else None
+        ops = jumps.linear[self.layer_idx] if jumps is not None else None
+        gate, xbc, dt = self.in_proj(x).split((self.inner, self.conv_dim, self.heads), dim=-1)
+        weight, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
+        if ops is None:
+            xbc, tail = causal_conv(xbc, layer.conv if layer else None, weight, bias)
+        else:
+            xbc, tail = causal_conv_across(xbc, layer.conv if layer else None, weight, bias, jumps.at, ops[2])
+        xbc = F.silu(xbc)
+        xs, bm, cm = xbc.split((self.inner, self.groups * self.state_size, self.groups * self.state_size), dim=-1)
+        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(min=self.dt_min, max=self.dt_max)
+        if pad_mask is not None:
+            dt = dt * pad_mask[..., None]
+        rep = self.heads // self.groups
+        xs = xs.reshape(b, t, self.heads, self.head_dim)
+        bm = bm.reshape(b, t, self.groups, self.state_size).repeat_interleave(rep, dim=2)
+        cm = cm.reshape(b, t, self.groups, self.state_size).repeat_interleave(rep, dim=2)
+        a = -self.A_log.float().exp()
+        s0 = layer.recurrent if layer is not None else None
+        if ops is not None:
+            y = xs.new_empty(b, t, self.heads, self.head_dim, dtype=torch.float32)
+
+            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
+                y[:, lo:hi], s = ssd_scan(xs[:, lo:hi], dt[:, lo:hi], a, bm[:, lo:hi], cm[:, lo:hi], s)
+                return s
+
+            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
+                return apply_operator(SCALAR, ops[0][j], source, ops[1][j])
+
+            start = s0 if s0 is not None else xs.new_zeros(b, self.heads, self.head_dim, self.state_size).float()
+            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
+        elif capture is not None:
+            if s0 is not None:
+                raise ValueError("transitions are captured from a zero start only")
+            split = ssd_split_transition(xs, dt, a, bm, cm, capture.rest_start)
+            y, s_end = split.out, split.state
+            capture.operators[self.layer_idx] = replace(split, out=None)
+        else:
+            y, s_end = ssd_scan(xs, dt, a, bm, cm, s0)
+        if state is not None:
+            state.set_linear(self.layer_idx, tail, s_end)
+        y = y + xs.float() * self.D.float()[:, None]
+        out = self.norm(y.reshape(b, t, self.inner).to(x.dtype), gate)
+        return self.out_proj(out)

@@ -1,0 +1,158 @@
+"""Nemotron-H's layers (NVIDIA Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano): every layer is a norm, ONE
+mixer and a residual, the mixer being Mamba2 (``M``), attention without position encoding (``*``), a ReLU²
+MLP (``-``) or a mixture of ReLU² experts with sigmoid, group-limited routing and a shared expert (``E``).
+
+Module names follow transformers' ``NemotronHForCausalLM`` (``backbone.embeddings``,
+``backbone.layers.N.norm``, ``backbone.layers.N.mixer``, ``backbone.norm_f``), so checkpoints load as they
+are.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import PlainAttention
+from .config import FULL, LINEAR, MLP, MOE, HybridConfig
+from .mamba2 import Mamba2Mixer
+from .state import RequestState, SegmentJumps, TransitionCapture
+
+
+class PlainRMSNorm(nn.Module):
+    """RMSNorm with the weight applied as stored (not ``1 + w``), in fp32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * xf).to(x.dtype)
+
+
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    return F.relu(x).square()
+
+
+class Relu2MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int, bias: bool) -> None:
+        super().__init__()
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(relu2(self.up_proj(x)))
+
+
+class GroupRouter(nn.Module):
+    """Sigmoid scores; experts chosen with a score-correction bias among the ``topk_group`` groups whose two
+    best corrected scores sum highest; weights are the uncorrected scores, renormalised and scaled."""
+
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        e = config.num_experts
+        self.top_k, self.groups, self.topk_group = config.num_experts_per_tok, config.moe_n_group, config.moe_topk_group
+        self.norm_topk_prob, self.scale = config.norm_topk_prob, config.routed_scaling_factor
+        self.weight = nn.Parameter(torch.zeros(e, config.hidden_size))
+        self.e_score_correction_bias = nn.Parameter(torch.zeros(e))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        choice = scores + self.e_score_correction_bias.float()
+        n, e = choice.shape
+        grouped = choice.view(n, self.groups, e // self.groups)
+        best_groups = grouped.topk(min(2, e // self.groups), dim=-1)[0].sum(-1).topk(self.topk_group, dim=-1)[1]
+        keep = torch.zeros(n, self.groups, dtype=torch.bool, device=x.device).scatter_(1, best_groups, True)
+        choice = choice.masked_fill(~keep.repeat_interleave(e // self.groups, dim=1), float("-inf"))
+        idx = choice.topk(self.top_k, dim=-1)[1]
+        weights = scores.gather(1, idx)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return weights * self.scale, idx
+
+
+class Relu2Experts(nn.Module):
+    """Routed experts as two stacked tensors: ``up_proj [E, I, D]`` and ``down_proj [E, D, I]``."""
+
+    def __init__(self, config: HybridConfig, dim: int) -> None:
+        super().__init__()
+        e, i = config.num_experts, config.moe_intermediate_size
+        self.up_proj = nn.Parameter(torch.empty(e, i, dim))
+        self.down_proj = nn.Parameter(torch.empty(e, dim, i))
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x, dtype=weights.dtype)
+        for e in idx.unique().tolist():
+            token, slot = torch.where(idx == e)
+            y = F.linear(relu2(F.linear(x[token], self.up_proj[e])), self.down_proj[e])
+            out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
+        return out.to(x.dtype)
+
+
+class Relu2MoE(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        latent = config.moe_latent_size
+        self.gate = GroupRouter(config)
+        self.experts = Relu2Experts(config, latent or config.hidden_size)
+        self.shared_experts = Relu2MLP(config.hidden_size, config.shared_expert_intermediate_size, config.mlp_bias)
+        if latent:
+            self.fc1_latent_proj = nn.Linear(config.hidden_size, latent, bias=config.mlp_bias)
+            self.fc2_latent_proj = nn.Linear(latent, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, idx = self.gate(flat)
+        routed = flat if not hasattr(self, "fc1_latent_proj") else self.fc1_latent_proj(flat)
+        routed = self.experts(routed, weights, idx)
+        if hasattr(self, "fc2_latent_proj"):
+            routed = self.fc2_latent_proj(routed)
+        return routed.reshape(x.shape) + self.shared_experts(x)
+
+
+class NemotronBlock(nn.Module):
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        super().__init__()
+        self.kind = config.layer_types[idx]
+        self.is_linear = self.kind == LINEAR
+        self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+        if self.kind == LINEAR:
+            self.mixer: nn.Module = Mamba2Mixer(config, idx)
+        elif self.kind == FULL:
+            self.mixer = PlainAttention(config, idx)
+        elif self.kind == MLP:
+            self.mixer = Relu2MLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
+        elif self.kind == MOE:
+            self.mixer = Relu2MoE(config)
+        else:
+            raise ValueError(f"unknown nemotron_h layer type {self.kind!r}")
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        h = self.norm(x)
+        if self.kind == LINEAR:
+            h = self.mixer(h, state, pad_mask, capture, jumps)
+        elif self.kind == FULL:
+            h = self.mixer(h, positions, rope, state, pad_mask)
+        else:
+            h = self.mixer(h)
+        return x + h
+
+
+class NemotronBackbone(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(NemotronBlock(config, i) for i in range(config.num_hidden_layers))
+        self.norm_f = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
