@@ -51,8 +51,9 @@ def attend(
 
 
 class PlainAttention(nn.Module):
-    """Multi-head attention with GQA and no output gate, norm or position encoding (Nemotron-H's): its
-    cached keys move to any position without rotation."""
+    """Multi-head attention with GQA, no output gate or q/k norm: Nemotron-H's (no position encoding, so
+    its cached keys move to any position without rotation), Granite-4.0-H's (RoPE or none, its own
+    scale) and Bamba's (half the head rotated)."""
 
     def __init__(self, config: HybridConfig, layer_idx: int) -> None:
         super().__init__()
@@ -65,6 +66,8 @@ class PlainAttention(nn.Module):
         self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * hd, config.hidden_size, bias=bias)
+        self.scale = config.attention_scale if config.attention_scale is not None else hd**-0.5
+        self.rotary = config.rotary_dim > 0
 
     def forward(
         self,
@@ -79,7 +82,10 @@ class PlainAttention(nn.Module):
         q = self.q_proj(x).view(b, t, self.num_heads, hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)
-        out = attend(self.layer_idx, q, k, v, positions, rope[2], state, pad_mask, hd**-0.5)
+        cos, sin, inv_freq = rope
+        if self.rotary:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = attend(self.layer_idx, q, k, v, positions, inv_freq, state, pad_mask, self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 

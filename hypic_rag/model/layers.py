@@ -23,6 +23,20 @@ class RMSNorm(nn.Module):
         return (xf * (1.0 + self.weight.float())).type_as(x)
 
 
+class PlainRMSNorm(nn.Module):
+    """RMSNorm with the weight applied as stored (not ``1 + w``), in fp32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * xf).to(x.dtype)
+
+
 class GatedRMSNorm(nn.Module):
     """``norm(x) * w * silu(z)`` after the Gated DeltaNet read-out; the weight is applied as is."""
 

@@ -150,6 +150,14 @@ def _stack_nemotron_experts(tensors: dict[str, torch.Tensor], config: HybridConf
             tensors[f"{prefix}.{proj}"] = torch.stack([experts[e][proj] for e in ids])
 
 
+# Granite-4.0-H checkpoints name its MoE as the original release did; transformers renames on load.
+_GRANITE_RENAMES = (
+    (".block_sparse_moe.input_linear.weight", ".block_sparse_moe.experts.gate_up_proj"),
+    (".block_sparse_moe.output_linear.weight", ".block_sparse_moe.experts.down_proj"),
+    (".block_sparse_moe.router.layer.weight", ".block_sparse_moe.router.weight"),
+)
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -160,8 +168,13 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
     if config.mixer == "gated_deltanet":
         _split_qwen3_next_projections(out, config)
         _stack_experts(out, config)
-    else:
+    elif config.model_type == "nemotron_h":
         _stack_nemotron_experts(out, config)
+    elif config.model_type == "granitemoehybrid":
+        for name in list(out):
+            for old, new in _GRANITE_RENAMES:
+                if name.endswith(old):
+                    out[name[: -len(old)] + new] = out.pop(name)
     embedding = "backbone.embeddings.weight" if config.model_type == "nemotron_h" else "model.embed_tokens.weight"
     if config.tie_word_embeddings and embedding in out:
         out["lm_head.weight"] = out[embedding]

@@ -71,6 +71,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type in ("granitemoehybrid", "bamba"):
+            from .mamba_hybrids import MambaHybridBackbone
+
+            self.model = MambaHybridBackbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.final_norm)
         else:
             self.model = Backbone(config)
             self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
@@ -95,7 +100,7 @@ class HybridModel(nn.Module):
         mixers = {}
         for i, layer in enumerate(self._stack[1]):
             if layer.is_linear:
-                mixers[i] = layer.linear_attn if hasattr(layer, "linear_attn") else layer.mixer
+                mixers[i] = next(getattr(layer, n) for n in ("linear_attn", "mamba", "mixer") if hasattr(layer, n))
         return mixers
 
     @property
@@ -146,6 +151,8 @@ class HybridModel(nn.Module):
             )
         embed, layers, norm = self._stack
         x = embed(input_ids)
+        if self.config.embedding_multiplier != 1.0:
+            x = x * self.config.embedding_multiplier
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
         for layer in layers:
             x = layer(x, positions, rope, state, pad_mask, capture, jumps)
@@ -166,4 +173,5 @@ class HybridModel(nn.Module):
         h = self.hidden_states(input_ids, state, positions, pad_mask, jumps=jumps)
         if logits_to_keep > 0:
             h = h[:, -logits_to_keep:]
-        return self.lm_head(h)
+        logits = self.lm_head(h)
+        return logits if self.config.logits_scaling == 1.0 else logits / self.config.logits_scaling

@@ -15,22 +15,9 @@ from torch import nn
 
 from .attention import PlainAttention
 from .config import FULL, LINEAR, MLP, MOE, HybridConfig
+from .layers import PlainRMSNorm
 from .mamba2 import Mamba2Mixer
 from .state import RequestState, SegmentJumps, TransitionCapture
-
-
-class PlainRMSNorm(nn.Module):
-    """RMSNorm with the weight applied as stored (not ``1 + w``), in fp32."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * xf).to(x.dtype)
 
 
 def relu2(x: torch.Tensor) -> torch.Tensor:

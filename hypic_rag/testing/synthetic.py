@@ -99,7 +99,48 @@ TINY_NEMOTRON_MOE: dict[str, Any] = dict(
     routed_scaling_factor=1.5,
 )
 
-KINDS = ("qwen3_next", "qwen3_next_moe", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "nemotron_h_moe")
+# Granite-4.0-H and Bamba on tiny shapes: Mamba2 and attention layers, each followed by a feed-forward.
+TINY_MAMBA_HYBRID: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    mamba_n_heads=8,
+    mamba_d_head=16,
+    mamba_d_state=16,
+    mamba_n_groups=2,
+    mamba_d_conv=4,
+    mamba_chunk_size=64,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
+)
+TINY_GRANITE: dict[str, Any] = dict(
+    layer_types=["mamba", "attention", "mamba", "attention"],
+    shared_intermediate_size=48,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    intermediate_size=32,
+    position_embedding_type="rope",
+    embedding_multiplier=2.0,
+    residual_multiplier=0.5,
+    attention_multiplier=0.2,
+    logits_scaling=1.5,
+)
+
+KINDS = (
+    "qwen3_next",
+    "qwen3_next_moe",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    "nemotron_h",
+    "nemotron_h_moe",
+    "granitemoehybrid",
+    "bamba",
+)
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 
@@ -136,6 +177,16 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         extra = TINY_NEMOTRON_MOE if kind.endswith("moe") else {}
         model = NemotronHForCausalLM(NemotronHConfig(**{**TINY_NEMOTRON_H, **extra, **(overrides or {})}))
+    elif kind == "granitemoehybrid":
+        from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+        params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
+        model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "bamba":
+        from transformers import BambaConfig, BambaForCausalLM
+
+        params = {**TINY_MAMBA_HYBRID, "attn_layer_indices": [1, 3], **(overrides or {})}
+        model = BambaForCausalLM(BambaConfig(**params))
     elif kind in ("qwen3_next", "qwen3_next_moe"):
         from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 

@@ -9,7 +9,7 @@ import pytest
 from hypic_rag.model import HybridConfig
 from hypic_rag.testing.synthetic import KINDS, TINY, TINY_NEMOTRON_H
 
-GDN_KINDS = [k for k in KINDS if not k.startswith("nemotron_h")]
+GDN_KINDS = [k for k in KINDS if k.startswith("qwen")]
 
 
 @pytest.mark.parametrize("kind", GDN_KINDS)
@@ -121,3 +121,45 @@ def test_nemotron_h_reads_real_checkpoint_spellings():
 def test_nemotron_h_config_errors(fields, match):
     with pytest.raises(ValueError, match=match):
         HybridConfig.from_dict(_nemotron(**fields))
+
+
+@pytest.mark.parametrize("kind", ["granitemoehybrid", "bamba"])
+def test_saved_granite_and_bamba_configs_read_back(checkpoint, kind):
+    cfg = HybridConfig.from_file(checkpoint(kind))
+    assert cfg.mixer == "mamba2"
+    assert cfg.layer_types == ("linear_attention", "full_attention") * 2
+    assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size) == (8, 16, 16)
+    assert cfg.time_step_max == float("inf")  # written as {"__float__": "Infinity"}
+    if kind == "granitemoehybrid":
+        assert cfg.rotary_dim == 16 and cfg.num_experts == 4 and cfg.attention_scale == 0.2
+        assert (cfg.embedding_multiplier, cfg.residual_multiplier, cfg.logits_scaling) == (2.0, 0.5, 1.5)
+    else:
+        assert cfg.rotary_dim == 8 and cfg.num_experts == 0  # Bamba rotates half of each head
+
+
+def test_granite_reads_published_spellings():
+    """Granite-4.0-H's own config.json: legacy layer names, ``mamba_d_head: "auto"``, ``Infinity``, no RoPE."""
+    text = (
+        '{"model_type": "granitemoehybrid", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,'
+        ' "num_hidden_layers": 3,'
+        ' "layer_types": ["mamba", "mamba", "attention"], "mamba_n_heads": 8, "mamba_d_head": "auto",'
+        ' "mamba_d_state": 16, "time_step_limit": [0.0, Infinity], "position_embedding_type": "nope",'
+        ' "num_local_experts": 0, "shared_intermediate_size": 32}'
+    )
+    cfg = HybridConfig.from_dict(json.loads(text))
+    assert cfg.layer_types == ("linear_attention", "linear_attention", "full_attention")
+    assert cfg.mamba_head_dim == 16 and cfg.rotary_dim == 0 and cfg.num_experts == 0
+    assert cfg.time_step_max == float("inf")
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ({"model_type": "bamba", "num_hidden_layers": 2, "attn_layer_indices": [5]}, "attn_layer_indices"),
+        ({"model_type": "granitemoehybrid", "layer_types": ["mamba", "conv"]}, "unsupported layer types"),
+        ({"model_type": "granitemoehybrid", "hidden_act": "gelu"}, "hidden_act"),
+    ],
+)
+def test_granite_and_bamba_config_errors(data, match):
+    with pytest.raises(ValueError, match=match):
+        HybridConfig.from_dict(data)

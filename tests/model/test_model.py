@@ -23,7 +23,7 @@ def test_full_forward_matches_transformers(checkpoint, kind):
     assert logits_max_diff(ours, load_reference(path), ids) < 1e-4
 
 
-@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text", "nemotron_h", "nemotron_h_moe"])
+@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "bamba"])
 def test_split_prefill_equals_one_shot(checkpoint, kind):
     model = load_model(checkpoint(kind))
     assert split_prefill_max_diff(model, _ids((2, 500), model.config.vocab_size), 300) < 1e-4
@@ -42,7 +42,7 @@ def test_token_by_token_decode_equals_prefill(checkpoint, kind):
     assert (steps - whole).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_next_moe", "qwen3_5_text", "nemotron_h", "nemotron_h_moe"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_greedy_decoding_matches_transformers_generate(checkpoint, kind):
     path = checkpoint(kind)
     engine = Engine.from_pretrained(path)
