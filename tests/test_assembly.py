@@ -8,7 +8,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid"]
+KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "lfm2"]
 TOL = 1e-5
 
 

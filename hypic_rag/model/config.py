@@ -80,15 +80,16 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 # Top-level model types whose text model lives in ``text_config``.
 _WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
-# Families read by ``family_configs`` (their linear layers are Mamba2).
+# Families read by ``family_configs``, by their linear layers' mixer.
 MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba")
+MIXERS = {**dict.fromkeys(MAMBA2_MODEL_TYPES, "mamba2"), "lfm2": "short_conv"}
 SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
     "qwen3_5_text",
     "qwen3_5_moe_text",
     "qwen3_5",
     "qwen3_5_moe",
-    *MAMBA2_MODEL_TYPES,
+    *MIXERS,
 )
 
 
@@ -141,6 +142,9 @@ class HybridConfig:
     residual_multiplier: float = 1.0
     attention_scale: float | None = None
     logits_scaling: float = 1.0
+    # LFM2's short convolution
+    short_conv_kernel: int = 0
+    short_conv_bias: bool = False
     moe_latent_size: int | None = None
     moe_n_group: int = 1
     moe_topk_group: int = 1
@@ -152,8 +156,8 @@ class HybridConfig:
 
     @property
     def mixer(self) -> str:
-        """The linear layers' token mixer: ``"gated_deltanet"`` or ``"mamba2"``."""
-        return "mamba2" if self.model_type in MAMBA2_MODEL_TYPES else "gated_deltanet"
+        """The linear layers' token mixer: ``"gated_deltanet"``, ``"mamba2"`` or ``"short_conv"``."""
+        return MIXERS.get(self.model_type, "gated_deltanet")
 
     @property
     def mamba_intermediate(self) -> int:
@@ -193,7 +197,7 @@ class HybridConfig:
             raise ValueError(
                 f"unsupported model_type {model_type!r}: hypic-rag runs {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
-        if model_type in MAMBA2_MODEL_TYPES:
+        if model_type in MIXERS:
             from .family_configs import READERS
 
             cfg = READERS[model_type](cls, data)
@@ -288,7 +292,7 @@ class HybridConfig:
         sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
         if FULL in self.layer_types:
             sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
-        if LINEAR in self.layer_types:
+        if LINEAR in self.layer_types and self.mixer != "short_conv":
             sizes += (
                 ["mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel"]
                 if self.mixer == "mamba2"
@@ -305,6 +309,12 @@ class HybridConfig:
                 raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
         if FULL in self.layer_types and self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.mixer == "short_conv":
+            if LINEAR in self.layer_types and self.short_conv_kernel < 1:
+                raise ValueError(f"conv_L_cache must be >= 1, got {self.short_conv_kernel}")
+            if self.intermediate_size < 1:
+                raise ValueError(f"the feed-forward size must be >= 1, got {self.intermediate_size}")
+            return
         if self.mixer == "mamba2":
             if LINEAR in self.layer_types and self.mamba_num_heads % self.mamba_n_groups:
                 raise ValueError("mamba_num_heads must be a multiple of n_groups")

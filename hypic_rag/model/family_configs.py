@@ -322,3 +322,87 @@ READERS: dict[str, Callable[[type[HybridConfig], dict[str, Any]], HybridConfig]]
     "granitemoehybrid": read_granitemoehybrid,
     "bamba": read_bamba,
 }
+
+
+LFM2: dict[str, Any] = {
+    "vocab_size": 65536,
+    "hidden_size": 2560,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 128000,
+    "norm_eps": 1e-5,
+    "tie_word_embeddings": True,
+    "conv_bias": False,
+    "conv_L_cache": 3,
+    "block_multiple_of": 256,
+    "block_ffn_dim_multiplier": 1.0,
+    "block_auto_adjust_ff_dim": True,
+    "full_attn_idxs": None,
+    "rope_theta": 1000000.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+def lfm2_ffn_size(d: dict[str, Any]) -> int:
+    """LFM2's feed-forward width: ``intermediate_size`` shrunk to 2/3, scaled and rounded up to a multiple,
+    as transformers' ``Lfm2MLP`` computes it."""
+    size = int(d["intermediate_size"])
+    if d["block_auto_adjust_ff_dim"]:
+        size = int(2 * size / 3)
+        if d["block_ffn_dim_multiplier"] is not None:
+            size = int(d["block_ffn_dim_multiplier"] * size)
+            multiple = int(d["block_multiple_of"])
+            size = multiple * ((size + multiple - 1) // multiple)
+    return size
+
+
+def read_lfm2(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """LFM2: short gated convolutions (``conv``) and attention with q/k RMSNorm and full RoPE, each followed by
+    a SwiGLU. Layer types from ``layer_types``, else ``full_attn_idxs`` (none: every layer attends);
+    ``tie_embedding`` and ``block_ff_dim`` are the published aliases."""
+    d = {**LFM2, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id") or k.startswith("block")}}
+    if "tie_embedding" in data:
+        d["tie_word_embeddings"] = data["tie_embedding"]
+    if "block_ff_dim" in data:
+        d["intermediate_size"] = data["block_ff_dim"]
+    n = int(d["num_hidden_layers"])
+    types = d.get("layer_types")
+    if types is None:
+        full = d.get("full_attn_idxs")
+        full = list(range(n)) if full is None else full
+        types = ["full_attention" if i in full else "conv" for i in range(n)]
+    if not isinstance(types, list) or any(t not in ("conv", FULL) for t in types):
+        raise ValueError(f"lfm2 layer_types must be 'conv' or 'full_attention', got {types!r}")
+    theta, _ = _rope({**d, "rope_theta": d["rope_theta"]})
+    heads = int(d["num_attention_heads"])
+    return cls(
+        model_type="lfm2",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=lfm2_ffn_size(d),
+        num_hidden_layers=len(types),
+        layer_types=tuple(LINEAR if t == "conv" else FULL for t in types),
+        num_attention_heads=heads,
+        num_key_value_heads=int(d["num_key_value_heads"]),
+        head_dim=int(d["hidden_size"]) // heads,
+        rms_norm_eps=float(d["norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=theta,
+        partial_rotary_factor=1.0,
+        attention_bias=False,
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        short_conv_kernel=int(d["conv_L_cache"]),
+        short_conv_bias=bool(d["conv_bias"]),
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS["lfm2"] = read_lfm2

@@ -80,13 +80,15 @@ class Mamba2Mixer(nn.Module):
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
     ) -> torch.Tensor:
-        """As ``GatedDeltaNet.forward``: padding is an exact identity (zero input, ``dt = 0``)."""
+        """As ``GatedDeltaNet.forward``: padding is an exact identity (zero conv input, ``dt = 0``)."""
         b, t, _ = x.shape
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)
         layer = state.linear(self.layer_idx) if state is not None else None
         ops = jumps.linear[self.layer_idx] if jumps is not None else None
         gate, xbc, dt = self.in_proj(x).split((self.inner, self.conv_dim, self.heads), dim=-1)
+        if pad_mask is not None:  # a projection bias must not reach the conv from padding
+            xbc = torch.where(pad_mask[..., None], xbc, 0.0)
         weight, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
         if ops is None:
             xbc, tail = causal_conv(xbc, layer.conv if layer else None, weight, bias)

@@ -13,6 +13,9 @@ from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
 from .state import RequestState, SegmentJumps, TransitionCapture
 
+# What each family calls its linear layers' token mixer (Qwen, Granite/Bamba, LFM2, Nemotron-H).
+_MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer")
+
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: HybridConfig, idx: int) -> None:
@@ -71,6 +74,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type == "lfm2":
+            from .lfm2 import Lfm2Backbone
+
+            self.model = Lfm2Backbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.embedding_norm)
         elif config.model_type in ("granitemoehybrid", "bamba"):
             from .mamba_hybrids import MambaHybridBackbone
 
@@ -100,7 +108,7 @@ class HybridModel(nn.Module):
         mixers = {}
         for i, layer in enumerate(self._stack[1]):
             if layer.is_linear:
-                mixers[i] = next(getattr(layer, n) for n in ("linear_attn", "mamba", "mixer") if hasattr(layer, n))
+                mixers[i] = next(getattr(layer, n) for n in _MIXER_NAMES if hasattr(layer, n))
         return mixers
 
     @property

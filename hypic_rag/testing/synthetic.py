@@ -125,6 +125,7 @@ TINY_GRANITE: dict[str, Any] = dict(
     num_experts_per_tok=2,
     intermediate_size=32,
     position_embedding_type="rope",
+    mamba_proj_bias=True,
     embedding_multiplier=2.0,
     residual_multiplier=0.5,
     attention_multiplier=0.2,
@@ -140,9 +141,29 @@ KINDS = (
     "nemotron_h_moe",
     "granitemoehybrid",
     "bamba",
+    "lfm2",
+)
+TINY_LFM2: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=144,
+    block_multiple_of=16,
+    block_ffn_dim_multiplier=1.25,
+    num_hidden_layers=4,
+    layer_types=["conv", "full_attention", "conv", "full_attention"],
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    conv_L_cache=3,
+    conv_bias=True,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
+# The families whose every norm weight is applied as stored.
+_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -157,8 +178,10 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 # Trained models forget slowly: exp(g) mostly 0.7-0.99 per token, not ~e^-1.
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5 - 2.0)
             elif p.dim() == 1:
-                plain = name.endswith("linear_attn.norm.weight") or (
-                    name.startswith("backbone.") and name.endswith(_PLAIN_NORMS)
+                plain = (
+                    name.endswith("linear_attn.norm.weight")
+                    or (name.startswith("backbone.") and name.endswith(_PLAIN_NORMS))
+                    or (model.config.model_type in _PLAIN_NORM_FAMILIES and "norm" in name)
                 )
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + (1.0 if plain else 0.0))
             else:
@@ -182,6 +205,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "lfm2":
+        from transformers import Lfm2Config, Lfm2ForCausalLM
+
+        model = Lfm2ForCausalLM(Lfm2Config(**{**TINY_LFM2, **(overrides or {})}))
     elif kind == "bamba":
         from transformers import BambaConfig, BambaForCausalLM
 

@@ -163,3 +163,22 @@ def test_granite_reads_published_spellings():
 def test_granite_and_bamba_config_errors(data, match):
     with pytest.raises(ValueError, match=match):
         HybridConfig.from_dict(data)
+
+
+def test_lfm2_reads_published_spellings(checkpoint):
+    saved = HybridConfig.from_file(checkpoint("lfm2"))
+    assert saved.mixer == "short_conv" and saved.short_conv_kernel == 3 and saved.short_conv_bias
+    assert saved.layer_types == ("linear_attention", "full_attention") * 2 and saved.rotary_dim == 16
+    # 144 -> int(2 * 144 / 3) = 96 -> * 1.25 = 120 -> rounded up to a multiple of 16 = 128
+    assert saved.intermediate_size == 128
+    cfg = HybridConfig.from_dict(
+        {"model_type": "lfm2", "num_hidden_layers": 3, "full_attn_idxs": [2], "tie_embedding": False,
+         "block_ff_dim": 96, "block_ffn_dim_multiplier": None, "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2}
+    )  # fmt: skip
+    assert cfg.layer_types == ("linear_attention", "linear_attention", "full_attention")
+    assert not cfg.tie_word_embeddings and cfg.intermediate_size == 64  # no multiplier: no rounding
+    every = HybridConfig.from_dict({"model_type": "lfm2", "num_hidden_layers": 2, "full_attn_idxs": None})
+    assert every.layer_types == ("full_attention", "full_attention")
+    with pytest.raises(ValueError, match="'conv' or 'full_attention'"):
+        HybridConfig.from_dict({"model_type": "lfm2", "num_hidden_layers": 1, "layer_types": ["mamba"]})
