@@ -8,7 +8,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "lfm2"]
+KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "lfm2", "minimax"]
 TOL = 1e-5
 
 

@@ -82,7 +82,7 @@ _WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
 # Families read by ``family_configs``, by their linear layers' mixer.
 MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba")
-MIXERS = {**dict.fromkeys(MAMBA2_MODEL_TYPES, "mamba2"), "lfm2": "short_conv"}
+MIXERS = {**dict.fromkeys(MAMBA2_MODEL_TYPES, "mamba2"), "lfm2": "short_conv", "minimax": "lightning"}
 SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
     "qwen3_5_text",
@@ -145,6 +145,8 @@ class HybridConfig:
     # LFM2's short convolution
     short_conv_kernel: int = 0
     short_conv_bias: bool = False
+    # MiniMax's residual scalings: part -> (alpha on the residual, beta on the branch)
+    residual_factors: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
     moe_latent_size: int | None = None
     moe_n_group: int = 1
     moe_topk_group: int = 1
@@ -156,7 +158,7 @@ class HybridConfig:
 
     @property
     def mixer(self) -> str:
-        """The linear layers' token mixer: ``"gated_deltanet"``, ``"mamba2"`` or ``"short_conv"``."""
+        """The linear layers' token mixer: ``"gated_deltanet"``, ``"mamba2"``, ``"short_conv"`` or ``"lightning"``."""
         return MIXERS.get(self.model_type, "gated_deltanet")
 
     @property
@@ -292,7 +294,7 @@ class HybridConfig:
         sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
         if FULL in self.layer_types:
             sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
-        if LINEAR in self.layer_types and self.mixer != "short_conv":
+        if LINEAR in self.layer_types and self.mixer not in ("short_conv", "lightning"):
             sizes += (
                 ["mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel"]
                 if self.mixer == "mamba2"
@@ -309,6 +311,10 @@ class HybridConfig:
                 raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
         if FULL in self.layer_types and self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.mixer == "lightning":
+            if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+                raise ValueError("num_experts_per_tok must be between 1 and num_local_experts")
+            return
         if self.mixer == "short_conv":
             if LINEAR in self.layer_types and self.short_conv_kernel < 1:
                 raise ValueError(f"conv_L_cache must be >= 1, got {self.short_conv_kernel}")

@@ -406,3 +406,90 @@ def read_lfm2(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
 
 
 READERS["lfm2"] = read_lfm2
+
+
+MINIMAX: dict[str, Any] = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": None,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096 * 32,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "sliding_window": None,
+    "num_experts_per_tok": 2,
+    "num_local_experts": 8,
+    "rope_theta": 1000000.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": None,
+}
+# MiniMax-Text-01's own config names for the residual scalings, and transformers'.
+_MINIMAX_FACTORS = {
+    "full_attn": ("full_attn_alpha_factor", "full_attn_beta_factor", "layernorm_full_attention"),
+    "linear_attn": ("linear_attn_alpha_factor", "linear_attn_beta_factor", "layernorm_linear_attention"),
+    "mlp": ("mlp_alpha_factor", "mlp_beta_factor", "layernorm_mlp"),
+}
+
+
+def read_minimax(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """MiniMax: Lightning and softmax attention layers with a MoE after each; ``layer_types`` or the release's
+    ``attn_type_list`` (1: softmax), the residual factors by transformers' names or the release's
+    ``layernorm_*_alpha/beta``. RoPE spans the whole head, as transformers computes it."""
+    d = {**MINIMAX, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    if "num_experts" in data:
+        d["num_local_experts"] = data["num_experts"]
+    n = int(d["num_hidden_layers"])
+    types = d.get("layer_types")
+    if types is None and isinstance(d.get("attn_type_list"), list):
+        types = [FULL if int(t) == 1 else LINEAR for t in d["attn_type_list"]]
+    if types is None:
+        types = [FULL if (i + 1) % 2 else LINEAR for i in range(n)]
+    types = _layer_names(types, {LINEAR, FULL})
+    if d.get("sliding_window"):
+        raise ValueError("minimax with sliding_window attention is not supported")
+    if d.get("postnorm") is False:
+        raise ValueError("minimax with postnorm=false is not supported: transformers' MiniMax is post-norm")
+    _check_act(d, "hidden_act", "silu")
+    factors = {}
+    for part, (alpha, beta, release) in _MINIMAX_FACTORS.items():
+        factors[part] = (
+            float(d.get(alpha, d.get(release + "_alpha", 1.0))),
+            float(d.get(beta, d.get(release + "_beta", 1.0))),
+        )
+    theta, _ = _rope(d)
+    heads = int(d["num_attention_heads"])
+    return cls(
+        model_type="minimax",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=len(types),
+        layer_types=types,
+        num_attention_heads=heads,
+        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+        head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=theta,
+        partial_rotary_factor=1.0,
+        attention_bias=False,
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        num_experts=int(d["num_local_experts"]),
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["intermediate_size"]),
+        norm_topk_prob=True,
+        residual_factors=factors,
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS["minimax"] = read_minimax

@@ -158,6 +158,36 @@ _GRANITE_RENAMES = (
 )
 
 
+_MINIMAX_EXPERT_RE = re.compile(r"^(model\.layers\.\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
+_MINIMAX_BUFFERS = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
+
+
+def _minimax_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """MiniMax checkpoints keep Mixtral's names (``block_sparse_moe``, experts' ``w1``/``w2``/``w3``) and the
+    Lightning layers' decay tables, which the runtime recomputes."""
+    for name in [n for n in tensors if n.rsplit(".", 1)[-1] in _MINIMAX_BUFFERS]:
+        del tensors[name]
+    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    for name in [n for n in tensors if _MINIMAX_EXPERT_RE.match(n)]:
+        m = _MINIMAX_EXPERT_RE.match(name)
+        assert m is not None
+        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
+    for layer, experts in groups.items():
+        ids = sorted(experts)
+        if ids != list(range(config.num_experts)):
+            raise ValueError(f"{layer} holds experts {ids[:5]}..., expected 0..{config.num_experts - 1}")
+        for e in ids:
+            absent = {"w1", "w2", "w3"} - experts[e].keys()
+            if absent:
+                raise ValueError(f"missing weight {layer}.block_sparse_moe.experts.{e}.{sorted(absent)[0]}.weight")
+        tensors[layer + ".mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat((experts[e]["w1"], experts[e]["w3"])) for e in ids]
+        )
+        tensors[layer + ".mlp.experts.down_proj"] = torch.stack([experts[e]["w2"] for e in ids])
+    for name in [n for n in tensors if ".block_sparse_moe." in n]:
+        tensors[name.replace(".block_sparse_moe.", ".mlp.")] = tensors.pop(name)
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -170,6 +200,8 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         _stack_experts(out, config)
     elif config.model_type == "nemotron_h":
         _stack_nemotron_experts(out, config)
+    elif config.model_type == "minimax":
+        _minimax_names(out, config)
     elif config.model_type == "granitemoehybrid":
         for name in list(out):
             for old, new in _GRANITE_RENAMES:

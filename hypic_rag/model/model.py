@@ -13,8 +13,8 @@ from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
 from .state import RequestState, SegmentJumps, TransitionCapture
 
-# What each family calls its linear layers' token mixer (Qwen, Granite/Bamba, LFM2, Nemotron-H).
-_MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer")
+# What each family calls its linear layers' token mixer (Qwen, Granite/Bamba, LFM2, Nemotron-H, MiniMax).
+_MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer", "self_attn")
 
 
 class DecoderLayer(nn.Module):
@@ -74,6 +74,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type == "minimax":
+            from .minimax import MiniMaxBackbone
+
+            self.model = MiniMaxBackbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
         elif config.model_type == "lfm2":
             from .lfm2 import Lfm2Backbone
 

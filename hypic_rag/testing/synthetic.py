@@ -142,6 +142,30 @@ KINDS = (
     "granitemoehybrid",
     "bamba",
     "lfm2",
+    "minimax",
+)
+TINY_MINIMAX: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=48,
+    num_hidden_layers=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    block_size=64,
+    max_position_embeddings=1024,
+    full_attn_alpha_factor=0.9,
+    full_attn_beta_factor=1.1,
+    linear_attn_alpha_factor=1.2,
+    linear_attn_beta_factor=0.8,
+    mlp_alpha_factor=0.7,
+    mlp_beta_factor=1.3,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 TINY_LFM2: dict[str, Any] = dict(
     vocab_size=320,
@@ -163,7 +187,7 @@ TINY_LFM2: dict[str, Any] = dict(
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 # The families whose every norm weight is applied as stored.
-_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2")
+_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -205,6 +229,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "minimax":
+        from transformers import MiniMaxConfig, MiniMaxForCausalLM
+
+        model = MiniMaxForCausalLM(MiniMaxConfig(**{**TINY_MINIMAX, **(overrides or {})}))
     elif kind == "lfm2":
         from transformers import Lfm2Config, Lfm2ForCausalLM
 

@@ -182,3 +182,17 @@ def test_lfm2_reads_published_spellings(checkpoint):
     assert every.layer_types == ("full_attention", "full_attention")
     with pytest.raises(ValueError, match="'conv' or 'full_attention'"):
         HybridConfig.from_dict({"model_type": "lfm2", "num_hidden_layers": 1, "layer_types": ["mamba"]})
+
+
+def test_minimax_reads_release_and_saved_spellings(checkpoint):
+    saved = HybridConfig.from_file(checkpoint("minimax"))
+    assert saved.mixer == "lightning" and saved.num_experts == 4 and saved.rotary_dim == 16
+    assert saved.residual_factors == {"full_attn": (0.9, 1.1), "linear_attn": (1.2, 0.8), "mlp": (0.7, 1.3)}
+    release = HybridConfig.from_dict(
+        {"model_type": "minimax", "num_hidden_layers": 3, "attn_type_list": [0, 0, 1], "postnorm": True,
+         "layernorm_linear_attention_alpha": 2.0, "layernorm_mlp_beta": 0.5}
+    )  # fmt: skip
+    assert release.layer_types == ("linear_attention", "linear_attention", "full_attention")
+    assert release.residual_factors["linear_attn"] == (2.0, 1.0) and release.residual_factors["mlp"] == (1.0, 0.5)
+    with pytest.raises(ValueError, match="postnorm"):
+        HybridConfig.from_dict({"model_type": "minimax", "num_hidden_layers": 2, "postnorm": False})

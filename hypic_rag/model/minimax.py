@@ -1,0 +1,151 @@
+"""MiniMax (MiniMax-Text-01): Lightning attention and softmax attention layers, each followed by a MoE.
+
+Lightning attention is linear attention with a fixed decay per head: ``S_t = lam S_{t-1} + k_t v_t^T``,
+``o_t = q_t S_t``, ``lam = exp(-slope)``, the slopes set by the head and the layer's depth. That is Mamba2's
+scan with ``dt = 1``, ``a = -slope``, ``x = v``, ``B = k``, ``C = q`` (``kernels.ssd``), so its operator is
+a scalar per head (``lam ** T``) and it shares Mamba2's capture and jumps. The residual is taken after
+the input norm (transformers' ``postnorm``), scaled by the alpha/beta factors.
+
+Module names follow transformers' ``MiniMaxForCausalLM``; the decay tables it stores as buffers are
+recomputed here, not loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from hypic_rag.kernels.algebra import SCALAR, apply_operator, ssd_split_transition
+from hypic_rag.kernels.scan import scan_pieces
+from hypic_rag.kernels.ssd import ssd_scan
+
+from .attention import PlainAttention
+from .config import LINEAR, HybridConfig
+from .layers import Experts, PlainRMSNorm, Router
+from .state import RequestState, SegmentJumps, TransitionCapture
+
+
+def lightning_slopes(heads: int, layer_idx: int, layers: int) -> torch.Tensor:
+    """Per-head decay rates: ``(2^(-8/H))^(h+1)``, scaled down with depth (transformers' ``get_slope_rate``)."""
+    base = 1 / (2 ** (8 / heads))
+    factor = 1 - layer_idx / (layers - 1 + 1e-5) + 1e-5
+    return torch.tensor([base ** (h + 1) * factor for h in range(heads)], dtype=torch.float32)
+
+
+class LightningAttention(nn.Module):
+    operator_form = SCALAR
+
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.heads, self.head_dim = config.num_attention_heads, config.head_dim
+        inner = self.heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, 3 * inner, bias=False)
+        self.output_gate = nn.Linear(config.hidden_size, inner, bias=False)
+        self.out_proj = nn.Linear(inner, config.hidden_size, bias=False)
+        self.norm = PlainRMSNorm(inner, 1e-6)  # transformers' MiniMaxRMSNorm default, not rms_norm_eps
+        self.layers = config.num_hidden_layers
+
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"b": (self.heads, self.head_dim, self.head_dim), "p": (self.heads,), "conv_tail": (0, 0)}
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        """Padding is an exact identity: zero q, k, v and no decay (``dt = 0``)."""
+        b, t, _ = x.shape
+        qkv = torch.nn.functional.silu(self.qkv_proj(x)).view(b, t, self.heads, 3 * self.head_dim)
+        q, k, v = qkv.split(self.head_dim, dim=-1)
+        dt = x.new_ones(b, t, self.heads, dtype=torch.float32)
+        if pad_mask is not None:
+            keep = pad_mask[..., None, None]
+            q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
+            dt = dt * pad_mask[..., None]
+        a = -lightning_slopes(self.heads, self.layer_idx, self.layers).to(x.device)
+        layer = state.linear(self.layer_idx) if state is not None else None
+        s0 = layer.recurrent if layer is not None else None
+        ops = jumps.linear[self.layer_idx] if jumps is not None else None
+        if ops is not None:
+            y = v.new_empty(b, t, self.heads, self.head_dim, dtype=torch.float32)
+
+            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
+                y[:, lo:hi], s = ssd_scan(v[:, lo:hi], dt[:, lo:hi], a, k[:, lo:hi], q[:, lo:hi], s)
+                return s
+
+            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
+                return apply_operator(SCALAR, ops[0][j], source, ops[1][j])
+
+            start = s0 if s0 is not None else v.new_zeros(b, self.heads, self.head_dim, self.head_dim).float()
+            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
+        elif capture is not None:
+            if s0 is not None:
+                raise ValueError("transitions are captured from a zero start only")
+            split = ssd_split_transition(v, dt, a, k, q, capture.rest_start)
+            y, s_end = split.out, split.state
+            capture.operators[self.layer_idx] = replace(split, out=None)
+        else:
+            y, s_end = ssd_scan(v, dt, a, k, q, s0)
+        if state is not None:
+            state.set_linear(self.layer_idx, x.new_zeros(b, 0, 0), s_end)
+        out = self.norm(y.reshape(b, t, -1).to(x.dtype))
+        return self.out_proj(torch.sigmoid(self.output_gate(x)) * out)
+
+
+class MiniMaxMoE(nn.Module):
+    """Softmax router, top-k renormalised, no shared expert."""
+
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.gate = Router(config)
+        self.experts = Experts(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, idx = self.gate(flat)
+        return self.experts(flat, weights, idx).reshape(x.shape)
+
+
+class MiniMaxLayer(nn.Module):
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        super().__init__()
+        self.is_linear = config.layer_types[idx] == LINEAR
+        self.self_attn: nn.Module = LightningAttention(config, idx) if self.is_linear else PlainAttention(config, idx)
+        self.input_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MiniMaxMoE(config)
+        alpha, beta = config.residual_factors["linear_attn" if self.is_linear else "full_attn"]
+        self.attn_alpha, self.attn_beta = alpha, beta
+        self.mlp_alpha, self.mlp_beta = config.residual_factors["mlp"]
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.is_linear:
+            out = self.self_attn(h, state, pad_mask, capture, jumps)
+        else:
+            out = self.self_attn(h, positions, rope, state, pad_mask)
+        h = self.post_attention_layernorm(h * self.attn_alpha + out * self.attn_beta)
+        return h * self.mlp_alpha + self.mlp(h) * self.mlp_beta
+
+
+class MiniMaxBackbone(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(MiniMaxLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
