@@ -287,6 +287,35 @@ def ssd_split_transition(
     return SplitTransition(state, p, out, rest_state, rest_p)
 
 
+def kda_split_transition(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    rest_start: torch.Tensor,
+) -> SplitTransition:
+    """``split_transition`` for KDA (``kernels.kda``'s shapes; per-channel ``g [N, T, H, K]``): one pass with
+    identity columns beside the values from ``[0 | I]`` gives the outputs, the end state and ``P``; where
+    rows have a remainder, a second such pass in which each row's tokens before ``rest_start[n]`` are
+    identities (``g = beta = 0``) gives the remainder's operator and zero-start state."""
+    from .kda import kda_scan
+
+    n, t, h, dk = k.shape
+    dv = v.shape[-1]
+    if rest_start.shape != (n,):
+        raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
+    wide = torch.cat((v.float(), v.new_zeros(n, t, h, dk, dtype=torch.float32)), dim=-1)
+    eye = torch.eye(dk, device=k.device).expand(n, h, dk, dk)
+    start = torch.cat((k.new_zeros(n, h, dk, dv, dtype=torch.float32), eye), dim=-1)
+    out, state = kda_scan(q, k, wide, g, beta, start)
+    if bool((rest_start >= t).all()):
+        return SplitTransition(state[..., :dv], state[..., dv:], out[..., :dv])
+    keep = (torch.arange(t, device=k.device)[None, :] >= rest_start.to(k.device)[:, None])[..., None]
+    _, rest = kda_scan(q, k, wide, g * keep[..., None], beta * keep, start)
+    return SplitTransition(state[..., :dv], state[..., dv:], out[..., :dv], rest[..., :dv], rest[..., dv:])
+
+
 # -- rerotate -----------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "lfm2", "minimax"]
+KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "lfm2", "minimax", "kimi_linear"]
 TOL = 1e-5
 
 

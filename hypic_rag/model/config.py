@@ -82,7 +82,12 @@ _WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
 # Families read by ``family_configs``, by their linear layers' mixer.
 MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba")
-MIXERS = {**dict.fromkeys(MAMBA2_MODEL_TYPES, "mamba2"), "lfm2": "short_conv", "minimax": "lightning"}
+MIXERS = {
+    **dict.fromkeys(MAMBA2_MODEL_TYPES, "mamba2"),
+    "lfm2": "short_conv",
+    "minimax": "lightning",
+    "kimi_linear": "kda",
+}
 SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
     "qwen3_5_text",
@@ -145,6 +150,12 @@ class HybridConfig:
     # LFM2's short convolution
     short_conv_kernel: int = 0
     short_conv_bias: bool = False
+    # Kimi Linear's MLA
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     # MiniMax's residual scalings: part -> (alpha on the residual, beta on the branch)
     residual_factors: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
     moe_latent_size: int | None = None
@@ -158,7 +169,7 @@ class HybridConfig:
 
     @property
     def mixer(self) -> str:
-        """The linear layers' token mixer: ``"gated_deltanet"``, ``"mamba2"``, ``"short_conv"`` or ``"lightning"``."""
+        """The linear layers' token mixer (``MIXERS``; ``"gated_deltanet"`` for the Qwen families)."""
         return MIXERS.get(self.model_type, "gated_deltanet")
 
     @property
@@ -311,6 +322,12 @@ class HybridConfig:
                 raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
         if FULL in self.layer_types and self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.mixer == "kda":
+            if self.v_head_dim > self.head_dim:
+                raise ValueError(f"v_head_dim {self.v_head_dim} is wider than the query-key head {self.head_dim}")
+            if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+                raise ValueError("num_experts_per_token must be between 1 and num_experts")
+            return
         if self.mixer == "lightning":
             if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError("num_experts_per_tok must be between 1 and num_local_experts")

@@ -493,3 +493,128 @@ def read_minimax(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
 
 
 READERS["minimax"] = read_minimax
+
+
+KIMI_LINEAR: dict[str, Any] = {
+    "vocab_size": 163840,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "moe_intermediate_size": 1024,
+    "num_hidden_layers": 27,
+    "num_attention_heads": 32,
+    "n_shared_experts": 1,
+    "routed_scaling_factor": 2.446,
+    "kv_lora_rank": 512,
+    "q_lora_rank": None,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_nope_head_dim": 128,
+    "n_group": 1,
+    "topk_group": 1,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "hidden_act": "silu",
+    "max_position_embeddings": 1048576,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "num_local_experts": 256,
+    "linear_head_dim": 128,
+    "linear_num_heads": 32,
+    "linear_conv_kernel_dim": 4,
+    "first_k_dense_replace": 1,
+    "pad_token_id": 163839,
+    "bos_token_id": 163584,
+    "eos_token_id": 163586,
+}
+# The names Kimi Linear's config.json uses for transformers' fields (its ``attribute_map``).
+KIMI_ALIASES = {
+    "model_max_length": "max_position_embeddings",
+    "moe_renormalize": "norm_topk_prob",
+    "num_expert_group": "n_group",
+    "num_experts": "num_local_experts",
+    "num_experts_per_token": "num_experts_per_tok",
+    "num_shared_experts": "n_shared_experts",
+}
+
+
+def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Kimi Linear: KDA and MLA layers from ``layer_types`` or ``linear_attn_config`` (``kda_layers`` /
+    ``full_attn_layers``, 1-based), dense MLPs before ``first_k_dense_replace`` (or per ``mlp_layer_types``),
+    the checkpoint's own field names (``num_experts``, ``moe_renormalize``, ...)."""
+    d = dict(KIMI_LINEAR)
+    for key, value in data.items():
+        if value is not None or key.endswith("token_id") or key == "q_lora_rank":
+            d[KIMI_ALIASES.get(key, key)] = value
+    linear = d.get("linear_attn_config") or {}
+    if not isinstance(linear, dict):
+        raise ValueError("linear_attn_config must be an object")
+    heads = int(linear.get("num_heads", d["linear_num_heads"]))
+    dim = int(linear.get("head_dim", d["linear_head_dim"]))
+    kernel = int(linear.get("short_conv_kernel_size", d["linear_conv_kernel_dim"]))
+    n = int(d["num_hidden_layers"])
+    types = d.get("layer_types")
+    if types is None and "kda_layers" in linear and "full_attn_layers" in linear:
+        types = [None] * n
+        for key, kind in (("full_attn_layers", FULL), ("kda_layers", LINEAR)):
+            for one_based in linear[key]:
+                if not 1 <= int(one_based) <= n:
+                    raise ValueError(f"linear_attn_config.{key} holds {one_based}, outside layers 1..{n}")
+                types[int(one_based) - 1] = kind
+        unset = [i + 1 for i, kind in enumerate(types) if kind is None]
+        if unset:
+            raise ValueError(f"linear_attn_config leaves layers {unset} unset")
+    if types is None:
+        types = [FULL if i and i % 4 == 0 else LINEAR for i in range(n)]
+    types = _layer_names(types, {LINEAR, FULL})
+    mlp_types = d.get("mlp_layer_types") or [
+        "dense" if i < int(d["first_k_dense_replace"]) else "sparse" for i in range(n)
+    ]
+    if len(mlp_types) != n or any(m not in ("dense", "sparse") for m in mlp_types):
+        raise ValueError(f"mlp_layer_types must list {n} of 'dense' or 'sparse', got {mlp_types!r}")
+    _check_act(d, "hidden_act", "silu")
+    attn_heads = int(d["num_attention_heads"])
+    return cls(
+        model_type="kimi_linear",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=n,
+        layer_types=types,
+        num_attention_heads=attn_heads,
+        num_key_value_heads=attn_heads,
+        head_dim=int(d["qk_nope_head_dim"]) + int(d["qk_rope_head_dim"]),
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=10000.0,
+        partial_rotary_factor=0.0,  # transformers' Kimi Linear rotates nothing
+        attention_bias=bool(d["attention_bias"]),
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        linear_num_key_heads=heads,
+        linear_num_value_heads=heads,
+        linear_key_head_dim=dim,
+        linear_value_head_dim=dim,
+        linear_conv_kernel_dim=kernel,
+        num_experts=int(d["num_local_experts"]),
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["moe_intermediate_size"]),
+        shared_expert_intermediate_size=int(d["moe_intermediate_size"]) * int(d["n_shared_experts"]),
+        norm_topk_prob=bool(d["norm_topk_prob"]),
+        mlp_only_layers=tuple(i for i, m in enumerate(mlp_types) if m == "dense"),
+        moe_n_group=int(d["n_group"]),
+        moe_topk_group=int(d["topk_group"] or 1),
+        routed_scaling_factor=float(d["routed_scaling_factor"]),
+        q_lora_rank=int(d["q_lora_rank"]) if d.get("q_lora_rank") else None,
+        kv_lora_rank=int(d["kv_lora_rank"]),
+        qk_nope_head_dim=int(d["qk_nope_head_dim"]),
+        qk_rope_head_dim=int(d["qk_rope_head_dim"]),
+        v_head_dim=int(d["v_head_dim"]),
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS["kimi_linear"] = read_kimi_linear

@@ -118,3 +118,30 @@ class SparseMoE(nn.Module):
         routed = self.experts(flat, weights, idx)
         shared = torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         return (routed + shared).reshape(shape)
+
+
+class GroupRouter(nn.Module):
+    """Sigmoid scores; experts chosen with a score-correction bias among the ``topk_group`` groups whose two
+    best corrected scores sum highest; weights are the uncorrected scores, renormalised and scaled."""
+
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        e = config.num_experts
+        self.top_k, self.groups, self.topk_group = config.num_experts_per_tok, config.moe_n_group, config.moe_topk_group
+        self.norm_topk_prob, self.scale = config.norm_topk_prob, config.routed_scaling_factor
+        self.weight = nn.Parameter(torch.zeros(e, config.hidden_size))
+        self.e_score_correction_bias = nn.Parameter(torch.zeros(e))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        choice = scores + self.e_score_correction_bias.float()
+        n, e = choice.shape
+        grouped = choice.view(n, self.groups, e // self.groups)
+        best_groups = grouped.topk(min(2, e // self.groups), dim=-1)[0].sum(-1).topk(self.topk_group, dim=-1)[1]
+        keep = torch.zeros(n, self.groups, dtype=torch.bool, device=x.device).scatter_(1, best_groups, True)
+        choice = choice.masked_fill(~keep.repeat_interleave(e // self.groups, dim=1), float("-inf"))
+        idx = choice.topk(self.top_k, dim=-1)[1]
+        weights = scores.gather(1, idx)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return weights * self.scale, idx

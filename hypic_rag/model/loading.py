@@ -158,7 +158,6 @@ _GRANITE_RENAMES = (
 )
 
 
-_MINIMAX_EXPERT_RE = re.compile(r"^(model\.layers\.\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
 _MINIMAX_BUFFERS = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
 
 
@@ -167,9 +166,33 @@ def _minimax_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> No
     Lightning layers' decay tables, which the runtime recomputes."""
     for name in [n for n in tensors if n.rsplit(".", 1)[-1] in _MINIMAX_BUFFERS]:
         del tensors[name]
+    _merge_expert_modules(tensors, config, "block_sparse_moe", "mlp")
+
+
+def _kimi_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """Kimi Linear checkpoints keep the forget gate's tensors on the attention module, one short conv each for
+    q, k and v, and DeepSeek's expert names (``block_sparse_moe``, ``w1``/``w2``/``w3``)."""
+    for name in list(tensors):
+        for part in ("f_a_proj", "f_b_proj", "dt_bias", "A_log"):
+            old = f".self_attn.{part}"
+            if old + "." in name or name.endswith(old):
+                tensors[name.replace(old, f".self_attn.forget_gate.{part}")] = tensors.pop(name)
+    for name in [n for n in tensors if n.endswith(".self_attn.q_conv1d.weight")]:
+        prefix = name[: -len("q_conv1d.weight")]
+        parts = [tensors.pop(prefix + f"{p}_conv1d.weight", None) for p in "qkv"]
+        if any(p is None for p in parts):
+            raise ValueError(f"{prefix}: q_conv1d, k_conv1d and v_conv1d must all be present")
+        tensors[prefix + "conv1d.weight"] = torch.cat(parts)
+    _merge_expert_modules(tensors, config, "block_sparse_moe", "mlp")
+
+
+def _merge_expert_modules(tensors: dict[str, torch.Tensor], config: HybridConfig, old: str, new: str) -> None:
+    """Experts stored one module each as ``w1`` (gate), ``w3`` (up), ``w2`` (down) under ``old``, stacked into
+    ``new.experts.gate_up_proj`` / ``down_proj``; the rest of ``old`` renamed to ``new``."""
+    pattern = re.compile(rf"^(model\.layers\.\d+)\.{old}\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
     groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-    for name in [n for n in tensors if _MINIMAX_EXPERT_RE.match(n)]:
-        m = _MINIMAX_EXPERT_RE.match(name)
+    for name in [n for n in tensors if pattern.match(n)]:
+        m = pattern.match(name)
         assert m is not None
         groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
     for layer, experts in groups.items():
@@ -179,13 +202,13 @@ def _minimax_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> No
         for e in ids:
             absent = {"w1", "w2", "w3"} - experts[e].keys()
             if absent:
-                raise ValueError(f"missing weight {layer}.block_sparse_moe.experts.{e}.{sorted(absent)[0]}.weight")
-        tensors[layer + ".mlp.experts.gate_up_proj"] = torch.stack(
+                raise ValueError(f"missing weight {layer}.{old}.experts.{e}.{sorted(absent)[0]}.weight")
+        tensors[f"{layer}.{new}.experts.gate_up_proj"] = torch.stack(
             [torch.cat((experts[e]["w1"], experts[e]["w3"])) for e in ids]
         )
-        tensors[layer + ".mlp.experts.down_proj"] = torch.stack([experts[e]["w2"] for e in ids])
-    for name in [n for n in tensors if ".block_sparse_moe." in n]:
-        tensors[name.replace(".block_sparse_moe.", ".mlp.")] = tensors.pop(name)
+        tensors[f"{layer}.{new}.experts.down_proj"] = torch.stack([experts[e]["w2"] for e in ids])
+    for name in [n for n in tensors if f".{old}." in n]:
+        tensors[name.replace(f".{old}.", f".{new}.")] = tensors.pop(name)
 
 
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
@@ -202,6 +225,8 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         _stack_nemotron_experts(out, config)
     elif config.model_type == "minimax":
         _minimax_names(out, config)
+    elif config.model_type == "kimi_linear":
+        _kimi_names(out, config)
     elif config.model_type == "granitemoehybrid":
         for name in list(out):
             for old, new in _GRANITE_RENAMES:

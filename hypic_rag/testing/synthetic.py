@@ -143,7 +143,35 @@ KINDS = (
     "bamba",
     "lfm2",
     "minimax",
+    "kimi_linear",
 )
+TINY_KIMI: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=16,
+    q_lora_rank=None,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=4,
+    v_head_dim=8,
+    num_local_experts=8,
+    num_experts_per_tok=2,
+    n_shared_experts=1,
+    n_group=2,
+    topk_group=1,
+    routed_scaling_factor=2.0,
+    linear_attn_config={"num_heads": 2, "head_dim": 16, "short_conv_kernel_size": 4,
+                        "kda_layers": [1, 3], "full_attn_layers": [2, 4]},
+    first_k_dense_replace=1,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
+)  # fmt: skip
 TINY_MINIMAX: dict[str, Any] = dict(
     vocab_size=320,
     hidden_size=64,
@@ -187,7 +215,7 @@ TINY_LFM2: dict[str, Any] = dict(
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 # The families whose every norm weight is applied as stored.
-_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax")
+_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -229,6 +257,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "kimi_linear":
+        from transformers import KimiLinearConfig, KimiLinearForCausalLM
+
+        model = KimiLinearForCausalLM(KimiLinearConfig(**{**TINY_KIMI, **(overrides or {})}))
     elif kind == "minimax":
         from transformers import MiniMaxConfig, MiniMaxForCausalLM
 

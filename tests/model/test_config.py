@@ -196,3 +196,21 @@ def test_minimax_reads_release_and_saved_spellings(checkpoint):
     assert release.residual_factors["linear_attn"] == (2.0, 1.0) and release.residual_factors["mlp"] == (1.0, 0.5)
     with pytest.raises(ValueError, match="postnorm"):
         HybridConfig.from_dict({"model_type": "minimax", "num_hidden_layers": 2, "postnorm": False})
+
+
+def test_kimi_linear_reads_its_checkpoint_names(checkpoint):
+    saved = HybridConfig.from_file(checkpoint("kimi_linear"))
+    assert saved.mixer == "kda" and saved.layer_types == ("linear_attention", "full_attention") * 2
+    assert (saved.linear_num_value_heads, saved.linear_value_head_dim, saved.head_dim) == (2, 16, 12)
+    assert saved.mlp_only_layers == (0,) and saved.rotary_dim == 0 and saved.num_key_value_heads == 4
+    cfg = HybridConfig.from_dict(
+        {"model_type": "kimi_linear", "num_hidden_layers": 3, "num_experts": 4, "num_experts_per_token": 2,
+         "num_shared_experts": 2, "moe_intermediate_size": 8, "moe_renormalize": False, "num_expert_group": 2,
+         "linear_attn_config": {"kda_layers": [1, 2], "full_attn_layers": [3], "num_heads": 2, "head_dim": 8}}
+    )  # fmt: skip
+    assert cfg.layer_types == ("linear_attention", "linear_attention", "full_attention")
+    assert (cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_n_group, cfg.norm_topk_prob) == (4, 2, 2, False)
+    assert cfg.shared_expert_intermediate_size == 16 and cfg.linear_key_head_dim == 8
+    with pytest.raises(ValueError, match="outside layers"):
+        HybridConfig.from_dict({"model_type": "kimi_linear", "num_hidden_layers": 2,
+                                "linear_attn_config": {"kda_layers": [0], "full_attn_layers": [2]}})  # fmt: skip

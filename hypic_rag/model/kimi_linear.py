@@ -1,0 +1,224 @@
+"""Kimi Linear (``kimi_linear``): KDA linear attention and MLA full attention, a dense MLP in the first
+layers and a sigmoid-routed MoE with a shared expert after.
+
+KDA is the gated delta rule with a decay per key channel (``kernels.kda``): its operator is dense, as
+Gated DeltaNet's is. MLA here has no RoPE (transformers' Kimi Linear applies none): its cached keys move
+to any position unchanged. Each head's K (``[k_nope | k_rot]``) and V are cached after ``kv_b_proj``, V
+zero-padded to K's width so every attention layer's KV has one head size; the padding is cut from the
+output. Module names follow transformers' ``KimiLinearForCausalLM``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hypic_rag.kernels.algebra import DENSE, apply_operator, kda_split_transition
+from hypic_rag.kernels.delta_rule import l2norm
+from hypic_rag.kernels.kda import kda_scan
+from hypic_rag.kernels.scan import scan_pieces
+
+from .attention import attend
+from .config import LINEAR, HybridConfig
+from .conv import causal_conv, causal_conv_across
+from .layers import MLP, Experts, GroupRouter, PlainRMSNorm
+from .state import RequestState, SegmentJumps, TransitionCapture
+
+
+class ForgetGate(nn.Module):
+    """The per-channel log-decay ``-exp(A_log[h]) * softplus(f_b(f_a(x)) + dt_bias)``."""
+
+    def __init__(self, hidden: int, heads: int, dim: int) -> None:
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.f_a_proj = nn.Linear(hidden, dim, bias=False)
+        self.f_b_proj = nn.Linear(dim, heads * dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.zeros(heads * dim))
+        self.A_log = nn.Parameter(torch.zeros(1, 1, heads, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        z = self.f_b_proj(self.f_a_proj(x)).float() + self.dt_bias.float()
+        return -self.A_log.float().exp() * F.softplus(z).view(b, t, self.heads, self.dim)
+
+
+class KimiDeltaAttention(nn.Module):
+    operator_form = DENSE
+
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        h = config.hidden_size
+        self.heads, self.dim = config.linear_num_value_heads, config.linear_value_head_dim
+        inner = self.heads * self.dim
+        self.kernel = config.linear_conv_kernel_dim
+        self.q_proj = nn.Linear(h, inner, bias=False)
+        self.k_proj = nn.Linear(h, inner, bias=False)
+        self.v_proj = nn.Linear(h, inner, bias=False)
+        self.conv1d = nn.Conv1d(3 * inner, 3 * inner, self.kernel, groups=3 * inner, bias=False)
+        self.forget_gate = ForgetGate(h, self.heads, self.dim)
+        self.b_proj = nn.Linear(h, self.heads, bias=False)
+        self.g_a_proj = nn.Linear(h, self.dim, bias=False)
+        self.g_b_proj = nn.Linear(self.dim, inner, bias=False)
+        self.o_norm = PlainRMSNorm(self.dim, config.rms_norm_eps)
+        self.o_proj = nn.Linear(inner, h, bias=False)
+
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.dim
+        return {"b": (self.heads, d, d), "p": (self.heads, d, d), "conv_tail": (3 * self.heads * d, self.kernel - 1)}
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        """Padding is an exact identity (zero conv input, ``g = beta = 0``)."""
+        b, t, _ = x.shape
+        if pad_mask is not None:
+            x = torch.where(pad_mask[..., None], x, 0.0)
+        layer = state.linear(self.layer_idx) if state is not None else None
+        ops = jumps.linear[self.layer_idx] if jumps is not None else None
+        mixed = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
+        weight, tail = self.conv1d.weight[:, 0, :], layer.conv if layer else None
+        if ops is None:
+            mixed, tail = causal_conv(mixed, tail, weight)
+        else:
+            mixed, tail = causal_conv_across(mixed, tail, weight, None, jumps.at, ops[2])
+        q, k, v = (y.reshape(b, t, self.heads, self.dim) for y in F.silu(mixed).chunk(3, dim=-1))
+        g = self.forget_gate(x)
+        beta = torch.sigmoid(self.b_proj(x).float())
+        if pad_mask is not None:
+            g, beta = g * pad_mask[..., None, None], beta * pad_mask[..., None]
+        q = l2norm(q.float()) * self.dim**-0.5
+        k = l2norm(k.float())
+        s0 = layer.recurrent if layer is not None else None
+        if ops is not None:
+            y = v.new_empty(b, t, self.heads, self.dim, dtype=torch.float32)
+
+            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
+                y[:, lo:hi], s = kda_scan(q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], g[:, lo:hi], beta[:, lo:hi], s)
+                return s
+
+            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
+                return apply_operator(DENSE, ops[0][j], source, ops[1][j])
+
+            start = s0 if s0 is not None else q.new_zeros(b, self.heads, self.dim, self.dim)
+            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
+        elif capture is not None:
+            if s0 is not None:
+                raise ValueError("transitions are captured from a zero start only")
+            split = kda_split_transition(q, k, v, g, beta, capture.rest_start)
+            y, s_end = split.out, split.state
+            capture.operators[self.layer_idx] = replace(split, out=None)
+        else:
+            y, s_end = kda_scan(q, k, v, g, beta, s0)
+        if state is not None:
+            state.set_linear(self.layer_idx, tail, s_end)
+        gate = self.g_b_proj(self.g_a_proj(x)).view(b, t, self.heads, self.dim)
+        out = self.o_norm(y.to(x.dtype)) * torch.sigmoid(gate.float()).to(x.dtype)
+        return self.o_proj(out.reshape(b, t, -1))
+
+
+class MultiLatentAttention(nn.Module):
+    """DeepSeek's MLA as Kimi Linear runs it: a compressed KV latent, one rope-free key part shared by the
+    heads, no position encoding at all."""
+
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        h, heads = config.hidden_size, config.num_attention_heads
+        self.heads = heads
+        self.nope, self.rope_part, self.v_dim = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+        self.qk_dim = self.nope + self.rope_part
+        self.kv_rank = config.kv_lora_rank
+        if config.q_lora_rank:
+            self.q_a_proj = nn.Linear(h, config.q_lora_rank, bias=False)
+            self.q_a_layernorm = PlainRMSNorm(config.q_lora_rank, 1e-6)
+            self.q_b_proj = nn.Linear(config.q_lora_rank, heads * self.qk_dim, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, heads * self.qk_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_rank + self.rope_part, bias=config.attention_bias)
+        self.kv_a_layernorm = PlainRMSNorm(self.kv_rank, 1e-6)
+        self.kv_b_proj = nn.Linear(self.kv_rank, heads * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(heads * self.v_dim, h, bias=config.attention_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        if hasattr(self, "q_proj"):
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(b, t, self.heads, self.qk_dim).transpose(1, 2)
+        latent, k_rot = self.kv_a_proj_with_mqa(x).split((self.kv_rank, self.rope_part), dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, t, self.heads, self.nope + self.v_dim)
+        k_nope, v = kv.split((self.nope, self.v_dim), dim=-1)
+        k = torch.cat((k_nope, k_rot[:, :, None].expand(b, t, self.heads, self.rope_part)), dim=-1).transpose(1, 2)
+        v = F.pad(v, (0, self.qk_dim - self.v_dim)).transpose(1, 2)  # one head size for K and V
+        out = attend(self.layer_idx, q, k, v, positions, rope[2], state, pad_mask, self.qk_dim**-0.5)
+        return self.o_proj(out[..., : self.v_dim].transpose(1, 2).reshape(b, t, -1))
+
+
+class KimiMoE(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.gate = GroupRouter(config)
+        self.experts = Experts(config)
+        self.shared_experts = MLP(config.hidden_size, config.shared_expert_intermediate_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, idx = self.gate(flat)
+        return self.experts(flat, weights.to(x.dtype), idx).reshape(x.shape) + self.shared_experts(x)
+
+
+class KimiLayer(nn.Module):
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        super().__init__()
+        self.is_linear = config.layer_types[idx] == LINEAR
+        if self.is_linear:
+            self.self_attn: nn.Module = KimiDeltaAttention(config, idx)
+        else:
+            self.self_attn = MultiLatentAttention(config, idx)
+        dense = idx in config.mlp_only_layers
+        self.mlp = MLP(config.hidden_size, config.intermediate_size) if dense else KimiMoE(config)
+        self.input_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.is_linear:
+            h = self.self_attn(h, state, pad_mask, capture, jumps)
+        else:
+            h = self.self_attn(h, positions, rope, state, pad_mask)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class KimiBackbone(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(KimiLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
