@@ -8,7 +8,16 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "lfm2", "minimax", "kimi_linear"]
+KINDS = [
+    "qwen3_next",
+    "qwen3_5_text",
+    "nemotron_h_moe",
+    "granitemoehybrid",
+    "lfm2",
+    "minimax",
+    "kimi_linear",
+    "olmo_hybrid",
+]
 TOL = 1e-5
 
 

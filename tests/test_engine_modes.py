@@ -7,7 +7,17 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-KINDS = ["qwen3_next", "qwen3_5_text", "nemotron_h", "granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear"]
+KINDS = [
+    "qwen3_next",
+    "qwen3_5_text",
+    "nemotron_h",
+    "granitemoehybrid",
+    "bamba",
+    "lfm2",
+    "minimax",
+    "kimi_linear",
+    "olmo_hybrid",
+]
 TOL = 1e-4
 
 

@@ -87,6 +87,7 @@ MIXERS = {
     "lfm2": "short_conv",
     "minimax": "lightning",
     "kimi_linear": "kda",
+    "olmo_hybrid": "gated_deltanet",
 }
 SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
@@ -150,6 +151,9 @@ class HybridConfig:
     # LFM2's short convolution
     short_conv_kernel: int = 0
     short_conv_bias: bool = False
+    # OLMo hybrid's Gated DeltaNet: beta in (0, 2), its own read-out norm eps
+    linear_beta_scale: float = 1.0
+    linear_norm_eps: float | None = None
     # Kimi Linear's MLA
     q_lora_rank: int | None = None
     kv_lora_rank: int = 0
@@ -354,7 +358,8 @@ class HybridConfig:
             return
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
-        if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.head_dim:
+        no_rope = self.rotary_dim == 0 and self.model_type == "olmo_hybrid"  # OLMo hybrid may run NoPE
+        if self.rotary_dim % 2 or not (0 < self.rotary_dim or no_rope) or self.rotary_dim > self.head_dim:
             raise ValueError(f"rotary dim {self.rotary_dim} must be even and within head_dim {self.head_dim}")
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise ValueError("num_experts_per_tok must be between 1 and num_experts")

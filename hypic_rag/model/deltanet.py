@@ -45,7 +45,8 @@ class GatedDeltaNet(nn.Module):
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.kernel, groups=self.conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
-        self.norm = GatedRMSNorm(self.dv, config.rms_norm_eps)
+        self.norm = GatedRMSNorm(self.dv, config.linear_norm_eps or config.rms_norm_eps)
+        self.beta_scale = config.linear_beta_scale  # OLMo hybrid's 2: negative eigenvalues allowed
         self.out_proj = nn.Linear(self.value_dim, h, bias=False)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -84,6 +85,8 @@ class GatedDeltaNet(nn.Module):
         q, k, v = mixed.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
         z = self.in_proj_z(x)
         beta = torch.sigmoid(self.in_proj_b(x))
+        if self.beta_scale != 1.0:
+            beta = beta * self.beta_scale
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
         if pad_mask is not None:
             g = g * pad_mask[..., None]

@@ -618,3 +618,76 @@ def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
 
 
 READERS["kimi_linear"] = read_kimi_linear
+
+
+OLMO_HYBRID: dict[str, Any] = {
+    "vocab_size": 100352,
+    "hidden_size": 3840,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 30,
+    "hidden_act": "silu",
+    "max_position_embeddings": 65536,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "linear_conv_kernel_dim": 4,
+    "linear_allow_neg_eigval": True,
+    "pad_token_id": 100277,
+    "bos_token_id": None,
+    "eos_token_id": 100257,
+}
+
+
+def read_olmo_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """OLMo hybrid: Gated DeltaNet layers (pre-norm; beta doubled when ``linear_allow_neg_eigval``) and
+    attention layers (post-norm, q/k RMSNorm over the whole projection, RoPE — or none when
+    ``rope_theta`` is null)."""
+    d = {**OLMO_HYBRID, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    n, h = int(d["num_hidden_layers"]), int(d["hidden_size"])
+    heads = int(d["num_attention_heads"])
+    types = d.get("layer_types")
+    if types is None:
+        types = [FULL if i % 4 == 3 else LINEAR for i in range(n)]
+        if FULL not in types:
+            types[-1] = FULL
+    types = _layer_names(types, {LINEAR, FULL})
+    _check_act(d, "hidden_act", "silu")
+    rope = dict(d.get("rope_parameters") or {})
+    nope = any("rope_theta" in where and where["rope_theta"] is None for where in (rope, data))
+    theta = 10000.0 if nope else _rope(d)[0]
+    k_heads = int(d.get("linear_num_key_heads") or heads)
+    v_heads = int(d.get("linear_num_value_heads") or heads)
+    dk = int(d.get("linear_key_head_dim") or int(0.75 * h / k_heads))
+    return cls(
+        model_type="olmo_hybrid",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=h,
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=n,
+        layer_types=types,
+        num_attention_heads=heads,
+        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+        head_dim=int(d.get("head_dim") or h // heads),
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=theta,
+        partial_rotary_factor=0.0 if nope else 1.0,
+        attention_bias=bool(d["attention_bias"]),
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        linear_num_key_heads=k_heads,
+        linear_num_value_heads=v_heads,
+        linear_key_head_dim=dk,
+        linear_value_head_dim=int(d.get("linear_value_head_dim") or 2 * dk),
+        linear_conv_kernel_dim=int(d["linear_conv_kernel_dim"]),
+        linear_beta_scale=2.0 if d["linear_allow_neg_eigval"] else 1.0,
+        linear_norm_eps=1e-5,  # transformers hard-codes the read-out norm's eps
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS["olmo_hybrid"] = read_olmo_hybrid

@@ -211,6 +211,33 @@ def _merge_expert_modules(tensors: dict[str, torch.Tensor], config: HybridConfig
         tensors[name.replace(f".{old}.", f".{new}.")] = tensors.pop(name)
 
 
+# OLMo hybrid's Gated DeltaNet projections, as this runtime's fused layout takes them.
+_OLMO_LINEAR = (("g_proj", "in_proj_z"), ("b_proj", "in_proj_b"), ("a_proj", "in_proj_a"), ("o_proj", "out_proj"),
+                ("o_norm", "norm"))  # fmt: skip
+
+
+def _olmo_hybrid_names(tensors: dict[str, torch.Tensor]) -> None:
+    """OLMo hybrid keeps q, k, v (and their convs) apart and names its norms as OLMo-core does."""
+    for name in list(tensors):
+        new = name.replace("attention_layer_norm", "input_layernorm").replace(
+            "feedforward_layer_norm", "post_attention_layernorm"
+        )
+        if new != name:
+            tensors[new] = tensors.pop(name)
+    for name in [n for n in tensors if n.endswith(".linear_attn.q_proj.weight")]:
+        prefix = name[: -len("q_proj.weight")]
+        fusions = ((("q_proj", "k_proj", "v_proj"), "in_proj_qkv"), (("q_conv1d", "k_conv1d", "v_conv1d"), "conv1d"))
+        for parts, fused in fusions:
+            found = [tensors.pop(f"{prefix}{p}.weight", None) for p in parts]
+            if all(f is not None for f in found):
+                tensors[f"{prefix}{fused}.weight"] = torch.cat(found)
+            elif any(f is not None for f in found):
+                raise ValueError(f"{prefix}: {', '.join(parts)} must all be present")
+        for old, new in _OLMO_LINEAR:
+            if f"{prefix}{old}.weight" in tensors:
+                tensors[f"{prefix}{new}.weight"] = tensors.pop(f"{prefix}{old}.weight")
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -218,7 +245,9 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         if name.startswith("model.language_model."):
             name = "model." + name[len("model.language_model.") :]
         out[name] = t
-    if config.mixer == "gated_deltanet":
+    if config.model_type == "olmo_hybrid":
+        _olmo_hybrid_names(out)
+    elif config.mixer == "gated_deltanet":
         _split_qwen3_next_projections(out, config)
         _stack_experts(out, config)
     elif config.model_type == "nemotron_h":

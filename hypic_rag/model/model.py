@@ -74,6 +74,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type == "olmo_hybrid":
+            from .olmo_hybrid import OlmoHybridBackbone
+
+            self.model = OlmoHybridBackbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
         elif config.model_type == "kimi_linear":
             from .kimi_linear import KimiBackbone
 

@@ -144,6 +144,24 @@ KINDS = (
     "lfm2",
     "minimax",
     "kimi_linear",
+    "olmo_hybrid",
+)
+TINY_OLMO: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=8,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 TINY_KIMI: dict[str, Any] = dict(
     vocab_size=320,
@@ -215,7 +233,7 @@ TINY_LFM2: dict[str, Any] = dict(
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 # The families whose every norm weight is applied as stored.
-_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear")
+_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear", "olmo_hybrid")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -257,6 +275,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "olmo_hybrid":
+        from transformers import OlmoHybridConfig, OlmoHybridForCausalLM
+
+        model = OlmoHybridForCausalLM(OlmoHybridConfig(**{**TINY_OLMO, **(overrides or {})}))
     elif kind == "kimi_linear":
         from transformers import KimiLinearConfig, KimiLinearForCausalLM
 

@@ -214,3 +214,16 @@ def test_kimi_linear_reads_its_checkpoint_names(checkpoint):
     with pytest.raises(ValueError, match="outside layers"):
         HybridConfig.from_dict({"model_type": "kimi_linear", "num_hidden_layers": 2,
                                 "linear_attn_config": {"kda_layers": [0], "full_attn_layers": [2]}})  # fmt: skip
+
+
+def test_olmo_hybrid_reads_nope_and_defaults(checkpoint):
+    saved = HybridConfig.from_file(checkpoint("olmo_hybrid"))
+    assert saved.mixer == "gated_deltanet" and saved.linear_beta_scale == 2.0 and saved.linear_norm_eps == 1e-5
+    assert saved.rotary_dim == 16  # no rope_theta written: RoPE with transformers' default theta
+    nope = HybridConfig.from_dict({"model_type": "olmo_hybrid", "num_hidden_layers": 2, "hidden_size": 64,
+                                   "num_attention_heads": 4, "rope_theta": None})  # fmt: skip
+    assert nope.rotary_dim == 0 and nope.layer_types == ("linear_attention", "full_attention")
+    assert (nope.linear_key_head_dim, nope.linear_value_head_dim) == (12, 24)  # int(0.75 * 64 / 4), 2 * dk
+    off = HybridConfig.from_dict({"model_type": "olmo_hybrid", "num_hidden_layers": 4, "hidden_size": 64,
+                                  "num_attention_heads": 4, "linear_allow_neg_eigval": False})  # fmt: skip
+    assert off.linear_beta_scale == 1.0 and off.layer_types[3] == "full_attention"
