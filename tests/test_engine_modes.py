@@ -17,6 +17,7 @@ KINDS = [
     "minimax",
     "kimi_linear",
     "olmo_hybrid",
+    "falcon_h1",
 ]
 TOL = 1e-4
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model import HybridModel
-from ..model.config import FULL
+from ..model.config import FULL, HYBRID
 from .entry import CacheEntry, CorruptEntry, SegmentEntry
 
 
@@ -36,7 +36,7 @@ class EntryLayout:
         shapes = {i: tuple(mixer.state_shapes().items()) for i, mixer in model.linear_mixers().items()}
         return cls(
             linear=tuple(sorted(shapes.items())),
-            attention_layers=tuple(i for i, t in enumerate(config.layer_types) if t == FULL),
+            attention_layers=tuple(i for i, t in enumerate(config.layer_types) if t in (FULL, HYBRID)),
             kv_heads=config.num_key_value_heads,
             head_dim=config.head_dim,
             vocab_size=config.vocab_size,

@@ -15,6 +15,7 @@ from typing import Any
 LINEAR = "linear_attention"
 FULL = "full_attention"
 MLP = "mlp"  # a layer that is only a feed-forward (Nemotron-H's "-")
+HYBRID = "hybrid"  # attention and a linear mixer side by side in one layer (Falcon-H1)
 MOE = "moe"  # a layer that is only a mixture of experts (Nemotron-H's "E")
 
 _COMMON: dict[str, Any] = {
@@ -81,7 +82,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
 # Families read by ``family_configs``, by their linear layers' mixer.
-MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba")
+MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba", "falcon_h1")
 MIXERS = {
     **dict.fromkeys(MAMBA2_MODEL_TYPES, "mamba2"),
     "lfm2": "short_conv",
@@ -142,6 +143,8 @@ class HybridConfig:
     mamba_proj_bias: bool = False
     time_step_min: float = 0.0
     time_step_max: float = float("inf")
+    mamba_norm: str = "gate_then_norm"  # or "norm_then_gate", "none" (Falcon-H1)
+    mamba_out_bias: bool | None = None  # None: mamba_proj_bias
     mlp_bias: bool = False
     # Granite's multipliers (1 elsewhere); ``attention_scale`` None is 1/sqrt(head_dim)
     embedding_multiplier: float = 1.0
@@ -307,9 +310,9 @@ class HybridConfig:
 
     def _validate(self) -> None:
         sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
-        if FULL in self.layer_types:
+        if FULL in self.layer_types or HYBRID in self.layer_types:
             sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
-        if LINEAR in self.layer_types and self.mixer not in ("short_conv", "lightning"):
+        if (LINEAR in self.layer_types or HYBRID in self.layer_types) and self.mixer not in ("short_conv", "lightning"):
             sizes += (
                 ["mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel"]
                 if self.mixer == "mamba2"
@@ -324,7 +327,7 @@ class HybridConfig:
         for name in sizes:
             if getattr(self, name) < 1:
                 raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
-        if FULL in self.layer_types and self.num_attention_heads % self.num_key_value_heads:
+        if "num_key_value_heads" in sizes and self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.mixer == "kda":
             if self.v_head_dim > self.head_dim:
@@ -343,7 +346,7 @@ class HybridConfig:
                 raise ValueError(f"the feed-forward size must be >= 1, got {self.intermediate_size}")
             return
         if self.mixer == "mamba2":
-            if LINEAR in self.layer_types and self.mamba_num_heads % self.mamba_n_groups:
+            if "mamba_num_heads" in sizes and self.mamba_num_heads % self.mamba_n_groups:
                 raise ValueError("mamba_num_heads must be a multiple of n_groups")
             feed_forward = MLP in self.layer_types or self.model_type != "nemotron_h"
             if feed_forward and self.intermediate_size <= 0:

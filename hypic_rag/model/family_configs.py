@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .config import FULL, LINEAR, MLP, MOE, HybridConfig
+from .config import FULL, HYBRID, LINEAR, MLP, MOE, HybridConfig
 
 # transformers' older layer names, as some checkpoints still spell them (its ``remap_legacy_layer_types``).
 LEGACY_LAYER_TYPES = {"mamba": LINEAR, "attention": FULL}
@@ -691,3 +691,88 @@ def read_olmo_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
 
 
 READERS["olmo_hybrid"] = read_olmo_hybrid
+
+
+FALCON_H1: dict[str, Any] = {
+    **_MAMBA,
+    "vocab_size": 128000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": None,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+    "mamba_d_ssm": 1024,
+    "mamba_d_head": 8,
+    "mamba_norm_before_gate": True,
+    "mamba_rms_norm": False,
+    "projectors_bias": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "embedding_multiplier": 1.0,
+    "lm_head_multiplier": 1.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+def read_falcon_h1(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Falcon-H1: attention and Mamba2 side by side in every layer, with μP multipliers. The multipliers on
+    projections are folded into their weights when loading (``loading``); the embedding's and the LM
+    head's stay here."""
+    d = {**FALCON_H1, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    if "mamba_d_ssm" in data and data["mamba_d_ssm"] is None:
+        d["mamba_d_ssm"] = int(d["mamba_expand"]) * int(d["hidden_size"])
+    heads = int(d["num_attention_heads"])
+    mamba = _mamba_fields({**d, "mamba_expand": int(d["mamba_d_ssm"]) // int(d["hidden_size"]) or 1})
+    if d["mamba_d_head"] == "auto":
+        mamba["mamba_head_dim"] = int(d["mamba_d_ssm"]) // int(d["mamba_n_heads"])
+    if mamba["mamba_head_dim"] * mamba["mamba_num_heads"] != int(d["mamba_d_ssm"]):
+        raise ValueError(
+            f"mamba_n_heads x mamba_d_head = {mamba['mamba_num_heads']} x {mamba['mamba_head_dim']} "
+            f"must equal mamba_d_ssm = {d['mamba_d_ssm']}"
+        )
+    _check_act(d, "hidden_act", "silu")
+    theta, _ = _rope(d)
+    lm_head = float(d["lm_head_multiplier"])
+    if lm_head == 0:
+        raise ValueError("lm_head_multiplier must not be 0")
+    norm = "norm_then_gate" if d["mamba_norm_before_gate"] else "gate_then_norm"
+    norm = norm if d["mamba_rms_norm"] else "none"
+    n = int(d["num_hidden_layers"])
+    return cls(
+        model_type="falcon_h1",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=n,
+        layer_types=(HYBRID,) * n,
+        num_attention_heads=heads,
+        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+        head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=theta,
+        partial_rotary_factor=1.0,
+        attention_bias=bool(d["attention_bias"]),
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        **mamba,
+        mamba_norm=norm,
+        mamba_out_bias=bool(d["projectors_bias"]),
+        mlp_bias=bool(d["mlp_bias"]),
+        embedding_multiplier=float(d["embedding_multiplier"]),
+        logits_scaling=1.0 / lm_head,
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS["falcon_h1"] = read_falcon_h1

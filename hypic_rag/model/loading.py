@@ -238,6 +238,40 @@ def _olmo_hybrid_names(tensors: dict[str, torch.Tensor]) -> None:
                 tensors[f"{prefix}{new}.weight"] = tensors.pop(f"{prefix}{old}.weight")
 
 
+def _fold_falcon_multipliers(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """Falcon-H1's μP multipliers, folded into the weights they scale, so its layers are plain: the Mamba input
+    (``ssm_in``, weights only) and each block of its projection's rows (``ssm_multipliers``: z, x, B, C, dt),
+    its output (``ssm_out``), the attention input (``attention_in``, weights only), keys (``key``), output
+    (``attention_out``), and the MLP's gate and down projections (``mlp_multipliers``). Exact up to rounding."""
+    raw = config.raw
+    ssm = [float(m) for m in raw.get("ssm_multipliers") or [1.0] * 5]
+    mlp = [float(m) for m in raw.get("mlp_multipliers") or [1.0, 1.0]]
+    ssm_in, ssm_out = float(raw.get("ssm_in_multiplier", 1.0)), float(raw.get("ssm_out_multiplier", 1.0))
+    att_in, att_out = float(raw.get("attention_in_multiplier", 1.0)), float(raw.get("attention_out_multiplier", 1.0))
+    key = float(raw.get("key_multiplier", 1.0))
+    if len(ssm) != 5 or len(mlp) != 2:
+        raise ValueError("ssm_multipliers must hold 5 numbers and mlp_multipliers 2")
+    inner, gn = config.mamba_intermediate, config.mamba_n_groups * config.ssm_state_size
+    blocks = (inner, inner, gn, gn, config.mamba_num_heads)
+    rows = torch.cat([torch.full((n,), m) for n, m in zip(blocks, ssm, strict=True)])
+    scale = {  # suffix: (factor on the weight, factor on the bias), per output row where a tensor
+        "mamba.in_proj": (rows[:, None] * ssm_in, rows),
+        "mamba.out_proj": (ssm_out, ssm_out),
+        "self_attn.q_proj": (att_in, 1.0),
+        "self_attn.k_proj": (att_in * key, key),
+        "self_attn.v_proj": (att_in, 1.0),
+        "self_attn.o_proj": (att_out, att_out),
+        "feed_forward.gate_proj": (mlp[0], mlp[0]),
+        "feed_forward.down_proj": (mlp[1], mlp[1]),
+    }
+    for name in list(tensors):
+        for suffix, (on_weight, on_bias) in scale.items():
+            for kind, factor in (("weight", on_weight), ("bias", on_bias)):
+                if name.endswith(f".{suffix}.{kind}"):
+                    t = tensors[name]
+                    tensors[name] = (t.float() * factor).to(t.dtype)
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -254,6 +288,8 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         _stack_nemotron_experts(out, config)
     elif config.model_type == "minimax":
         _minimax_names(out, config)
+    elif config.model_type == "falcon_h1":
+        _fold_falcon_multipliers(out, config)
     elif config.model_type == "kimi_linear":
         _kimi_names(out, config)
     elif config.model_type == "granitemoehybrid":

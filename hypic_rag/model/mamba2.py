@@ -24,19 +24,21 @@ from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class GroupedGatedRMSNorm(nn.Module):
-    """``rmsnorm(x * silu(gate))`` per group of channels, times the weight, in fp32 (norm after gate)."""
+    """RMSNorm per group of channels, times the weight, in fp32, with the ``silu(gate)`` before it (the
+    default, Nemotron/Granite/Bamba) or after it (Falcon-H1's ``mamba_norm_before_gate``)."""
 
-    def __init__(self, dim: int, groups: int, eps: float) -> None:
+    def __init__(self, dim: int, groups: int, eps: float, gate_first: bool = True) -> None:
         super().__init__()
-        self.eps, self.groups = eps, groups
+        self.eps, self.groups, self.gate_first = eps, groups, gate_first
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        h = x.float() * F.silu(gate.float())
+        h = x.float() * F.silu(gate.float()) if self.gate_first else x.float()
         g = h.view(*h.shape[:-1], self.groups, -1)
         g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * g.view(h.shape).to(dtype)
+        out = self.weight * g.view(h.shape).to(dtype)
+        return out if self.gate_first else (out.float() * F.silu(gate.float())).to(dtype)
 
 
 class Mamba2Mixer(nn.Module):
@@ -61,8 +63,12 @@ class Mamba2Mixer(nn.Module):
         self.dt_bias = nn.Parameter(torch.ones(self.heads))
         self.A_log = nn.Parameter(torch.zeros(self.heads))
         self.D = nn.Parameter(torch.ones(self.heads))
-        self.norm = GroupedGatedRMSNorm(self.inner, self.groups, config.rms_norm_eps)
-        self.out_proj = nn.Linear(self.inner, h, bias=config.mamba_proj_bias)
+        # Falcon-H1 may have no norm (only the gate) or norm before the gate; its out_proj has its own bias flag.
+        if config.mamba_norm != "none":
+            gate_first = config.mamba_norm == "gate_then_norm"
+            self.norm = GroupedGatedRMSNorm(self.inner, self.groups, config.rms_norm_eps, gate_first)
+        out_bias = config.mamba_proj_bias if config.mamba_out_bias is None else config.mamba_out_bias
+        self.out_proj = nn.Linear(self.inner, h, bias=out_bias)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of one segment's cached state: end state ``b``, operator ``p``, conv tail."""
@@ -127,6 +133,9 @@ class Mamba2Mixer(nn.Module):
             y, s_end = ssd_scan(xs, dt, a, bm, cm, s0)
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)
-        y = y + xs.float() * self.D.float()[:, None]
-        out = self.norm(y.reshape(b, t, self.inner).to(x.dtype), gate)
+        y = (y + xs.float() * self.D.float()[:, None]).reshape(b, t, self.inner)
+        if hasattr(self, "norm"):
+            out = self.norm(y.to(x.dtype), gate)
+        else:
+            out = (y * F.silu(gate.float())).to(x.dtype)
         return self.out_proj(out)

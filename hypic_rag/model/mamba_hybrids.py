@@ -129,3 +129,39 @@ class MambaHybridBackbone(nn.Module):
     @property
     def final_norm(self) -> nn.Module:
         return getattr(self, self.final_norm_name)
+
+
+class FalconH1Layer(nn.Module):
+    """Attention and Mamba2 side by side on the same normed input, their outputs summed into the residual,
+    then a SwiGLU. μP multipliers are folded into the projections' weights at load time (``loading``)."""
+
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        super().__init__()
+        self.is_linear = True  # its Mamba2 state is carried; its attention keeps KV as any attention layer
+        self.input_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.pre_ff_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mamba = Mamba2Mixer(config, idx)
+        self.self_attn = PlainAttention(config, idx)
+        self.feed_forward = MLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        x = x + self.mamba(h, state, pad_mask, capture, jumps) + self.self_attn(h, positions, rope, state, pad_mask)
+        return x + self.feed_forward(self.pre_ff_layernorm(x))
+
+
+class FalconH1Backbone(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(FalconH1Layer(config, i) for i in range(config.num_hidden_layers))
+        self.final_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)

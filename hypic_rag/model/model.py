@@ -74,6 +74,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type == "falcon_h1":
+            from .mamba_hybrids import FalconH1Backbone
+
+            self.model = FalconH1Backbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.final_layernorm)
         elif config.model_type == "olmo_hybrid":
             from .olmo_hybrid import OlmoHybridBackbone
 

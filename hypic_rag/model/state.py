@@ -19,7 +19,7 @@ import torch
 
 from hypic_rag.kernels.algebra import SplitTransition
 
-from .config import FULL, LINEAR, HybridConfig
+from .config import FULL, HYBRID, LINEAR, HybridConfig
 
 
 @dataclass
@@ -120,11 +120,11 @@ class RequestState:
 
     @property
     def linear_layer_ids(self) -> list[int]:
-        return [i for i, t in enumerate(self.config.layer_types) if t == LINEAR]
+        return [i for i, t in enumerate(self.config.layer_types) if t in (LINEAR, HYBRID)]
 
     @property
     def attention_layer_ids(self) -> list[int]:
-        return [i for i, t in enumerate(self.config.layer_types) if t == FULL]
+        return [i for i, t in enumerate(self.config.layer_types) if t in (FULL, HYBRID)]
 
     def linear(self, idx: int) -> LinearLayerState | None:
         return self._linear.get(idx)

@@ -145,6 +145,39 @@ KINDS = (
     "minimax",
     "kimi_linear",
     "olmo_hybrid",
+    "falcon_h1",
+)
+TINY_FALCON: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=12,
+    mamba_d_ssm=96,
+    mamba_n_heads=8,
+    mamba_d_head=12,
+    mamba_d_state=16,
+    mamba_n_groups=2,
+    mamba_d_conv=4,
+    mamba_chunk_size=64,
+    mamba_rms_norm=True,
+    mamba_norm_before_gate=True,
+    projectors_bias=True,
+    embedding_multiplier=2.0,
+    lm_head_multiplier=0.5,
+    mlp_multipliers=[0.8, 0.6],
+    key_multiplier=0.4,
+    attention_in_multiplier=1.3,
+    attention_out_multiplier=0.9,
+    ssm_in_multiplier=1.25,
+    ssm_out_multiplier=0.25,
+    ssm_multipliers=[0.35, 0.25, 0.35, 0.5, 0.35],
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 TINY_OLMO: dict[str, Any] = dict(
     vocab_size=320,
@@ -233,7 +266,7 @@ TINY_LFM2: dict[str, Any] = dict(
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 # The families whose every norm weight is applied as stored.
-_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear", "olmo_hybrid")
+_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear", "olmo_hybrid", "falcon_h1")
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -275,6 +308,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "falcon_h1":
+        from transformers import FalconH1Config, FalconH1ForCausalLM
+
+        model = FalconH1ForCausalLM(FalconH1Config(**{**TINY_FALCON, **(overrides or {})}))
     elif kind == "olmo_hybrid":
         from transformers import OlmoHybridConfig, OlmoHybridForCausalLM
 

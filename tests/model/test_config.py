@@ -227,3 +227,12 @@ def test_olmo_hybrid_reads_nope_and_defaults(checkpoint):
     off = HybridConfig.from_dict({"model_type": "olmo_hybrid", "num_hidden_layers": 4, "hidden_size": 64,
                                   "num_attention_heads": 4, "linear_allow_neg_eigval": False})  # fmt: skip
     assert off.linear_beta_scale == 1.0 and off.layer_types[3] == "full_attention"
+
+
+def test_falcon_h1_reads_its_multipliers(checkpoint):
+    cfg = HybridConfig.from_file(checkpoint("falcon_h1"))
+    assert cfg.layer_types == ("hybrid",) * 3 and cfg.mamba_norm == "norm_then_gate" and cfg.mamba_out_bias
+    assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.head_dim) == (8, 12, 12)
+    assert cfg.embedding_multiplier == 2.0 and cfg.logits_scaling == 2.0  # lm_head_multiplier 0.5
+    with pytest.raises(ValueError, match="must equal mamba_d_ssm"):
+        HybridConfig.from_dict({"model_type": "falcon_h1", "mamba_d_ssm": 100, "mamba_n_heads": 8, "mamba_d_head": 12})

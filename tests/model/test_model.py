@@ -8,7 +8,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.model import load_model
 from hypic_rag.testing.parity import load_reference, logits_max_diff, reference_greedy, split_prefill_max_diff
-from hypic_rag.testing.synthetic import KINDS
+from hypic_rag.testing.synthetic import KINDS, build_checkpoint
 
 
 def _ids(shape: tuple[int, int], vocab: int, seed: int = 1) -> torch.Tensor:
@@ -81,3 +81,15 @@ def test_left_padded_rows_equal_their_own_forward(checkpoint, kind):
         for part in ("recurrent", "conv"):  # LFM2's recurrent state is empty: its conv tail is all it carries
             got, want = getattr(state.linear(i), part)[1], getattr(alone_state.linear(i), part)[0]
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"mamba_rms_norm": False}, {"mamba_norm_before_gate": False}, {"attention_bias": True, "mlp_bias": True}],
+)
+def test_falcon_h1_variants_match_transformers(tmp_path, overrides):
+    """Falcon-H1's Mamba read-out without a norm, or gated before it, and its biased projections, with every
+    μP multiplier folded into the weights."""
+    path = build_checkpoint("falcon_h1", tmp_path, overrides)
+    ours = load_model(path)
+    assert logits_max_diff(ours, load_reference(path), _ids((2, 200), ours.config.vocab_size)) < 1e-4
