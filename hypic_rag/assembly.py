@@ -48,6 +48,13 @@ class Cached:
         return True, dict(self.rest.linear)
 
 
+def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:
+    """A cached state moved to where its segment now begins, for mixers whose state depends on it (RoPE-rotated
+    keys in a linear layer: Ring-linear); the others' states are position-free."""
+    place = getattr(mixer, "place_state", None)
+    return place(b, offset, model.inv_freq) if place is not None else b
+
+
 def run_in_context(model: HybridModel, state: RequestState, ids: Sequence[int]) -> None:
     if ids:
         model.hidden_states(torch.tensor([list(ids)], dtype=torch.long, device=model.device), state)
@@ -65,11 +72,11 @@ def install_segment(model: HybridModel, state: RequestState, cached: Cached, sea
     if w == n:
         return w
     after_seam, ops = cached.operators(w, variant)
-    forms = model.operator_forms
+    forms, mixers = model.operator_forms, model.linear_mixers()
     linear = {}
     for i, lin in entry.linear.items():
         start = state.linear(i).recurrent[0] if after_seam else before[i]
-        s = compose_forms(forms[i], ops[i].p[None], ops[i].b[None], start)[0]
+        s = compose_forms(forms[i], ops[i].p[None], _placed(mixers[i], ops[i].b, offset, model)[None], start)[0]
         linear[i] = (lin.conv_tail[None].to(model.dtype), s[None])
     kv = {i: (att.keys[None, :, w:], att.values[None, :, w:]) for i, att in entry.attention.items()}
     state.extend(n - w, linear, kv, shift=offset)  # keys stay at w..L-1; stitch moves them by `offset`
@@ -110,6 +117,7 @@ def assemble_fused(
     at: list[int] = []
     src: list[int] = []
     ops: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {i: [] for i in state.linear_layer_ids}
+    mixers = model.linear_mixers()
     placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in state.attention_layer_ids}
     at_positions: list[range] = []  # where each placed run of cached keys sits, and (below) its rotation owed
     owed: list[int] = []
@@ -129,7 +137,7 @@ def assemble_fused(
         at.append(len(fresh))
         src.append(len(fresh) if after_seam else before)
         for i, lin in found.entry.linear.items():
-            ops[i].append((operators[i].p, operators[i].b, lin.conv_tail))
+            ops[i].append((operators[i].p, _placed(mixers[i], operators[i].b, offset, model), lin.conv_tail))
         for i, att in found.entry.attention.items():
             placed[i].append((att.keys[:, w:], att.values[:, w:]))
         at_positions.append(range(offset + w, offset + n))

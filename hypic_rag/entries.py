@@ -45,6 +45,13 @@ def prefill_isolated(
     return [e for e in out if e is not None]
 
 
+def _unpadded(mixer: torch.nn.Module, b: torch.Tensor, pad: int, model: HybridModel) -> torch.Tensor:
+    """A copy of a row's state, stored as if its segment began at 0: a state built from RoPE-rotated keys
+    (Ring-linear) is rotated back by the row's padding; the others are position-free."""
+    place = getattr(mixer, "place_state", None)
+    return place(b, -pad, model.inv_freq) if place is not None and pad else b.clone()
+
+
 def _prefill_batch(
     model: HybridModel,
     segments: Sequence[Sequence[int]],
@@ -67,15 +74,19 @@ def _prefill_batch(
     # Without padding the batch runs the plain causal path.
     model.hidden_states(ids, state, pad_mask=None if not any(pads) else pad_mask, capture=capture)
 
+    mixers = model.linear_mixers()
     for r, i in enumerate(rows):
         entry, rest = SegmentEntry(tuple(segments[i])), None
         if splits[r]:
             rest = RemainderEntry(entry.token_ids, splits[r])
         for layer in state.linear_layer_ids:
             lin, ops = state.linear(layer), capture.operators[layer]
-            entry.linear[layer] = LinearEntry(lin.recurrent[r].clone(), ops.p[r].clone(), lin.conv[r].clone())
+            entry.linear[layer] = LinearEntry(
+                _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), ops.p[r].clone(), lin.conv[r].clone()
+            )
             if rest is not None:
-                rest.linear[layer] = LinearRemainder(ops.rest_state[r].clone(), ops.rest_p[r].clone())
+                rest_state = _unpadded(mixers[layer], ops.rest_state[r], pads[r], model)
+                rest.linear[layer] = LinearRemainder(rest_state, ops.rest_p[r].clone())
         for layer in state.attention_layer_ids:
             kv = state.attention(layer)
             keys = kv.keys[r, :, pads[r] :]

@@ -18,6 +18,7 @@ KINDS = [
     "kimi_linear",
     "olmo_hybrid",
     "falcon_h1",
+    "bailing_moe_linear",
 ]
 TOL = 1e-5
 

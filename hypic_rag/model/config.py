@@ -89,6 +89,7 @@ MIXERS = {
     "minimax": "lightning",
     "kimi_linear": "kda",
     "olmo_hybrid": "gated_deltanet",
+    "bailing_moe_linear": "lightning",
 }
 SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
@@ -163,6 +164,10 @@ class HybridConfig:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Ring-linear-2.0's Lightning layers
+    ring_linear_silu: bool = False
+    ring_qk_norm: bool = True
+    ring_group_norm_size: int = 1
     # MiniMax's residual scalings: part -> (alpha on the residual, beta on the branch)
     residual_factors: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
     moe_latent_size: int | None = None
@@ -337,7 +342,14 @@ class HybridConfig:
             return
         if self.mixer == "lightning":
             if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
-                raise ValueError("num_experts_per_tok must be between 1 and num_local_experts")
+                raise ValueError("num_experts_per_tok must be between 1 and the number of experts")
+            if self.num_experts % self.moe_n_group or not 0 < self.moe_topk_group <= self.moe_n_group:
+                raise ValueError("num_experts must split into n_group groups, topk_group of them picked")
+            inner = self.num_attention_heads * self.head_dim
+            if LINEAR in self.layer_types and inner % self.ring_group_norm_size:
+                raise ValueError(f"group_norm_size {self.ring_group_norm_size} does not divide {inner} channels")
+            if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
+                raise ValueError(f"rotary dim {self.rotary_dim} must be even and within head_dim {self.head_dim}")
             return
         if self.mixer == "short_conv":
             if LINEAR in self.layer_types and self.short_conv_kernel < 1:

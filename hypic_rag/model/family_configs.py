@@ -776,3 +776,105 @@ def read_falcon_h1(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfi
 
 
 READERS["falcon_h1"] = read_falcon_h1
+
+
+BAILING_MOE_LINEAR: dict[str, Any] = {
+    "vocab_size": 157184,
+    "hidden_size": 2048,
+    "intermediate_size": 5120,
+    "num_hidden_layers": 20,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": None,
+    "layer_group_size": 5,
+    "group_norm_size": 4,
+    "linear_silu": False,
+    "use_qk_norm": True,
+    "partial_rotary_factor": 0.5,
+    "rope_theta": 1000000.0,
+    "max_position_embeddings": 131072,
+    "first_k_dense_replace": 1,
+    "num_experts": 256,
+    "num_experts_per_tok": 8,
+    "n_group": 8,
+    "topk_group": 4,
+    "num_shared_experts": 1,
+    "moe_intermediate_size": 512,
+    "moe_shared_expert_intermediate_size": None,
+    "score_function": "sigmoid",
+    "routed_scaling_factor": 2.5,
+    "norm_topk_prob": True,
+    "rms_norm_eps": 1e-6,
+    "use_bias": False,
+    "use_qkv_bias": False,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "eos_token_id": 156892,
+    "pad_token_id": 156892,
+    "bos_token_id": None,
+}
+
+
+def ring_layer_types(layers: int, group: int) -> list[str]:
+    """Softmax attention at every ``group``-th layer, and at the layers past the last whole group (mlx-lm's
+    reading of the reference; sglang and vLLM require whole groups, where the two agree)."""
+    whole = (layers // group) * group
+    return [FULL if (i + 1) % group == 0 or i >= whole else LINEAR for i in range(layers)]
+
+
+def read_bailing_moe_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Ring-linear-2.0 (no transformers class; its remote code's config names): Lightning layers with softmax
+    attention every ``layer_group_size``-th layer, ``first_k_dense_replace`` dense MLPs, then a grouped
+    sigmoid router (``n_group``/``topk_group``) with shared experts."""
+    d = {**BAILING_MOE_LINEAR, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    n, h = int(d["num_hidden_layers"]), int(d["hidden_size"])
+    heads = int(d["num_attention_heads"])
+    head_dim = int(d.get("head_dim") or h // heads)
+    types = d.get("layer_types") or ring_layer_types(n, int(d["layer_group_size"]))
+    types = _layer_names(types, {LINEAR, FULL})
+    _check_act(d, "hidden_act", "silu")
+    if d["score_function"] != "sigmoid":
+        raise ValueError(f"unsupported score_function {d['score_function']!r}: only 'sigmoid' routing is implemented")
+    if d["use_bias"]:
+        raise ValueError("bailing_moe_linear with use_bias=true is not supported")
+    if d.get("rope_scaling"):
+        raise ValueError("bailing_moe_linear with rope_scaling is not supported")
+    partial = float(d["rotary_dim"]) / head_dim if d.get("rotary_dim") else float(d["partial_rotary_factor"])
+    shared = d.get("moe_shared_expert_intermediate_size") or d["moe_intermediate_size"]
+    return cls(
+        model_type="bailing_moe_linear",
+        vocab_size=int(d["vocab_size"]),
+        hidden_size=h,
+        intermediate_size=int(d["intermediate_size"]),
+        num_hidden_layers=n,
+        layer_types=types,
+        num_attention_heads=heads,
+        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+        head_dim=head_dim,
+        rms_norm_eps=float(d["rms_norm_eps"]),
+        hidden_act="silu",
+        max_position_embeddings=int(d["max_position_embeddings"]),
+        rope_theta=float(d["rope_theta"]),
+        partial_rotary_factor=partial,
+        attention_bias=bool(d["use_qkv_bias"]),
+        tie_word_embeddings=bool(d["tie_word_embeddings"]),
+        num_experts=int(d["num_experts"]),
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["moe_intermediate_size"]),
+        shared_expert_intermediate_size=int(shared) * int(d["num_shared_experts"]),
+        norm_topk_prob=bool(d["norm_topk_prob"]),
+        mlp_only_layers=tuple(range(min(n, int(d["first_k_dense_replace"])))),
+        moe_n_group=int(d["n_group"]),
+        moe_topk_group=int(d["topk_group"]),
+        routed_scaling_factor=float(d["routed_scaling_factor"]),
+        ring_linear_silu=bool(d.get("use_linear_silu", d["linear_silu"])),
+        ring_qk_norm=bool(d["use_qk_norm"]),
+        ring_group_norm_size=int(d["group_norm_size"]),
+        eos_token_ids=_eos(d.get("eos_token_id")),
+        bos_token_id=d.get("bos_token_id"),
+        pad_token_id=d.get("pad_token_id"),
+        raw=dict(data),
+    )
+
+
+READERS["bailing_moe_linear"] = read_bailing_moe_linear

@@ -272,6 +272,19 @@ def _fold_falcon_multipliers(tensors: dict[str, torch.Tensor], config: HybridCon
                     tensors[name] = (t.float() * factor).to(t.dtype)
 
 
+def _ring_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """Ring-linear-2.0 stores experts one module each, the router's bias as ``expert_bias`` (absent when the
+    bias is off), and the Lightning layers' slopes and RoPE tables, which the runtime recomputes."""
+    for name in [n for n in tensors if n.rsplit(".", 1)[-1] in ("slope", "slopes", "inv_freq")]:
+        del tensors[name]
+    for name in [n for n in tensors if n.endswith(".mlp.gate.expert_bias")]:
+        tensors[name.replace(".expert_bias", ".e_score_correction_bias")] = tensors.pop(name)
+    for name in [n for n in tensors if n.endswith(".mlp.gate.weight")]:
+        bias = name.replace(".weight", ".e_score_correction_bias")
+        tensors.setdefault(bias, torch.zeros(config.num_experts))
+    _stack_experts(tensors, config)
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -290,6 +303,8 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         _minimax_names(out, config)
     elif config.model_type == "falcon_h1":
         _fold_falcon_multipliers(out, config)
+    elif config.model_type == "bailing_moe_linear":
+        _ring_names(out, config)
     elif config.model_type == "kimi_linear":
         _kimi_names(out, config)
     elif config.model_type == "granitemoehybrid":
@@ -297,7 +312,9 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
             for old, new in _GRANITE_RENAMES:
                 if name.endswith(old):
                     out[name[: -len(old)] + new] = out.pop(name)
-    embedding = "backbone.embeddings.weight" if config.model_type == "nemotron_h" else "model.embed_tokens.weight"
+    embedding = {"nemotron_h": "backbone.embeddings.weight", "bailing_moe_linear": "model.word_embeddings.weight"}.get(
+        config.model_type, "model.embed_tokens.weight"
+    )
     if config.tie_word_embeddings and embedding in out:
         out["lm_head.weight"] = out[embedding]
     return out

@@ -14,7 +14,7 @@ from .layers import MLP, RMSNorm, SparseMoE
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 # What each family calls its linear layers' token mixer (Qwen, Granite/Bamba, LFM2, Nemotron-H, MiniMax).
-_MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer", "self_attn")
+_MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer", "self_attn", "attention")
 
 
 class DecoderLayer(nn.Module):
@@ -74,6 +74,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type == "bailing_moe_linear":
+            from .bailing_linear import RingBackbone
+
+            self.model = RingBackbone(config)
+            self._stack = (self.model.word_embeddings, self.model.layers, self.model.norm)
         elif config.model_type == "falcon_h1":
             from .mamba_hybrids import FalconH1Backbone
 
@@ -121,7 +126,9 @@ class HybridModel(nn.Module):
     @property
     def embedding_name(self) -> str:
         """The input embedding's parameter name (an LM head tied to it loads from it)."""
-        return "backbone.embeddings.weight" if self.config.model_type == "nemotron_h" else "model.embed_tokens.weight"
+        return {"nemotron_h": "backbone.embeddings.weight", "bailing_moe_linear": "model.word_embeddings.weight"}.get(
+            self.config.model_type, "model.embed_tokens.weight"
+        )
 
     def linear_mixers(self) -> dict[int, nn.Module]:
         """Each linear layer's token mixer (``operator_form``, ``state_shapes()``)."""

@@ -266,7 +266,16 @@ TINY_LFM2: dict[str, Any] = dict(
 # Norm weights applied as stored (neutral 1) rather than as ``1 + w`` (neutral 0).
 _PLAIN_NORMS = ("linear_attn.norm.weight", "norm.weight", "norm_f.weight")
 # The families whose every norm weight is applied as stored.
-_PLAIN_NORM_FAMILIES = ("granitemoehybrid", "bamba", "lfm2", "minimax", "kimi_linear", "olmo_hybrid", "falcon_h1")
+_PLAIN_NORM_FAMILIES = (
+    "granitemoehybrid",
+    "bamba",
+    "lfm2",
+    "minimax",
+    "kimi_linear",
+    "olmo_hybrid",
+    "falcon_h1",
+    "bailing_moe_linear",
+)
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -358,9 +367,87 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
 
 def build_checkpoint(kind: str, out: str | Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
-    """Build, randomise and ``save_pretrained`` one checkpoint; returns its directory."""
+    """Build, randomise and ``save_pretrained`` one checkpoint; returns its directory. ``OWN_KINDS`` (no
+    transformers class) are written by ``build_ring_checkpoint`` instead."""
     out = Path(out)
+    if kind == "bailing_moe_linear":
+        return build_ring_checkpoint(out, overrides, seed)
     build_reference_model(kind, overrides, seed).save_pretrained(out)
+    return out
+
+
+# Ring-linear-2.0 on tiny shapes: 4 Lightning layers and softmax every 3rd (layer_group_size 3: layers 2, 5).
+TINY_RING: dict[str, Any] = dict(
+    model_type="bailing_moe_linear",
+    architectures=["BailingMoeLinearV2ForCausalLM"],
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    layer_group_size=3,
+    group_norm_size=2,
+    linear_silu=False,
+    use_qk_norm=True,
+    partial_rotary_factor=0.5,
+    rope_theta=10000.0,
+    max_position_embeddings=1024,
+    first_k_dense_replace=1,
+    num_experts=8,
+    num_experts_per_tok=2,
+    n_group=2,
+    topk_group=1,
+    num_shared_experts=1,
+    moe_intermediate_size=32,
+    moe_shared_expert_intermediate_size=32,
+    score_function="sigmoid",
+    moe_router_enable_expert_bias=True,
+    routed_scaling_factor=2.5,
+    norm_topk_prob=True,
+    rms_norm_eps=1e-6,
+    use_bias=False,
+    use_qkv_bias=False,
+    tie_word_embeddings=False,
+    eos_token_id=1,
+    pad_token_id=0,
+)
+OWN_KINDS = ("bailing_moe_linear",)
+
+
+def build_ring_checkpoint(out: str | Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """A random Ring-linear-2.0 checkpoint as its release lays one out (``config.json`` with the remote code's
+    field names; safetensors with experts one module each and the router bias as ``expert_bias``), drawn
+    with the same scales as ``randomize``. There is no transformers class to build it with."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from hypic_rag.model import HybridConfig, HybridModel
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {**TINY_RING, **(overrides or {})}
+    model = HybridModel(HybridConfig.from_dict(config))
+    randomize(model, seed)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, t in model.state_dict().items():
+        if name.endswith("experts.gate_up_proj"):
+            prefix = name[: -len("gate_up_proj")]
+            for e, w in enumerate(t):
+                gate, up = w.chunk(2)
+                tensors[f"{prefix}{e}.gate_proj.weight"], tensors[f"{prefix}{e}.up_proj.weight"] = gate, up
+        elif name.endswith("experts.down_proj"):
+            prefix = name[: -len("down_proj")]
+            for e, w in enumerate(t):
+                tensors[f"{prefix}{e}.down_proj.weight"] = w
+        elif name.endswith("gate.e_score_correction_bias"):
+            tensors[name.replace("e_score_correction_bias", "expert_bias")] = torch.randn(t.shape) * 0.1
+        else:
+            tensors[name] = t
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
 
 
