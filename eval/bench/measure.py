@@ -85,6 +85,7 @@ def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
         made = prefill_isolated(model, [list(range(3, 3 + n))], [8])[0]
         entry, rest = made.entry, made.rest
         linear = sum(e.b.nbytes + e.p.nbytes + e.conv_tail.nbytes for e in entry.linear.values()) + rest.nbytes
+        operators = sum(e.p.nbytes for e in entry.linear.values()) + sum(e.p.nbytes for e in rest.linear.values())
         attention = sum(e.keys.nbytes + e.values.nbytes for e in entry.attention.values())
         total = entry.nbytes + rest.nbytes
         rows.append(
@@ -93,6 +94,7 @@ def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
                 "bytes": total,
                 "bytes_per_token": total / n,
                 "linear_bytes": linear,
+                "operator_bytes": operators,
                 "attention_bytes": attention,
                 "linear_layers": len(entry.linear),
                 "attention_layers": len(entry.attention),
