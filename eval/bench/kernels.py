@@ -6,7 +6,8 @@ on an H200-class GPU):
 1. Kernel throughput, Triton against the torch reference, at realistic shapes: ``transition`` over
    16k tokens of 16 heads of 128, ``compose`` of 64 segments, ``stitch`` of 512 new tokens over
    64k cached keys (8 query / 2 KV heads of 256, 64 rotary dims), ``scan_with_jumps`` over a fused
-   request's 568 fresh tokens with 63 jumps.
+   request's 568 fresh tokens with 63 jumps, ``kda_scan`` (Kimi Linear's per-channel decay) over the
+   16k tokens.
 2. TTFT of warm ``hypic`` against ``full`` at 16k, 32k and 64k tokens (segments of 2k, a 64-token
    query) on the Qwen3.5-0.8B layer shapes with 8 layers, random weights, bf16.
 
@@ -26,6 +27,7 @@ import torch
 
 from hypic_rag import Engine
 from hypic_rag.kernels import compose, stitch, transition
+from hypic_rag.kernels.kda import kda_scan
 from hypic_rag.kernels.rope import rope_inv_freq
 from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 from hypic_rag.testing.synthetic import TINY
@@ -64,12 +66,16 @@ def kernels(device: torch.device, small: bool, repeats: int, log: Callable[[str]
     vs, bs = rnd(1, fresh, h, d), rnd(1, fresh, h).sigmoid()
     gs = -torch.rand(1, fresh, h, generator=gen).to(device) * 0.1
     at = torch.arange(1, n_jumps + 1) * seam  # on the host: the kernels plan from it
+    qs_full = torch.nn.functional.normalize(rnd(1, t, h, d), dim=-1) * d**-0.5
+    g_full = -torch.rand(1, t, h, d, generator=gen).to(device) * 0.1
     jumps = Jumps(at, at.clone(), p[:n_jumps].contiguous(), b[:n_jumps].contiguous())
     cases = {
         "transition": lambda backend: transition(k, v, g, beta, backend=backend),
         "scan_with_jumps": lambda backend: scan_with_jumps(qs, ks, vs, gs, bs, None, jumps, backend=backend),
         "compose": lambda backend: compose(p, b, s0, backend=backend),
         "stitch": lambda backend: stitch(q, kk, vv, k_pos[s:], k_pos, shift, inv, backend=backend),
+        # Kimi Linear's KDA over the same tokens, one decay per key channel.
+        "kda_scan": lambda backend: kda_scan(qs_full, k, v, g_full, beta, backend=backend),
     }
     rows = []
     for name, fn in cases.items():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hypic_rag.kernels.algebra import DENSE, apply_operator, kda_split_transition
+from hypic_rag.kernels.backend import HAS_TRITON
 from hypic_rag.kernels.kda import kda_recurrent, kda_scan
 
 H, K, V = 3, 8, 5
@@ -54,3 +55,33 @@ def test_dense_operators_move_segments_and_remainders_to_any_start():
         assert (apply_operator(DENSE, split.rest_p[r], s0, split.rest_state[r]) - rest[0]).abs().max() < 1e-5
     out_ref, _ = kda_recurrent(q, k, v, g, beta)
     assert (split.out - out_ref).abs().max() < 1e-5
+
+
+TRITON = pytest.mark.skipif(not HAS_TRITON, reason="needs triton")
+
+
+@TRITON
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("n,t,h,dk,dv", [(2, 37, 2, 16, 8), (1, 16, 1, 20, 12), (1, 5, 3, 16, 16)])
+def test_triton_kda_agrees_with_torch(dtype, n, t, h, dk, dv):
+    """Under TRITON_INTERPRET=1 (conftest); inputs in ``dtype``, arithmetic in fp32 after loading."""
+    g = torch.Generator().manual_seed(t)
+    q = torch.randn(n, t, h, dk, generator=g).to(dtype)
+    k = torch.nn.functional.normalize(torch.randn(n, t, h, dk, generator=g), dim=-1).to(dtype)
+    v = torch.randn(n, t, h, dv, generator=g).to(dtype)
+    decay = (-torch.rand(n, t, h, dk, generator=g) * 2).to(dtype)
+    beta = torch.rand(n, t, h, generator=g).to(dtype)
+    s0 = torch.randn(n, h, dk, dv, generator=g)
+    for start in (None, s0):
+        ref = kda_scan(q, k, v, decay, beta, start, backend="torch")
+        tri = kda_scan(q, k, v, decay, beta, start, backend="triton")
+        for a, b in zip(ref, tri, strict=True):
+            assert b.dtype == torch.float32 and (a - b).abs().max() < 1e-5
+
+
+def test_kda_scan_refuses_mismatched_shapes():
+    q, k, v, g, beta = _inputs(1, 8)
+    with pytest.raises(ValueError, match="must be"):
+        kda_scan(q, k, v, g[..., :4], beta)
+    with pytest.raises(ValueError, match="initial_state"):
+        kda_scan(q, k, v, g, beta, torch.zeros(1, H, K, K))
