@@ -19,19 +19,18 @@ checkpoint's (``model.word_embeddings``, ``attention.query_key_value``, ``attent
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 from torch import nn
 
-from hypic_rag.kernels.algebra import SCALAR, apply_operator, rerotate, ssd_split_transition
+from hypic_rag.kernels.algebra import SCALAR, rerotate
 from hypic_rag.kernels.rope import apply_rope
-from hypic_rag.kernels.scan import scan_pieces
-from hypic_rag.kernels.ssd import ssd_scan
 
 from .attention import attend
+from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
-from .layers import MLP, Experts, GroupRouter, PlainRMSNorm
+from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
+from .minimax import lightning
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -99,12 +98,15 @@ class RingLightningAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         state: RequestState | None,
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
+        """``rope`` (cos, sin at the tokens' positions, and the frequencies) is required: its keys rotate."""
+        if rope is None:
+            raise ValueError("Ring-linear's Lightning layers need the RoPE tables of the tokens' positions")
         b, t, _ = x.shape
         qkv = self.query_key_value(x)
         if self.silu:
@@ -121,31 +123,7 @@ class RingLightningAttention(nn.Module):
             q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
             dt = dt * pad_mask[..., None]
         a = ring_log_decay(self.heads, self.layer_idx, self.layers).to(x.device)
-        layer = state.linear(self.layer_idx) if state is not None else None
-        s0 = layer.recurrent if layer is not None else None
-        ops = jumps.linear[self.layer_idx] if jumps is not None else None
-        if ops is not None:
-            y = v.new_empty(b, t, self.heads, self.head_dim, dtype=torch.float32)
-
-            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
-                y[:, lo:hi], s = ssd_scan(v[:, lo:hi], dt[:, lo:hi], a, k[:, lo:hi], q[:, lo:hi], s)
-                return s
-
-            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
-                return apply_operator(SCALAR, ops[0][j], source, ops[1][j])
-
-            start = s0 if s0 is not None else v.new_zeros(b, self.heads, self.head_dim, self.head_dim).float()
-            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
-        elif capture is not None:
-            if s0 is not None:
-                raise ValueError("transitions are captured from a zero start only")
-            split = ssd_split_transition(v, dt, a, k, q, capture.rest_start)
-            y, s_end = split.out, split.state
-            capture.operators[self.layer_idx] = replace(split, out=None)
-        else:
-            y, s_end = ssd_scan(v, dt, a, k, q, s0)
-        if state is not None:
-            state.set_linear(self.layer_idx, x.new_zeros(b, 0, 0), s_end)
+        y = lightning(self.layer_idx, q, k, v, dt, a, state, capture, jumps)
         out = self.g_norm(y.reshape(b, t, -1).to(x.dtype))
         return self.dense(out * torch.sigmoid(self.g_proj(x)))
 
@@ -190,49 +168,18 @@ class RingSoftmaxAttention(nn.Module):
         return self.dense(out.transpose(1, 2).reshape(b, t, -1))
 
 
-class RingMoE(nn.Module):
-    def __init__(self, config: HybridConfig) -> None:
-        super().__init__()
-        self.gate = GroupRouter(config)
-        self.experts = Experts(config)
-        self.shared_experts = MLP(config.hidden_size, config.shared_expert_intermediate_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        weights, idx = self.gate(flat)
-        return self.experts(flat, weights.to(x.dtype), idx).reshape(x.shape) + self.shared_experts(x)
-
-
-class RingLayer(nn.Module):
+class RingLayer(PreNormLayer):
     def __init__(self, config: HybridConfig, idx: int) -> None:
-        super().__init__()
-        self.is_linear = config.layer_types[idx] == LINEAR
-        if self.is_linear:
-            self.attention: nn.Module = RingLightningAttention(config, idx)
-        else:
-            self.attention = RingSoftmaxAttention(config, idx)
+        linear = config.layer_types[idx] == LINEAR
+        mixer = RingLightningAttention(config, idx) if linear else RingSoftmaxAttention(config, idx)
         dense = idx in config.mlp_only_layers
-        self.mlp = MLP(config.hidden_size, config.intermediate_size) if dense else RingMoE(config)
-        self.input_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
-        h = self.input_layernorm(x)
-        if self.is_linear:
-            h = self.attention(h, rope, state, pad_mask, capture, jumps)
-        else:
-            h = self.attention(h, positions, rope, state, pad_mask)
-        x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+        super().__init__(
+            linear,
+            ("attention", mixer),
+            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
+            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+        )
 
 
 class RingBackbone(nn.Module):

@@ -64,6 +64,7 @@ class GatedDeltaNet(nn.Module):
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``pad_mask [B, T]`` is True for real tokens. Padding is made an exact identity for the state
         (zero input and zero decay), so left-padded rows end in the state of their real tokens.

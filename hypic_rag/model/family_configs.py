@@ -118,6 +118,40 @@ BAMBA: dict[str, Any] = {
 }
 
 
+def _common(
+    model_type: str,
+    d: dict[str, Any],
+    data: dict[str, Any],
+    types: Any,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    eps: float,
+    max_positions: int,
+    hidden_act: str,
+) -> dict[str, Any]:
+    """The fields every family's config gives the same way, from its merged fields ``d``."""
+    types = tuple(types)
+    return {
+        "model_type": model_type,
+        "vocab_size": int(d["vocab_size"]),
+        "hidden_size": int(d["hidden_size"]),
+        "num_hidden_layers": len(types),
+        "layer_types": types,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": eps,
+        "hidden_act": hidden_act,
+        "max_position_embeddings": max_positions,
+        "tie_word_embeddings": bool(d["tie_word_embeddings"]),
+        "eos_token_ids": _eos(d.get("eos_token_id")),
+        "bos_token_id": d.get("bos_token_id"),
+        "pad_token_id": d.get("pad_token_id"),
+        "raw": dict(data),
+    }
+
+
 def _eos(value: Any) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, list) else (() if value is None else (int(value),))
 
@@ -195,22 +229,22 @@ def read_nemotron_h(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConf
     if d.get("sliding_window"):
         raise ValueError("nemotron_h with sliding_window attention is not supported")
     return cls(
-        model_type="nemotron_h",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "nemotron_h",
+            d,
+            data,
+            types,
+            int(d["num_attention_heads"]),
+            int(d.get("num_key_value_heads") or d["num_attention_heads"]),
+            int(d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]),
+            float(d["layer_norm_epsilon"]),
+            int(d["max_position_embeddings"]),
+            "relu2",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=len(types),
-        layer_types=types,
-        num_attention_heads=int(d["num_attention_heads"]),
-        num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
-        head_dim=int(d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]),
-        rms_norm_eps=float(d["layer_norm_epsilon"]),
-        hidden_act="relu2",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=10000.0,
         partial_rotary_factor=0.0,  # Nemotron-H's attention has no position encoding
         attention_bias=False,
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         num_experts=int(d["n_routed_experts"]) if MOE in types else 0,
         num_experts_per_tok=int(d["num_experts_per_tok"]),
         moe_intermediate_size=int(d["moe_intermediate_size"]),
@@ -229,10 +263,6 @@ def read_nemotron_h(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConf
         moe_n_group=int(d["n_group"]),
         moe_topk_group=int(d["topk_group"]),
         routed_scaling_factor=float(d["routed_scaling_factor"]),
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -248,22 +278,22 @@ def read_granitemoehybrid(cls: type[HybridConfig], data: dict[str, Any]) -> Hybr
     rope = d.get("position_embedding_type") == "rope"
     heads = int(d["num_attention_heads"])
     return cls(
-        model_type="granitemoehybrid",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "granitemoehybrid",
+            d,
+            data,
+            types,
+            heads,
+            int(d["num_key_value_heads"]),
+            int(d["hidden_size"]) // heads,
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["shared_intermediate_size"]),
-        num_hidden_layers=len(types),
-        layer_types=types,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d["num_key_value_heads"]),
-        head_dim=int(d["hidden_size"]) // heads,
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=theta,
         partial_rotary_factor=1.0 if rope else 0.0,
         attention_bias=bool(d["attention_bias"]),
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         num_experts=int(d["num_local_experts"] or 0),
         num_experts_per_tok=int(d["num_experts_per_tok"]),
         moe_intermediate_size=int(d["intermediate_size"]),
@@ -273,10 +303,6 @@ def read_granitemoehybrid(cls: type[HybridConfig], data: dict[str, Any]) -> Hybr
         residual_multiplier=float(d["residual_multiplier"]),
         attention_scale=float(d["attention_multiplier"]),
         logits_scaling=float(d["logits_scaling"]),
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -292,28 +318,24 @@ def read_bamba(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
     theta, _ = _rope(d)
     heads = int(d["num_attention_heads"])
     return cls(
-        model_type="bamba",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "bamba",
+            d,
+            data,
+            tuple(FULL if i in attn else LINEAR for i in range(n)),
+            heads,
+            int(d["num_key_value_heads"]),
+            int(d["hidden_size"]) // heads,
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=n,
-        layer_types=tuple(FULL if i in attn else LINEAR for i in range(n)),
-        num_attention_heads=heads,
-        num_key_value_heads=int(d["num_key_value_heads"]),
-        head_dim=int(d["hidden_size"]) // heads,
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=theta,
         partial_rotary_factor=0.5,
         attention_bias=bool(d["attention_bias"]),
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         **_mamba_fields(d),
         mlp_bias=bool(d["mlp_bias"]),
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -380,28 +402,24 @@ def read_lfm2(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
     theta, _ = _rope({**d, "rope_theta": d["rope_theta"]})
     heads = int(d["num_attention_heads"])
     return cls(
-        model_type="lfm2",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "lfm2",
+            d,
+            data,
+            tuple(LINEAR if t == "conv" else FULL for t in types),
+            heads,
+            int(d["num_key_value_heads"]),
+            int(d["hidden_size"]) // heads,
+            float(d["norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=lfm2_ffn_size(d),
-        num_hidden_layers=len(types),
-        layer_types=tuple(LINEAR if t == "conv" else FULL for t in types),
-        num_attention_heads=heads,
-        num_key_value_heads=int(d["num_key_value_heads"]),
-        head_dim=int(d["hidden_size"]) // heads,
-        rms_norm_eps=float(d["norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=theta,
         partial_rotary_factor=1.0,
         attention_bias=False,
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         short_conv_kernel=int(d["conv_L_cache"]),
         short_conv_bias=bool(d["conv_bias"]),
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -464,31 +482,27 @@ def read_minimax(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
     theta, _ = _rope(d)
     heads = int(d["num_attention_heads"])
     return cls(
-        model_type="minimax",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "minimax",
+            d,
+            data,
+            types,
+            heads,
+            int(d.get("num_key_value_heads") or heads),
+            int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=len(types),
-        layer_types=types,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
-        head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=theta,
         partial_rotary_factor=1.0,
         attention_bias=False,
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         num_experts=int(d["num_local_experts"]),
         num_experts_per_tok=int(d["num_experts_per_tok"]),
         moe_intermediate_size=int(d["intermediate_size"]),
         norm_topk_prob=True,
         residual_factors=factors,
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -575,22 +589,22 @@ def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
     _check_act(d, "hidden_act", "silu")
     attn_heads = int(d["num_attention_heads"])
     return cls(
-        model_type="kimi_linear",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "kimi_linear",
+            d,
+            data,
+            types,
+            attn_heads,
+            attn_heads,
+            int(d["qk_nope_head_dim"]) + int(d["qk_rope_head_dim"]),
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=n,
-        layer_types=types,
-        num_attention_heads=attn_heads,
-        num_key_value_heads=attn_heads,
-        head_dim=int(d["qk_nope_head_dim"]) + int(d["qk_rope_head_dim"]),
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=10000.0,
         partial_rotary_factor=0.0,  # transformers' Kimi Linear rotates nothing
         attention_bias=bool(d["attention_bias"]),
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         linear_num_key_heads=heads,
         linear_num_value_heads=heads,
         linear_key_head_dim=dim,
@@ -610,10 +624,6 @@ def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
         qk_nope_head_dim=int(d["qk_nope_head_dim"]),
         qk_rope_head_dim=int(d["qk_rope_head_dim"]),
         v_head_dim=int(d["v_head_dim"]),
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -660,22 +670,22 @@ def read_olmo_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
     v_heads = int(d.get("linear_num_value_heads") or heads)
     dk = int(d.get("linear_key_head_dim") or int(0.75 * h / k_heads))
     return cls(
-        model_type="olmo_hybrid",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=h,
+        **_common(
+            "olmo_hybrid",
+            d,
+            data,
+            types,
+            heads,
+            int(d.get("num_key_value_heads") or heads),
+            int(d.get("head_dim") or h // heads),
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=n,
-        layer_types=types,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
-        head_dim=int(d.get("head_dim") or h // heads),
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=theta,
         partial_rotary_factor=0.0 if nope else 1.0,
         attention_bias=bool(d["attention_bias"]),
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         linear_num_key_heads=k_heads,
         linear_num_value_heads=v_heads,
         linear_key_head_dim=dk,
@@ -683,10 +693,6 @@ def read_olmo_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
         linear_conv_kernel_dim=int(d["linear_conv_kernel_dim"]),
         linear_beta_scale=2.0 if d["linear_allow_neg_eigval"] else 1.0,
         linear_norm_eps=1e-5,  # transformers hard-codes the read-out norm's eps
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -746,32 +752,28 @@ def read_falcon_h1(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfi
     norm = norm if d["mamba_rms_norm"] else "none"
     n = int(d["num_hidden_layers"])
     return cls(
-        model_type="falcon_h1",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=int(d["hidden_size"]),
+        **_common(
+            "falcon_h1",
+            d,
+            data,
+            (HYBRID,) * n,
+            heads,
+            int(d.get("num_key_value_heads") or heads),
+            int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=n,
-        layer_types=(HYBRID,) * n,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
-        head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=theta,
         partial_rotary_factor=1.0,
         attention_bias=bool(d["attention_bias"]),
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         **mamba,
         mamba_norm=norm,
         mamba_out_bias=bool(d["projectors_bias"]),
         mlp_bias=bool(d["mlp_bias"]),
         embedding_multiplier=float(d["embedding_multiplier"]),
         logits_scaling=1.0 / lm_head,
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 
@@ -842,22 +844,22 @@ def read_bailing_moe_linear(cls: type[HybridConfig], data: dict[str, Any]) -> Hy
     partial = float(d["rotary_dim"]) / head_dim if d.get("rotary_dim") else float(d["partial_rotary_factor"])
     shared = d.get("moe_shared_expert_intermediate_size") or d["moe_intermediate_size"]
     return cls(
-        model_type="bailing_moe_linear",
-        vocab_size=int(d["vocab_size"]),
-        hidden_size=h,
+        **_common(
+            "bailing_moe_linear",
+            d,
+            data,
+            types,
+            heads,
+            int(d.get("num_key_value_heads") or heads),
+            head_dim,
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
         intermediate_size=int(d["intermediate_size"]),
-        num_hidden_layers=n,
-        layer_types=types,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads") or heads),
-        head_dim=head_dim,
-        rms_norm_eps=float(d["rms_norm_eps"]),
-        hidden_act="silu",
-        max_position_embeddings=int(d["max_position_embeddings"]),
         rope_theta=float(d["rope_theta"]),
         partial_rotary_factor=partial,
         attention_bias=bool(d["use_qkv_bias"]),
-        tie_word_embeddings=bool(d["tie_word_embeddings"]),
         num_experts=int(d["num_experts"]),
         num_experts_per_tok=int(d["num_experts_per_tok"]),
         moe_intermediate_size=int(d["moe_intermediate_size"]),
@@ -870,10 +872,6 @@ def read_bailing_moe_linear(cls: type[HybridConfig], data: dict[str, Any]) -> Hy
         ring_linear_silu=bool(d.get("use_linear_silu", d["linear_silu"])),
         ring_qk_norm=bool(d["use_qk_norm"]),
         ring_group_norm_size=int(d["group_norm_size"]),
-        eos_token_ids=_eos(d.get("eos_token_id")),
-        bos_token_id=d.get("bos_token_id"),
-        pad_token_id=d.get("pad_token_id"),
-        raw=dict(data),
     )
 
 

@@ -10,21 +10,20 @@ output. Module names follow transformers' ``KimiLinearForCausalLM``.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hypic_rag.kernels.algebra import DENSE, apply_operator, kda_split_transition
+from hypic_rag.kernels.algebra import DENSE, kda_split_transition
 from hypic_rag.kernels.delta_rule import l2norm
 from hypic_rag.kernels.kda import kda_scan
-from hypic_rag.kernels.scan import scan_pieces
 
 from .attention import attend
+from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
 from .conv import causal_conv, causal_conv_across
-from .layers import MLP, Experts, GroupRouter, PlainRMSNorm
+from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
+from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -77,6 +76,7 @@ class KimiDeltaAttention(nn.Module):
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Padding is an exact identity (zero conv input, ``g = beta = 0``)."""
         b, t, _ = x.shape
@@ -97,27 +97,17 @@ class KimiDeltaAttention(nn.Module):
             g, beta = g * pad_mask[..., None, None], beta * pad_mask[..., None]
         q = l2norm(q.float()) * self.dim**-0.5
         k = l2norm(k.float())
-        s0 = layer.recurrent if layer is not None else None
-        if ops is not None:
-            y = v.new_empty(b, t, self.heads, self.dim, dtype=torch.float32)
-
-            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
-                y[:, lo:hi], s = kda_scan(q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], g[:, lo:hi], beta[:, lo:hi], s)
-                return s
-
-            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
-                return apply_operator(DENSE, ops[0][j], source, ops[1][j])
-
-            start = s0 if s0 is not None else q.new_zeros(b, self.heads, self.dim, self.dim)
-            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
-        elif capture is not None:
-            if s0 is not None:
-                raise ValueError("transitions are captured from a zero start only")
-            split = kda_split_transition(q, k, v, g, beta, capture.rest_start)
-            y, s_end = split.out, split.state
-            capture.operators[self.layer_idx] = replace(split, out=None)
-        else:
-            y, s_end = kda_scan(q, k, v, g, beta, s0)
+        y, s_end = run_recurrence(
+            self.layer_idx,
+            DENSE,
+            t,
+            layer.recurrent if layer is not None else None,
+            lambda: q.new_zeros(b, self.heads, self.dim, self.dim),
+            lambda sl, start: kda_scan(q[:, sl], k[:, sl], v[:, sl], g[:, sl], beta[:, sl], start),
+            lambda rest_start: kda_split_transition(q, k, v, g, beta, rest_start),
+            capture,
+            jumps,
+        )
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)
         gate = self.g_b_proj(self.g_a_proj(x)).view(b, t, self.heads, self.dim)
@@ -171,49 +161,18 @@ class MultiLatentAttention(nn.Module):
         return self.o_proj(out[..., : self.v_dim].transpose(1, 2).reshape(b, t, -1))
 
 
-class KimiMoE(nn.Module):
-    def __init__(self, config: HybridConfig) -> None:
-        super().__init__()
-        self.gate = GroupRouter(config)
-        self.experts = Experts(config)
-        self.shared_experts = MLP(config.hidden_size, config.shared_expert_intermediate_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        weights, idx = self.gate(flat)
-        return self.experts(flat, weights.to(x.dtype), idx).reshape(x.shape) + self.shared_experts(x)
-
-
-class KimiLayer(nn.Module):
+class KimiLayer(PreNormLayer):
     def __init__(self, config: HybridConfig, idx: int) -> None:
-        super().__init__()
-        self.is_linear = config.layer_types[idx] == LINEAR
-        if self.is_linear:
-            self.self_attn: nn.Module = KimiDeltaAttention(config, idx)
-        else:
-            self.self_attn = MultiLatentAttention(config, idx)
+        linear = config.layer_types[idx] == LINEAR
+        mixer = KimiDeltaAttention(config, idx) if linear else MultiLatentAttention(config, idx)
         dense = idx in config.mlp_only_layers
-        self.mlp = MLP(config.hidden_size, config.intermediate_size) if dense else KimiMoE(config)
-        self.input_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
-        h = self.input_layernorm(x)
-        if self.is_linear:
-            h = self.self_attn(h, state, pad_mask, capture, jumps)
-        else:
-            h = self.self_attn(h, positions, rope, state, pad_mask)
-        x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+        super().__init__(
+            linear,
+            ("self_attn", mixer),
+            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
+            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+        )
 
 
 class KimiBackbone(nn.Module):

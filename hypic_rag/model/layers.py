@@ -145,3 +145,18 @@ class GroupRouter(nn.Module):
         if self.norm_topk_prob:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return weights * self.scale, idx
+
+
+class GroupRoutedMoE(nn.Module):
+    """Gated experts chosen by ``GroupRouter``, plus a shared SwiGLU expert (Kimi Linear, Ring-linear-2.0)."""
+
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.gate = GroupRouter(config)
+        self.experts = Experts(config)
+        self.shared_experts = MLP(config.hidden_size, config.shared_expert_intermediate_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, idx = self.gate(flat)
+        return self.experts(flat, weights.to(x.dtype), idx).reshape(x.shape) + self.shared_experts(x)

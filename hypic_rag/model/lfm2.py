@@ -17,6 +17,7 @@ from hypic_rag.kernels.algebra import NONE, SplitTransition
 from hypic_rag.kernels.rope import apply_rope
 
 from .attention import attend
+from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
 from .conv import causal_conv, causal_conv_across
 from .layers import PlainRMSNorm
@@ -45,6 +46,7 @@ class ShortConv(nn.Module):
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Padding is zero conv input (projection biases too), so a left-padded row is its real tokens alone."""
         b = x.shape[0]
@@ -117,35 +119,16 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class Lfm2Layer(nn.Module):
+class Lfm2Layer(PreNormLayer):
     def __init__(self, config: HybridConfig, idx: int) -> None:
-        super().__init__()
-        self.is_linear = config.layer_types[idx] == LINEAR
-        if self.is_linear:
-            self.conv = ShortConv(config, idx)
-        else:
-            self.self_attn = Lfm2Attention(config, idx)
-        self.feed_forward = SwiGLU(config.hidden_size, config.intermediate_size)
-        self.operator_norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.ffn_norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
-        h = self.operator_norm(x)
-        if self.is_linear:
-            h = self.conv(h, state, pad_mask, capture, jumps)
-        else:
-            h = self.self_attn(h, positions, rope, state, pad_mask)
-        x = x + h
-        return x + self.feed_forward(self.ffn_norm(x))
+        linear = config.layer_types[idx] == LINEAR
+        super().__init__(
+            linear,
+            ("conv", ShortConv(config, idx)) if linear else ("self_attn", Lfm2Attention(config, idx)),
+            ("feed_forward", SwiGLU(config.hidden_size, config.intermediate_size)),
+            ("operator_norm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+            ("ffn_norm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+        )
 
 
 class Lfm2Backbone(nn.Module):

@@ -109,24 +109,34 @@ def _split_qwen3_next_projections(tensors: dict[str, torch.Tensor], config: Hybr
         tensors[prefix + "in_proj_a.weight"] = a.reshape(-1, hidden)
 
 
-def _stack_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
-    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-    for name in [n for n in tensors if _EXPERT_RE.match(n)]:
-        m = _EXPERT_RE.match(name)
+def _expert_groups(
+    tensors: dict[str, torch.Tensor], config: HybridConfig, pattern: re.Pattern[str], parts: tuple[str, ...]
+) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """Experts stored one module each: the tensors ``pattern`` matches (groups: prefix, expert, part) are
+    taken out and checked (experts 0..E-1, each with all of ``parts``); per prefix, the experts in order."""
+    found: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    for name in [n for n in tensors if pattern.match(n)]:
+        m = pattern.match(name)
         assert m is not None
-        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
-    for prefix, experts in groups.items():
+        found.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
+    groups = {}
+    for prefix, experts in found.items():
         ids = sorted(experts)
         if ids != list(range(config.num_experts)):
             raise ValueError(f"{prefix} holds experts {ids[:5]}..., expected 0..{config.num_experts - 1}")
         for e in ids:
-            absent = {"gate_proj", "up_proj", "down_proj"} - experts[e].keys()
+            absent = set(parts) - experts[e].keys()
             if absent:
                 raise ValueError(f"missing weight {prefix}.{e}.{sorted(absent)[0]}.weight")
-        tensors[prefix + ".gate_up_proj"] = torch.stack(
-            [torch.cat((experts[e]["gate_proj"], experts[e]["up_proj"])) for e in ids]
-        )
-        tensors[prefix + ".down_proj"] = torch.stack([experts[e]["down_proj"] for e in ids])
+        groups[prefix] = [experts[e] for e in ids]
+    return groups
+
+
+def _stack_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """Qwen's and Ring-linear's gated experts, one module each: ``gate_up_proj [E, 2I, H]``, ``down_proj``."""
+    for prefix, experts in _expert_groups(tensors, config, _EXPERT_RE, ("gate_proj", "up_proj", "down_proj")).items():
+        tensors[prefix + ".gate_up_proj"] = torch.stack([torch.cat((x["gate_proj"], x["up_proj"])) for x in experts])
+        tensors[prefix + ".down_proj"] = torch.stack([x["down_proj"] for x in experts])
 
 
 _NEMOTRON_EXPERT_RE = re.compile(r"^(backbone\.layers\.\d+\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight$")
@@ -134,20 +144,9 @@ _NEMOTRON_EXPERT_RE = re.compile(r"^(backbone\.layers\.\d+\.mixer\.experts)\.(\d
 
 def _stack_nemotron_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
     """Nemotron-H checkpoints store each (ungated, ReLU²) expert's ``up_proj``/``down_proj`` apart."""
-    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-    for name in [n for n in tensors if _NEMOTRON_EXPERT_RE.match(n)]:
-        m = _NEMOTRON_EXPERT_RE.match(name)
-        assert m is not None
-        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
-    for prefix, experts in groups.items():
-        ids = sorted(experts)
-        if ids != list(range(config.num_experts)):
-            raise ValueError(f"{prefix} holds experts {ids[:5]}..., expected 0..{config.num_experts - 1}")
+    for prefix, experts in _expert_groups(tensors, config, _NEMOTRON_EXPERT_RE, ("up_proj", "down_proj")).items():
         for proj in ("up_proj", "down_proj"):
-            absent = [e for e in ids if proj not in experts[e]]
-            if absent:
-                raise ValueError(f"missing weight {prefix}.{absent[0]}.{proj}.weight")
-            tensors[f"{prefix}.{proj}"] = torch.stack([experts[e][proj] for e in ids])
+            tensors[f"{prefix}.{proj}"] = torch.stack([x[proj] for x in experts])
 
 
 # Granite-4.0-H checkpoints name its MoE as the original release did; transformers renames on load.
@@ -190,23 +189,9 @@ def _merge_expert_modules(tensors: dict[str, torch.Tensor], config: HybridConfig
     """Experts stored one module each as ``w1`` (gate), ``w3`` (up), ``w2`` (down) under ``old``, stacked into
     ``new.experts.gate_up_proj`` / ``down_proj``; the rest of ``old`` renamed to ``new``."""
     pattern = re.compile(rf"^(model\.layers\.\d+)\.{old}\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
-    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-    for name in [n for n in tensors if pattern.match(n)]:
-        m = pattern.match(name)
-        assert m is not None
-        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensors.pop(name)
-    for layer, experts in groups.items():
-        ids = sorted(experts)
-        if ids != list(range(config.num_experts)):
-            raise ValueError(f"{layer} holds experts {ids[:5]}..., expected 0..{config.num_experts - 1}")
-        for e in ids:
-            absent = {"w1", "w2", "w3"} - experts[e].keys()
-            if absent:
-                raise ValueError(f"missing weight {layer}.{old}.experts.{e}.{sorted(absent)[0]}.weight")
-        tensors[f"{layer}.{new}.experts.gate_up_proj"] = torch.stack(
-            [torch.cat((experts[e]["w1"], experts[e]["w3"])) for e in ids]
-        )
-        tensors[f"{layer}.{new}.experts.down_proj"] = torch.stack([experts[e]["w2"] for e in ids])
+    for layer, experts in _expert_groups(tensors, config, pattern, ("w1", "w2", "w3")).items():
+        tensors[f"{layer}.{new}.experts.gate_up_proj"] = torch.stack([torch.cat((x["w1"], x["w3"])) for x in experts])
+        tensors[f"{layer}.{new}.experts.down_proj"] = torch.stack([x["w2"] for x in experts])
     for name in [n for n in tensors if f".{old}." in n]:
         tensors[name.replace(f".{old}.", f".{new}.")] = tensors.pop(name)
 

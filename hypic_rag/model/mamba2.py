@@ -8,18 +8,16 @@ transformers' (``in_proj``, ``conv1d``, ``dt_bias``, ``A_log``, ``D``, ``norm``,
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hypic_rag.kernels.algebra import SCALAR, apply_operator, ssd_split_transition
-from hypic_rag.kernels.scan import scan_pieces
+from hypic_rag.kernels.algebra import SCALAR, ssd_split_transition
 from hypic_rag.kernels.ssd import ssd_scan
 
 from .config import HybridConfig
 from .conv import causal_conv, causal_conv_across
+from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -85,6 +83,7 @@ class Mamba2Mixer(nn.Module):
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """As ``GatedDeltaNet.forward``: padding is an exact identity (zero conv input, ``dt = 0``)."""
         b, t, _ = x.shape
@@ -111,26 +110,17 @@ class Mamba2Mixer(nn.Module):
         cm = cm.reshape(b, t, self.groups, self.state_size).repeat_interleave(rep, dim=2)
         a = -self.A_log.float().exp()
         s0 = layer.recurrent if layer is not None else None
-        if ops is not None:
-            y = xs.new_empty(b, t, self.heads, self.head_dim, dtype=torch.float32)
-
-            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
-                y[:, lo:hi], s = ssd_scan(xs[:, lo:hi], dt[:, lo:hi], a, bm[:, lo:hi], cm[:, lo:hi], s)
-                return s
-
-            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
-                return apply_operator(SCALAR, ops[0][j], source, ops[1][j])
-
-            start = s0 if s0 is not None else xs.new_zeros(b, self.heads, self.head_dim, self.state_size).float()
-            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
-        elif capture is not None:
-            if s0 is not None:
-                raise ValueError("transitions are captured from a zero start only")
-            split = ssd_split_transition(xs, dt, a, bm, cm, capture.rest_start)
-            y, s_end = split.out, split.state
-            capture.operators[self.layer_idx] = replace(split, out=None)
-        else:
-            y, s_end = ssd_scan(xs, dt, a, bm, cm, s0)
+        y, s_end = run_recurrence(
+            self.layer_idx,
+            SCALAR,
+            t,
+            s0,
+            lambda: xs.new_zeros(b, self.heads, self.head_dim, self.state_size, dtype=torch.float32),
+            lambda sl, start: ssd_scan(xs[:, sl], dt[:, sl], a, bm[:, sl], cm[:, sl], start),
+            lambda rest_start: ssd_split_transition(xs, dt, a, bm, cm, rest_start),
+            capture,
+            jumps,
+        )
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)
         y = (y + xs.float() * self.D.float()[:, None]).reshape(b, t, self.inner)

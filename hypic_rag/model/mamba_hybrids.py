@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import PlainAttention
+from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
 from .layers import MLP, Experts, PlainRMSNorm
 from .mamba2 import Mamba2Mixer
@@ -56,46 +57,25 @@ class GraniteMoE(nn.Module):
         return self.experts(flat, weights, idx).reshape(x.shape)
 
 
-class _MambaHybridLayer(nn.Module):
-    """``x + m * mixer(norm(x))``, then ``+ m * ffn(norm(.))``; ``m`` is Granite's residual multiplier."""
-
-    def __init__(self, config: HybridConfig, idx: int, pre_ffn_norm: str) -> None:
-        super().__init__()
-        self.is_linear = config.layer_types[idx] == LINEAR
-        self.input_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
-        setattr(self, pre_ffn_norm, PlainRMSNorm(config.hidden_size, config.rms_norm_eps))
-        self._pre_ffn_norm = pre_ffn_norm
-        if self.is_linear:
-            self.mamba = Mamba2Mixer(config, idx)
-        else:
-            self.self_attn = PlainAttention(config, idx)
-        self.residual_multiplier = config.residual_multiplier
-
-    def ffn(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
-        h = self.input_layernorm(x)
-        if self.is_linear:
-            h = self.mamba(h, state, pad_mask, capture, jumps)
-        else:
-            h = self.self_attn(h, positions, rope, state, pad_mask)
-        x = x + h * self.residual_multiplier
-        return x + self.ffn(getattr(self, self._pre_ffn_norm)(x)) * self.residual_multiplier
+def _mixer(config: HybridConfig, idx: int) -> tuple[str, nn.Module]:
+    if config.layer_types[idx] == LINEAR:
+        return "mamba", Mamba2Mixer(config, idx)
+    return "self_attn", PlainAttention(config, idx)
 
 
-class GraniteLayer(_MambaHybridLayer):
+class GraniteLayer(PreNormLayer):
+    """Its feed-forward is a shared SwiGLU plus, with experts, a MoE; both residuals scaled."""
+
     def __init__(self, config: HybridConfig, idx: int) -> None:
-        super().__init__(config, idx, "post_attention_layernorm")
+        eps = config.rms_norm_eps
+        super().__init__(
+            config.layer_types[idx] == LINEAR,
+            _mixer(config, idx),
+            None,
+            ("input_layernorm", PlainRMSNorm(config.hidden_size, eps)),
+            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, eps)),
+            residual_multiplier=config.residual_multiplier,
+        )
         self.shared_mlp = SharedMLP(config.hidden_size, config.shared_expert_intermediate_size)
         if config.num_experts:
             self.block_sparse_moe = GraniteMoE(config)
@@ -105,13 +85,16 @@ class GraniteLayer(_MambaHybridLayer):
         return out + self.block_sparse_moe(x) if hasattr(self, "block_sparse_moe") else out
 
 
-class BambaLayer(_MambaHybridLayer):
+class BambaLayer(PreNormLayer):
     def __init__(self, config: HybridConfig, idx: int) -> None:
-        super().__init__(config, idx, "pre_ff_layernorm")
-        self.feed_forward = MLP(config.hidden_size, config.intermediate_size)
-
-    def ffn(self, x: torch.Tensor) -> torch.Tensor:
-        return self.feed_forward(x)
+        eps = config.rms_norm_eps
+        super().__init__(
+            config.layer_types[idx] == LINEAR,
+            _mixer(config, idx),
+            ("feed_forward", MLP(config.hidden_size, config.intermediate_size)),
+            ("input_layernorm", PlainRMSNorm(config.hidden_size, eps)),
+            ("pre_ff_layernorm", PlainRMSNorm(config.hidden_size, eps)),
+        )
 
 
 class MambaHybridBackbone(nn.Module):

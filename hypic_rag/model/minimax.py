@@ -12,18 +12,16 @@ recomputed here, not loaded.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import nn
 
-from hypic_rag.kernels.algebra import SCALAR, apply_operator, ssd_split_transition
-from hypic_rag.kernels.scan import scan_pieces
+from hypic_rag.kernels.algebra import SCALAR, ssd_split_transition
 from hypic_rag.kernels.ssd import ssd_scan
 
 from .attention import PlainAttention
 from .config import LINEAR, HybridConfig
 from .layers import Experts, PlainRMSNorm, Router
+from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -32,6 +30,37 @@ def lightning_slopes(heads: int, layer_idx: int, layers: int) -> torch.Tensor:
     base = 1 / (2 ** (8 / heads))
     factor = 1 - layer_idx / (layers - 1 + 1e-5) + 1e-5
     return torch.tensor([base ** (h + 1) * factor for h in range(heads)], dtype=torch.float32)
+
+
+def lightning(
+    layer_idx: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dt: torch.Tensor,
+    log_decay: torch.Tensor,
+    state: RequestState | None,
+    capture: TransitionCapture | None,
+    jumps: SegmentJumps | None,
+) -> torch.Tensor:
+    """The Lightning recurrence (``q, k, v [B, T, H, D]``; ``dt`` 1 per real token, 0 per pad) on the SSD
+    scan, in whichever way the forward runs it; updates the request's state; returns the outputs fp32."""
+    b, t, h, d = v.shape
+    layer = state.linear(layer_idx) if state is not None else None
+    y, end = run_recurrence(
+        layer_idx,
+        SCALAR,
+        t,
+        layer.recurrent if layer is not None else None,
+        lambda: v.new_zeros(b, h, d, d, dtype=torch.float32),
+        lambda sl, start: ssd_scan(v[:, sl], dt[:, sl], log_decay, k[:, sl], q[:, sl], start),
+        lambda rest_start: ssd_split_transition(v, dt, log_decay, k, q, rest_start),
+        capture,
+        jumps,
+    )
+    if state is not None:
+        state.set_linear(layer_idx, v.new_zeros(b, 0, 0), end)  # no conv: an empty tail
+    return y
 
 
 class LightningAttention(nn.Module):
@@ -58,6 +87,7 @@ class LightningAttention(nn.Module):
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Padding is an exact identity: zero q, k, v and no decay (``dt = 0``)."""
         b, t, _ = x.shape
@@ -69,31 +99,7 @@ class LightningAttention(nn.Module):
             q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
             dt = dt * pad_mask[..., None]
         a = -lightning_slopes(self.heads, self.layer_idx, self.layers).to(x.device)
-        layer = state.linear(self.layer_idx) if state is not None else None
-        s0 = layer.recurrent if layer is not None else None
-        ops = jumps.linear[self.layer_idx] if jumps is not None else None
-        if ops is not None:
-            y = v.new_empty(b, t, self.heads, self.head_dim, dtype=torch.float32)
-
-            def run(lo: int, hi: int, s: torch.Tensor) -> torch.Tensor:
-                y[:, lo:hi], s = ssd_scan(v[:, lo:hi], dt[:, lo:hi], a, k[:, lo:hi], q[:, lo:hi], s)
-                return s
-
-            def jump(j: int, source: torch.Tensor) -> torch.Tensor:
-                return apply_operator(SCALAR, ops[0][j], source, ops[1][j])
-
-            start = s0 if s0 is not None else v.new_zeros(b, self.heads, self.head_dim, self.head_dim).float()
-            s_end = scan_pieces(t, jumps.at.tolist(), jumps.src.tolist(), start, run, jump)
-        elif capture is not None:
-            if s0 is not None:
-                raise ValueError("transitions are captured from a zero start only")
-            split = ssd_split_transition(v, dt, a, k, q, capture.rest_start)
-            y, s_end = split.out, split.state
-            capture.operators[self.layer_idx] = replace(split, out=None)
-        else:
-            y, s_end = ssd_scan(v, dt, a, k, q, s0)
-        if state is not None:
-            state.set_linear(self.layer_idx, x.new_zeros(b, 0, 0), s_end)
+        y = lightning(self.layer_idx, q, k, v, dt, a, state, capture, jumps)
         out = self.norm(y.reshape(b, t, -1).to(x.dtype))
         return self.out_proj(torch.sigmoid(self.output_gate(x)) * out)
 

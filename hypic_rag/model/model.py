@@ -8,6 +8,7 @@ from torch import nn
 from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 
 from .attention import GatedAttention
+from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
 from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
@@ -17,38 +18,20 @@ from .state import RequestState, SegmentJumps, TransitionCapture
 _MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer", "self_attn", "attention")
 
 
-class DecoderLayer(nn.Module):
-    def __init__(self, config: HybridConfig, idx: int) -> None:
-        super().__init__()
-        self.is_linear = config.layer_types[idx] == LINEAR
-        if self.is_linear:
-            self.linear_attn = GatedDeltaNet(config, idx)
-        else:
-            self.self_attn = GatedAttention(config, idx)
-        if config.is_moe_layer(idx):
-            self.mlp: nn.Module = SparseMoE(config)
-        else:
-            self.mlp = MLP(config.hidden_size, config.intermediate_size)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+class DecoderLayer(PreNormLayer):
+    """Qwen3-Next's and Qwen3.5's layer: Gated DeltaNet or gated attention, then a SwiGLU or a MoE."""
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
-        h = self.input_layernorm(x)
-        if self.is_linear:
-            h = self.linear_attn(h, state, pad_mask, capture, jumps)
-        else:
-            h = self.self_attn(h, positions, rope, state, pad_mask)
-        x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        linear = config.layer_types[idx] == LINEAR
+        mixer = ("linear_attn", GatedDeltaNet(config, idx)) if linear else ("self_attn", GatedAttention(config, idx))
+        ffn = SparseMoE(config) if config.is_moe_layer(idx) else MLP(config.hidden_size, config.intermediate_size)
+        super().__init__(
+            linear,
+            mixer,
+            ("mlp", ffn),
+            ("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps)),
+            ("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps)),
+        )
 
 
 class Backbone(nn.Module):

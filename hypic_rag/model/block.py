@@ -1,0 +1,59 @@
+"""The decoder layer most hybrids share: ``x + m * mixer(norm_in(x))``, then ``x + m * ffn(norm_ffn(x))``
+(``m``, Granite's residual multiplier, is 1 elsewhere), the mixer a linear one or attention.
+
+Each family names the parts as its checkpoints do (Qwen's ``linear_attn``/``self_attn`` and ``mlp``, LFM2's
+``conv``/``operator_norm``/``feed_forward``, Ring-linear's ``attention``, ...): the names are given, the
+modules registered under them, so weights load by name and the layer's logic is written once. Linear mixers
+take ``(x, state, pad_mask, capture, jumps, rope=...)``; attention ``(x, positions, rope, state, pad_mask)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .state import RequestState, SegmentJumps, TransitionCapture
+
+
+class PreNormLayer(nn.Module):
+    def __init__(
+        self,
+        is_linear: bool,
+        mixer: tuple[str, nn.Module],
+        ffn: tuple[str, nn.Module] | None,
+        norm_in: tuple[str, nn.Module],
+        norm_ffn: tuple[str, nn.Module],
+        residual_multiplier: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.is_linear = is_linear
+        self.residual_multiplier = residual_multiplier
+        self._parts = (mixer[0], ffn[0] if ffn else "", norm_in[0], norm_ffn[0])
+        for name, module in (mixer, ffn or ("", None), norm_in, norm_ffn):
+            if module is not None:
+                self.add_module(name, module)
+
+    def ffn(self, x: torch.Tensor) -> torch.Tensor:
+        """The named feed-forward; a family whose feed-forward is several modules overrides this."""
+        return getattr(self, self._parts[1])(x)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        state: RequestState | None,
+        pad_mask: torch.Tensor | None = None,
+        capture: TransitionCapture | None = None,
+        jumps: SegmentJumps | None = None,
+    ) -> torch.Tensor:
+        mixer, _, norm_in, norm_ffn = self._parts
+        h = getattr(self, norm_in)(x)
+        if self.is_linear:
+            h = getattr(self, mixer)(h, state, pad_mask, capture, jumps, rope=rope)
+        else:
+            h = getattr(self, mixer)(h, positions, rope, state, pad_mask)
+        m = self.residual_multiplier
+        x = x + h * m if m != 1.0 else x + h
+        out = self.ffn(getattr(self, norm_ffn)(x))
+        return x + out * m if m != 1.0 else x + out
