@@ -287,6 +287,33 @@ def ssd_split_transition(
     return SplitTransition(state, p, out, rest_state, rest_p)
 
 
+def selective_split_transition(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    rest_start: torch.Tensor,
+) -> SplitTransition:
+    """``split_transition`` for Mamba1 (``kernels.selective_scan``'s shapes), its state held as ``[N, D, S, 1]``
+    so the diagonal operator ``p [N, D, S] = exp(a sum dt)`` applies as ``DIAGONAL``; each row's remainder
+    from ``rest_start[n]`` by a second scan in which the tokens before it are identities (``dt = 0``)."""
+    from .selective_scan import selective_scan
+
+    n, t = x.shape[:2]
+    if rest_start.shape != (n,):
+        raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
+    out, state = selective_scan(x, dt, a, b, c)
+    p = torch.exp(a.float() * dt.float().sum(1)[..., None])
+    if bool((rest_start >= t).all()):
+        return SplitTransition(state[..., None], p, out)
+    keep = torch.arange(t, device=x.device)[None, :] >= rest_start.to(x.device)[:, None]
+    rest_dt = dt.float() * keep[..., None]
+    _, rest = selective_scan(x, rest_dt, a, b, c)
+    rest_p = torch.exp(a.float() * rest_dt.sum(1)[..., None])
+    return SplitTransition(state[..., None], p, out, rest[..., None], rest_p)
+
+
 def kda_split_transition(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -19,6 +19,7 @@ KINDS = [
     "olmo_hybrid",
     "falcon_h1",
     "bailing_moe_linear",
+    "jamba",
 ]
 TOL = 1e-4
 

@@ -57,6 +57,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "falcon_h1": {"model_type": "falcon_h1", **_SMALL, "num_hidden_layers": 4},
     "bailing_moe_linear": {"model_type": "bailing_moe_linear", **_SMALL, "num_hidden_layers": 4,
                            "layer_group_size": 4, "num_experts": 8, "n_group": 1, "topk_group": 1},
+    "jamba": {"model_type": "jamba", **_SMALL, "num_hidden_layers": 4, "attn_layer_period": 4,
+              "attn_layer_offset": 3, "num_experts": 2},
 }  # fmt: skip
 SHAPE_NOTES = {
     "qwen3_5_text": "Qwen3.5-0.8B: Gated DeltaNet 16 heads, K = V = 128; attention 2 kv heads x 256",
@@ -69,6 +71,7 @@ SHAPE_NOTES = {
     "olmo_hybrid": "OLMo hybrid (defaults): Gated DeltaNet 30 heads, K 96, V 192; attention 30 kv x 128",
     "falcon_h1": "Falcon-H1 (defaults): Mamba2 128 heads x 8 x state 256 and attention 8 kv x 128 in each layer",
     "bailing_moe_linear": "Ring-mini-linear-2.0: Lightning 16 heads x 128 x 128; attention 4 kv x 128",
+    "jamba": "Jamba (defaults): Mamba1 8,192 channels x state 16; attention 8 kv x 128",
 }
 _FIDELITY_BASE = {"vocab_size": 2048, "hidden_size": 256, "intermediate_size": 512, "max_position_embeddings": 8192,
                   "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2}  # fmt: skip
@@ -99,6 +102,8 @@ FIDELITY: dict[str, dict[str, Any]] = {
                   "mamba_n_heads": 8, "mamba_d_head": 32, "mamba_d_state": 32, "mamba_n_groups": 2},
     "bailing_moe_linear": {"model_type": "bailing_moe_linear", **_FIDELITY_BASE, "layer_group_size": 4,
                            "head_dim": 32, "num_experts": 8, "n_group": 2, "topk_group": 1, "group_norm_size": 2},
+    "jamba": {"model_type": "jamba", **_FIDELITY_BASE, "attn_layer_period": 4, "attn_layer_offset": 3,
+              "num_experts": 4, "mamba_d_state": 16},
 }  # fmt: skip
 FAMILIES = tuple(SHAPES)
 # The tiny checkpoint each family's parity is measured on; Ring-linear has no transformers class (see tests).

@@ -90,6 +90,7 @@ MIXERS = {
     "kimi_linear": "kda",
     "olmo_hybrid": "gated_deltanet",
     "bailing_moe_linear": "lightning",
+    "jamba": "mamba1",
 }
 SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
@@ -146,6 +147,9 @@ class HybridConfig:
     time_step_max: float = float("inf")
     mamba_norm: str = "gate_then_norm"  # or "norm_then_gate", "none" (Falcon-H1)
     mamba_out_bias: bool | None = None  # None: mamba_proj_bias
+    # Mamba1 (Jamba): channels and the dt projection's rank
+    mamba1_inner: int = 0
+    mamba_dt_rank: int = 0
     mlp_bias: bool = False
     # Granite's multipliers (1 elsewhere); ``attention_scale`` None is 1/sqrt(head_dim)
     embedding_multiplier: float = 1.0
@@ -317,7 +321,8 @@ class HybridConfig:
         sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
         if FULL in self.layer_types or HYBRID in self.layer_types:
             sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
-        if (LINEAR in self.layer_types or HYBRID in self.layer_types) and self.mixer not in ("short_conv", "lightning"):
+        recurrent_sizes = self.mixer not in ("short_conv", "lightning", "mamba1")
+        if (LINEAR in self.layer_types or HYBRID in self.layer_types) and recurrent_sizes:
             sizes += (
                 ["mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel"]
                 if self.mixer == "mamba2"
@@ -334,6 +339,13 @@ class HybridConfig:
                 raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
         if "num_key_value_heads" in sizes and self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.mixer == "mamba1":
+            for name in ("mamba1_inner", "mamba_dt_rank", "ssm_state_size", "mamba_conv_kernel", "intermediate_size"):
+                if LINEAR in self.layer_types and getattr(self, name) < 1:
+                    raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
+            if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+                raise ValueError("num_experts_per_tok must be between 1 and num_experts")
+            return
         if self.mixer == "kda":
             if self.v_head_dim > self.head_dim:
                 raise ValueError(f"v_head_dim {self.v_head_dim} is wider than the query-key head {self.head_dim}")

@@ -9,6 +9,7 @@ a missing field means what it means to transformers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -876,3 +877,82 @@ def read_bailing_moe_linear(cls: type[HybridConfig], data: dict[str, Any]) -> Hy
 
 
 READERS["bailing_moe_linear"] = read_bailing_moe_linear
+
+
+JAMBA: dict[str, Any] = {
+    "vocab_size": 65536,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_act": "silu",
+    "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "num_experts_per_tok": 2,
+    "num_experts": 16,
+    "expert_layer_period": 2,
+    "expert_layer_offset": 1,
+    "attn_layer_period": 8,
+    "attn_layer_offset": 4,
+    "mamba_d_state": 16,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_dt_rank": "auto",
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+def read_jamba(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Jamba: attention where ``i % attn_layer_period == attn_layer_offset``, Mamba1 elsewhere; a MoE where
+    ``i % expert_layer_period == expert_layer_offset`` (with more than one expert), a SwiGLU elsewhere."""
+    d = {**JAMBA, **{k: v for k, v in data.items() if v is not None or k.endswith("token_id")}}
+    if "num_local_experts" in data:
+        d["num_experts"] = data["num_local_experts"]
+    n, h = int(d["num_hidden_layers"]), int(d["hidden_size"])
+    for period, offset in (("attn_layer_period", "attn_layer_offset"), ("expert_layer_period", "expert_layer_offset")):
+        if not 0 <= int(d[offset]) < int(d[period]):
+            raise ValueError(f"{offset} ({d[offset]}) must be smaller than {period} ({d[period]})")
+    types = [FULL if i % int(d["attn_layer_period"]) == int(d["attn_layer_offset"]) else LINEAR for i in range(n)]
+    experts = int(d["num_experts"])
+    moe = [experts > 1 and i % int(d["expert_layer_period"]) == int(d["expert_layer_offset"]) for i in range(n)]
+    _check_act(d, "hidden_act", "silu")
+    rank = d["mamba_dt_rank"]
+    heads = int(d["num_attention_heads"])
+    return cls(
+        **_common(
+            "jamba",
+            d,
+            data,
+            types,
+            heads,
+            int(d.get("num_key_value_heads") or heads),
+            h // heads,
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
+        intermediate_size=int(d["intermediate_size"]),
+        rope_theta=10000.0,
+        partial_rotary_factor=0.0,  # Jamba's attention has no position encoding
+        attention_bias=False,
+        num_experts=experts if any(moe) else 0,
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["intermediate_size"]),
+        norm_topk_prob=False,  # Jamba keeps the top-k softmax weights as they are
+        mlp_only_layers=tuple(i for i in range(n) if not moe[i]),
+        ssm_state_size=int(d["mamba_d_state"]),
+        mamba_conv_kernel=int(d["mamba_d_conv"]),
+        mamba_conv_bias=bool(d["mamba_conv_bias"]),
+        mamba_proj_bias=bool(d["mamba_proj_bias"]),
+        mamba1_inner=int(d["mamba_expand"]) * h,
+        mamba_dt_rank=math.ceil(h / 16) if rank == "auto" else int(rank),
+    )
+
+
+READERS["jamba"] = read_jamba

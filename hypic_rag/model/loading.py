@@ -49,6 +49,9 @@ def default_model_path() -> Path:
 
 
 _IGNORED_PREFIXES = ("mtp.", "model.visual.", "visual.", "model.mtp.")
+_JAMBA_EXPERT_RE = re.compile(
+    r"^(model\.layers\.\d+\.feed_forward\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$"
+)
 _EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
@@ -132,9 +135,12 @@ def _expert_groups(
     return groups
 
 
-def _stack_experts(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
-    """Qwen's and Ring-linear's gated experts, one module each: ``gate_up_proj [E, 2I, H]``, ``down_proj``."""
-    for prefix, experts in _expert_groups(tensors, config, _EXPERT_RE, ("gate_proj", "up_proj", "down_proj")).items():
+def _stack_experts(
+    tensors: dict[str, torch.Tensor], config: HybridConfig, pattern: re.Pattern[str] = _EXPERT_RE
+) -> None:
+    """Gated experts stored one module each (Qwen's, Ring-linear's; Jamba's under ``feed_forward``):
+    ``gate_up_proj [E, 2I, H]`` and ``down_proj``."""
+    for prefix, experts in _expert_groups(tensors, config, pattern, ("gate_proj", "up_proj", "down_proj")).items():
         tensors[prefix + ".gate_up_proj"] = torch.stack([torch.cat((x["gate_proj"], x["up_proj"])) for x in experts])
         tensors[prefix + ".down_proj"] = torch.stack([x["down_proj"] for x in experts])
 
@@ -290,6 +296,8 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         _fold_falcon_multipliers(out, config)
     elif config.model_type == "bailing_moe_linear":
         _ring_names(out, config)
+    elif config.model_type == "jamba":
+        _stack_experts(out, config, _JAMBA_EXPERT_RE)
     elif config.model_type == "kimi_linear":
         _kimi_names(out, config)
     elif config.model_type == "granitemoehybrid":

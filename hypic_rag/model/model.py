@@ -57,6 +57,11 @@ class HybridModel(nn.Module):
 
             self.backbone = NemotronBackbone(config)
             self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
+        elif config.model_type == "jamba":
+            from .jamba import JambaBackbone
+
+            self.model = JambaBackbone(config)
+            self._stack = (self.model.embed_tokens, self.model.layers, self.model.final_layernorm)
         elif config.model_type == "bailing_moe_linear":
             from .bailing_linear import RingBackbone
 

@@ -146,6 +146,29 @@ KINDS = (
     "kimi_linear",
     "olmo_hybrid",
     "falcon_h1",
+    "jamba",
+)
+TINY_JAMBA: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    attn_layer_period=2,
+    attn_layer_offset=1,
+    expert_layer_period=2,
+    expert_layer_offset=0,
+    num_experts=4,
+    num_experts_per_tok=2,
+    mamba_d_state=8,
+    mamba_d_conv=4,
+    mamba_expand=2,
+    mamba_dt_rank=8,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 TINY_FALCON: dict[str, Any] = dict(
     vocab_size=320,
@@ -275,6 +298,7 @@ _PLAIN_NORM_FAMILIES = (
     "olmo_hybrid",
     "falcon_h1",
     "bailing_moe_linear",
+    "jamba",
 )
 
 
@@ -317,6 +341,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "jamba":
+        from transformers import JambaConfig, JambaForCausalLM
+
+        model = JambaForCausalLM(JambaConfig(**{**TINY_JAMBA, **(overrides or {})}))
     elif kind == "falcon_h1":
         from transformers import FalconH1Config, FalconH1ForCausalLM
 

@@ -1,4 +1,5 @@
-"""Mamba2's scan and its scalar operators against the token-by-token recurrence, and the operator forms."""
+"""Mamba2's scan and its scalar operators, Mamba1's selective scan and its diagonal ones, against the
+token-by-token recurrences, and the operator forms."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from hypic_rag.kernels.algebra import (
     apply_operator,
     compose_forms,
     operator_shape,
+    selective_split_transition,
     ssd_split_transition,
     transition,
 )
+from hypic_rag.kernels.selective_scan import selective_scan
 from hypic_rag.kernels.ssd import ssd_recurrent, ssd_scan
 
 H, P, NS = 3, 4, 5
@@ -115,3 +118,39 @@ def test_unknown_form_is_a_value_error():
         operator_shape("triangular", (2, 3, 3))
     with pytest.raises(ValueError, match="rest_start must be"):
         ssd_split_transition(*_inputs(2, 4), torch.tensor([1]))
+
+
+def _mamba1(n: int, t: int, d: int = 6, s: int = 4, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, t, d, generator=g)
+    dt = torch.rand(n, t, d, generator=g) * 0.3
+    a = -torch.rand(d, s, generator=g) * 2 - 0.1
+    return x, dt, a, torch.randn(n, t, s, generator=g), torch.randn(n, t, s, generator=g)
+
+
+def test_selective_scan_is_the_mamba1_recurrence():
+    """Mamba1 (Jamba): h = exp(dt A) h + dt B x per channel and state index, y = C h."""
+    x, dt, a, b, c = _mamba1(2, 17)
+    s0 = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(8))
+    y, end = selective_scan(x, dt, a, b, c, s0)
+    h = s0.clone()
+    for i in range(17):
+        h = torch.exp(dt[:, i, :, None] * a) * h + (dt[:, i] * x[:, i])[..., None] * b[:, i, None, :]
+        assert (y[:, i] - (h * c[:, i, None, :]).sum(-1)).abs().max() < 1e-5
+    assert (end - h).abs().max() < 1e-5
+
+
+def test_diagonal_operators_move_mamba1_segments_and_remainders():
+    x, dt, a, b, c = _mamba1(3, 20)
+    rest_start = torch.tensor([7, 20, 0])
+    split = selective_split_transition(x, dt, a, b, c, rest_start)
+    assert split.p.shape[1:] == operator_shape(DIAGONAL, (6, 4, 1))  # one number per state entry
+    s0 = torch.randn(6, 4, 1, generator=torch.Generator().manual_seed(9))
+    for r, cut in enumerate(rest_start.tolist()):
+        row = (x[r : r + 1], dt[r : r + 1], a, b[r : r + 1], c[r : r + 1])
+        _, whole = selective_scan(*row, s0[None, ..., 0])
+        assert (apply_operator(DIAGONAL, split.p[r], s0, split.state[r])[..., 0] - whole[0]).abs().max() < 1e-5
+        _, rest = selective_scan(x[r : r + 1, cut:], dt[r : r + 1, cut:], a, b[r : r + 1, cut:], c[r : r + 1, cut:],
+                                 s0[None, ..., 0])  # fmt: skip
+        got = apply_operator(DIAGONAL, split.rest_p[r], s0, split.rest_state[r])[..., 0]
+        assert (got - rest[0]).abs().max() < 1e-5

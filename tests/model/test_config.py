@@ -236,3 +236,16 @@ def test_falcon_h1_reads_its_multipliers(checkpoint):
     assert cfg.embedding_multiplier == 2.0 and cfg.logits_scaling == 2.0  # lm_head_multiplier 0.5
     with pytest.raises(ValueError, match="must equal mamba_d_ssm"):
         HybridConfig.from_dict({"model_type": "falcon_h1", "mamba_d_ssm": 100, "mamba_n_heads": 8, "mamba_d_head": 12})
+
+
+def test_jamba_reads_its_periods(checkpoint):
+    cfg = HybridConfig.from_file(checkpoint("jamba"))
+    assert cfg.mixer == "mamba1" and cfg.layer_types == ("linear_attention", "full_attention") * 2
+    assert cfg.mlp_only_layers == (1, 3) and cfg.num_experts == 4 and not cfg.norm_topk_prob
+    assert (cfg.mamba1_inner, cfg.mamba_dt_rank, cfg.rotary_dim) == (128, 8, 0)
+    auto = HybridConfig.from_dict({"model_type": "jamba", "num_hidden_layers": 2, "hidden_size": 64,
+                                   "num_attention_heads": 4, "num_key_value_heads": 2, "attn_layer_period": 2,
+                                   "attn_layer_offset": 1, "num_experts": 1})  # fmt: skip
+    assert auto.mamba_dt_rank == 4 and auto.num_experts == 0  # ceil(64 / 16); one expert is a plain MLP
+    with pytest.raises(ValueError, match="attn_layer_offset"):
+        HybridConfig.from_dict({"model_type": "jamba", "attn_layer_period": 2, "attn_layer_offset": 2})
