@@ -73,9 +73,10 @@ def test_prefix_equals_full_cold_and_warm(engine):
     assert _diff(engine.prompt_logits(moved, q, mode="prefix"), engine.prompt_logits(moved, q, mode="full")) < TOL
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("variant", ["A", "B"])
-def test_a_seam_covering_whole_segments_equals_full(checkpoint, variant):
-    engine = _engine(checkpoint("qwen3_next"), seam_variant=variant)
+def test_a_seam_covering_whole_segments_equals_full(checkpoint, kind, variant):
+    engine = _engine(checkpoint(kind), seam_variant=variant)
     segs, q = _segments([20, 33, 12]), _query()
     full = engine.prompt_logits(segs, q, mode="full")
     assert _diff(engine.prompt_logits(segs, q, mode="hypic", seam=1.0), full) < TOL
