@@ -42,15 +42,28 @@ def causal_conv_across(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The conv over fresh tokens between which cached segments sit: after fresh token ``at[j]`` the
     history is segment ``j``'s tail ``tails[j]`` (the last one's, where several segments meet at one
-    point)."""
-    pieces, start = [], 0
+    point).
+
+    One conv for all pieces: each piece is laid out after its own history (``kernel - 1`` columns that
+    separate it from the piece before), the outputs at those columns dropped — a fused forward has a piece
+    per cached segment, and a conv per piece cost a handful of small ops each."""
+    b, t, c = mixed.shape
+    k1 = weight.shape[-1] - 1
+    history = tail.to(mixed.dtype) if tail is not None else mixed.new_zeros(b, c, k1)
+    parts, keep, start, used = [], [], 0, 0
     for j, cut in enumerate(at.tolist()):
         if cut > start:
-            out, tail = causal_conv(mixed[:, start:cut], tail, weight, bias)
-            pieces.append(out)
+            parts += [history.transpose(1, 2), mixed[:, start:cut]]
+            keep.append(torch.arange(used + k1, used + k1 + cut - start))
+            used += k1 + cut - start
             start = cut
-        tail = tails[j][None].to(mixed.dtype)
-    if start < mixed.shape[1]:
-        out, tail = causal_conv(mixed[:, start:], tail, weight, bias)
-        pieces.append(out)
-    return torch.cat(pieces, dim=1), tail
+        history = tails[j][None].expand(b, -1, -1).to(mixed.dtype)
+    if start < t:
+        parts += [history.transpose(1, 2), mixed[:, start:]]
+        keep.append(torch.arange(used + k1, used + k1 + t - start))
+        used += k1 + t - start
+        history = None  # the final tail is the last piece's own
+    laid = torch.cat(parts, dim=1)
+    out, end = causal_conv(laid[:, k1:], laid[:, :k1].transpose(1, 2), weight, bias)
+    out = out[:, torch.cat(keep).to(mixed.device) - k1]
+    return out, (end if history is None else history.clone())
