@@ -31,10 +31,9 @@ def selective_scan(
     n, t, d = x.shape
     x, dt, b, c, a = x.float(), dt.float(), b.float(), c.float(), a.float()
     state = x.new_zeros(n, d, a.shape[-1]) if initial_state is None else initial_state.float().clone()
-    decay = torch.exp(dt[..., None] * a)  # [N, T, D, S]
-    inputs = (dt * x)[..., None] * b[:, :, None, :]  # [N, T, D, S]
+    dtx = dt * x
     out = x.new_empty(n, t, d)
-    for i in range(t):
-        state = decay[:, i] * state + inputs[:, i]
+    for i in range(t):  # a step's decay and input are formed in the step: [N, D, S], never [N, T, D, S]
+        state = torch.exp(dt[:, i, :, None] * a) * state + dtx[:, i, :, None] * b[:, i, None, :]
         out[:, i] = torch.einsum("nds,ns->nd", state, c[:, i])
     return out, state

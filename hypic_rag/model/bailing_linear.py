@@ -75,7 +75,7 @@ class RingLightningAttention(nn.Module):
         self.layer_idx, self.layers = layer_idx, config.num_hidden_layers
         self.heads, self.head_dim = config.num_attention_heads, config.head_dim
         h, inner = config.hidden_size, config.num_attention_heads * config.head_dim
-        self.silu, self.qk_norm = config.ring_linear_silu, config.ring_qk_norm
+        self.silu, self.qk_norm, self.rotary = config.ring_linear_silu, config.ring_qk_norm, config.ring_linear_rope
         self.query_key_value = nn.Linear(h, 3 * inner, bias=config.attention_bias)
         if self.qk_norm:
             self.query_layernorm = PlainRMSNorm(self.head_dim, config.rms_norm_eps)
@@ -90,7 +90,7 @@ class RingLightningAttention(nn.Module):
     def place_state(self, b: torch.Tensor, offset: int, inv_freq: torch.Tensor) -> torch.Tensor:
         """A state built from keys rotated as if its segment began at 0, moved to begin at ``offset``: its key
         axis (the last) rotated by ``offset`` with the model's RoPE frequencies."""
-        if not offset or inv_freq.numel() == 0:
+        if not offset or not self.rotary or inv_freq.numel() == 0:
             return b
         delta = torch.full((b.shape[-2],), offset, device=b.device)
         return rerotate(b, delta, inv_freq)
@@ -115,8 +115,9 @@ class RingLightningAttention(nn.Module):
         if self.qk_norm:
             q, k = self.query_layernorm(q), self.key_layernorm(k)
         cos, sin, _ = rope
-        q = apply_rope(q.transpose(1, 2), cos, sin).transpose(1, 2) * self.head_dim**-0.5
-        k = apply_rope(k.transpose(1, 2), cos, sin).transpose(1, 2)
+        if self.rotary:  # ``linear_rope`` (default true): the Lightning keys rotate as the softmax ones do
+            q, k = (apply_rope(y.transpose(1, 2), cos, sin).transpose(1, 2) for y in (q, k))
+        q = q * self.head_dim**-0.5
         dt = x.new_ones(b, t, self.heads, dtype=torch.float32)
         if pad_mask is not None:
             keep = pad_mask[..., None, None]

@@ -172,6 +172,7 @@ class HybridConfig:
     ring_linear_silu: bool = False
     ring_qk_norm: bool = True
     ring_group_norm_size: int = 1
+    ring_linear_rope: bool = True
     # MiniMax's residual scalings: part -> (alpha on the residual, beta on the branch)
     residual_factors: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
     moe_latent_size: int | None = None
@@ -229,8 +230,14 @@ class HybridConfig:
         if model_type in MIXERS:
             from .family_configs import READERS
 
-            cfg = READERS[model_type](cls, data)
-            cfg._validate()
+            try:
+                cfg = READERS[model_type](cls, data)
+                cfg._validate()
+            except ValueError as exc:
+                raise ValueError(f"invalid {model_type} config.json: {exc}") from exc
+            except (TypeError, ZeroDivisionError, KeyError, AttributeError, IndexError) as exc:
+                # A field of the wrong type, a zero size, a missing sub-field: the reader's arithmetic failed.
+                raise ValueError(f"invalid {model_type} config.json: {type(exc).__name__}: {exc}") from exc
             return cfg
         top = data
         if model_type in _WRAPPERS:

@@ -80,7 +80,7 @@ GRANITE: dict[str, Any] = {
     "intermediate_size": 11008,
     "num_hidden_layers": 32,
     "num_attention_heads": 32,
-    "num_key_value_heads": 32,
+    "num_key_value_heads": None,  # None: num_attention_heads
     "hidden_act": "silu",
     "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-6,
@@ -214,7 +214,8 @@ def read_nemotron_h(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConf
     (``M*-E``) or ``layers_block_type`` / ``layer_types``."""
     d = dict(NEMOTRON_H)
     for key, value in data.items():
-        d[NEMOTRON_ALIASES.get(key, key)] = value
+        if value is not None or key.endswith("token_id"):
+            d[NEMOTRON_ALIASES.get(key, key)] = value
     types = d.get("layers_block_type") or d.get("layer_types")
     if types is None:
         pattern = d.get("hybrid_override_pattern")
@@ -285,8 +286,8 @@ def read_granitemoehybrid(cls: type[HybridConfig], data: dict[str, Any]) -> Hybr
             data,
             types,
             heads,
-            int(d["num_key_value_heads"]),
-            int(d["hidden_size"]) // heads,
+            int(d.get("num_key_value_heads") or heads),
+            int(d.get("head_dim") or int(d["hidden_size"]) // heads),
             float(d["rms_norm_eps"]),
             int(d["max_position_embeddings"]),
             "silu",
@@ -325,8 +326,8 @@ def read_bamba(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
             data,
             tuple(FULL if i in attn else LINEAR for i in range(n)),
             heads,
-            int(d["num_key_value_heads"]),
-            int(d["hidden_size"]) // heads,
+            int(data.get("num_key_value_heads", d["num_key_value_heads"]) or heads),  # null: heads
+            int(d.get("head_dim") or int(d["hidden_size"]) // heads),
             float(d["rms_norm_eps"]),
             int(d["max_position_embeddings"]),
             "silu",
@@ -714,7 +715,7 @@ FALCON_H1: dict[str, Any] = {
     "max_position_embeddings": 8192,
     "tie_word_embeddings": False,
     "mamba_d_ssm": 1024,
-    "mamba_d_head": 8,
+    "mamba_d_head": "auto",
     "mamba_norm_before_gate": True,
     "mamba_rms_norm": False,
     "projectors_bias": False,
@@ -842,6 +843,8 @@ def read_bailing_moe_linear(cls: type[HybridConfig], data: dict[str, Any]) -> Hy
         raise ValueError("bailing_moe_linear with use_bias=true is not supported")
     if d.get("rope_scaling"):
         raise ValueError("bailing_moe_linear with rope_scaling is not supported")
+    if d.get("norm_head"):
+        raise ValueError("bailing_moe_linear with norm_head=true (an L2-normalised LM head) is not supported")
     partial = float(d["rotary_dim"]) / head_dim if d.get("rotary_dim") else float(d["partial_rotary_factor"])
     shared = d.get("moe_shared_expert_intermediate_size") or d["moe_intermediate_size"]
     return cls(
@@ -873,6 +876,7 @@ def read_bailing_moe_linear(cls: type[HybridConfig], data: dict[str, Any]) -> Hy
         ring_linear_silu=bool(d.get("use_linear_silu", d["linear_silu"])),
         ring_qk_norm=bool(d["use_qk_norm"]),
         ring_group_norm_size=int(d["group_norm_size"]),
+        ring_linear_rope=bool(d.get("linear_rope", True)),
     )
 
 

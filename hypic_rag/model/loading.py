@@ -313,6 +313,21 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
     return out
 
 
+# Parameters transformers keeps in fp32 whatever the model's dtype (its ``_keep_in_fp32_modules_strict``):
+# routers and their score biases, where a rounded bias picks other experts, and KDA's gate bias. Ring-linear's
+# ports keep its router bias in fp32 as well.
+_FP32_PARAMS = {
+    "nemotron_h": ("e_score_correction_bias", "gate.weight"),
+    "kimi_linear": ("e_score_correction_bias", "gate.weight", "dt_bias"),
+    "bailing_moe_linear": ("e_score_correction_bias", "gate.weight"),
+}
+
+
+def _dtype_of(name: str, config: HybridConfig, dtype: torch.dtype) -> torch.dtype:
+    keep = _FP32_PARAMS.get(config.model_type, ())
+    return torch.float32 if any(name.endswith(k) for k in keep) else dtype
+
+
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> HybridModel:
     """Build the runtime model for the checkpoint in ``path``."""
     path = Path(path)
@@ -336,7 +351,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
             raise ValueError(
                 f"weight {name} has shape {tuple(state[name].shape)}, expected {tuple(shape)} from the config"
             )
-    params = {name: state[name].to(device=device, dtype=dtype) for name in expected}
+    params = {name: state[name].to(device=device, dtype=_dtype_of(name, config, dtype)) for name in expected}
     if config.tie_word_embeddings:
         params["lm_head.weight"] = params[model.embedding_name]
     model.load_state_dict(params, assign=True, strict=False)

@@ -134,3 +134,22 @@ def test_layer_groups_and_release_fields():
     for bad, match in (({"score_function": "softmax"}, "score_function"), ({"use_bias": True}, "use_bias")):
         with pytest.raises(ValueError, match=match):
             HybridConfig.from_dict({"model_type": "bailing_moe_linear", "num_hidden_layers": 2, **bad})
+
+
+def test_linear_rope_off_leaves_the_lightning_state_unrotated(tmp_path):
+    """``linear_rope: false``: only the softmax layers rotate; a cached Lightning state then moves unchanged,
+    and composing stays exact in the first layer (variant B)."""
+    from hypic_rag.testing.synthetic import build_checkpoint
+
+    engine = Engine.from_pretrained(build_checkpoint("bailing_moe_linear", tmp_path, {"linear_rope": False}),
+                                    min_cached_tokens=1, seam_variant="B")  # fmt: skip
+    mixer = engine.model.linear_mixers()[0]
+    b = torch.randn(4, 16, 16)
+    assert torch.equal(mixer.place_state(b, 17, engine.model.inv_freq), b)
+    gen = torch.Generator().manual_seed(3)
+    segs = [Segment(token_ids=torch.randint(3, 320, (n,), generator=gen).tolist()) for n in (30, 25, 41)]
+    q = Segment(token_ids=[5, 6, 7], kind="query")
+    engine.generate(segs[::-1], q, max_new_tokens=1)
+    _, full = engine.prefill(segs, q, mode="full")
+    _, got = engine.prefill(segs, q, mode="hypic")
+    torch.testing.assert_close(got.linear(0).recurrent, full.linear(0).recurrent, atol=1e-5, rtol=1e-5)

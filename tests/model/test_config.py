@@ -249,3 +249,39 @@ def test_jamba_reads_its_periods(checkpoint):
     assert auto.mamba_dt_rank == 4 and auto.num_experts == 0  # ceil(64 / 16); one expert is a plain MLP
     with pytest.raises(ValueError, match="attn_layer_offset"):
         HybridConfig.from_dict({"model_type": "jamba", "attn_layer_period": 2, "attn_layer_offset": 2})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"model_type": "granitemoehybrid", "num_attention_heads": 0},
+        {"model_type": "bamba", "num_attention_heads": 0},
+        {"model_type": "lfm2", "num_attention_heads": 0},
+        {"model_type": "jamba", "num_attention_heads": 0},
+        {"model_type": "falcon_h1", "hidden_size": 0},
+        {"model_type": "bailing_moe_linear", "layer_group_size": 0},
+        {"model_type": "bailing_moe_linear", "n_group": 0},
+        {"model_type": "nemotron_h", "hybrid_override_pattern": "M*E", "num_experts_per_tok": "two"},
+        {"model_type": "kimi_linear", "linear_attn_config": {"num_heads": "x"}},
+    ],
+)
+def test_every_family_turns_bad_values_into_a_value_error(data):
+    """Zero sizes and fields of the wrong type fail in a reader's arithmetic: a ValueError naming the family."""
+    with pytest.raises(ValueError, match=data["model_type"]):
+        HybridConfig.from_dict(data)
+
+
+def test_review_fixes_in_the_readers():
+    # Falcon-H1's head width follows d_ssm / heads ("auto"), as transformers' default does.
+    assert HybridConfig.from_dict({"model_type": "falcon_h1", "mamba_n_heads": 64}).mamba_head_dim == 16
+    # Granite: no kv-head count means one per attention head; an explicit head_dim is kept.
+    granite = HybridConfig.from_dict({"model_type": "granitemoehybrid", "num_attention_heads": 8, "head_dim": 64})
+    assert granite.num_key_value_heads == 8 and granite.head_dim == 64
+    assert HybridConfig.from_dict({"model_type": "bamba", "num_key_value_heads": None}).num_key_value_heads == 32
+    # Nemotron-H: JSON nulls mean the default, as in the other readers.
+    nemotron = HybridConfig.from_dict(
+        {"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "time_step_min": None}
+    )
+    assert nemotron.time_step_min == 0.001
+    with pytest.raises(ValueError, match="norm_head"):
+        HybridConfig.from_dict({"model_type": "bailing_moe_linear", "num_hidden_layers": 2, "norm_head": True})

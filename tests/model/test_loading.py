@@ -122,3 +122,22 @@ def test_bfloat16_is_as_close_to_fp32_as_transformers_bfloat16(checkpoint):
         ref = theirs(ids).logits
     assert low.dtype == torch.bfloat16
     assert (low.float() - exact).abs().mean() <= 1.25 * (ref.float() - exact).abs().mean()
+
+
+@pytest.mark.parametrize(
+    "kind,names",
+    [
+        ("nemotron_h_moe", ("mixer.gate.weight", "mixer.gate.e_score_correction_bias")),
+        ("kimi_linear", ("mlp.gate.weight", "mlp.gate.e_score_correction_bias", "forget_gate.dt_bias")),
+        ("bailing_moe_linear", ("mlp.gate.weight", "mlp.gate.e_score_correction_bias")),
+    ],
+)
+def test_routers_stay_fp32_in_a_bf16_model(checkpoint, kind, names):
+    """As transformers keeps them: a router bias rounded to bf16 picks other experts for a few % of tokens."""
+    model = load_model(checkpoint(kind), dtype=torch.bfloat16)
+    params = dict(model.named_parameters())
+    kept = [n for n in params if n.endswith(names)]
+    assert kept and all(params[n].dtype == torch.float32 for n in kept)
+    assert model.lm_head.weight.dtype == torch.bfloat16
+    with torch.inference_mode():
+        assert torch.isfinite(model(torch.tensor([[3, 4, 5, 6]])).float()).all()
