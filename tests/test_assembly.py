@@ -20,6 +20,7 @@ KINDS = [
     "falcon_h1",
     "bailing_moe_linear",
     "jamba",
+    "bailing_hybrid",
 ]
 TOL = 1e-5
 

@@ -59,6 +59,8 @@ SHAPES: dict[str, dict[str, Any]] = {
                            "layer_group_size": 4, "num_experts": 8, "n_group": 1, "topk_group": 1},
     "jamba": {"model_type": "jamba", **_SMALL, "num_hidden_layers": 4, "attn_layer_period": 4,
               "attn_layer_offset": 3, "num_experts": 2},
+    "bailing_hybrid": {"model_type": "bailing_hybrid", **_SMALL, "num_hidden_layers": 4, "layer_group_size": 4,
+                       "num_experts": 8, "n_group": 1, "topk_group": 1, "moe_intermediate_size": 64},
 }  # fmt: skip
 SHAPE_NOTES = {
     "qwen3_5_text": "Qwen3.5-0.8B: Gated DeltaNet 16 heads, K = V = 128; attention 2 kv heads x 256",
@@ -72,6 +74,7 @@ SHAPE_NOTES = {
     "falcon_h1": "Falcon-H1 (defaults): Mamba2 128 heads x 8 x state 256 and attention 8 kv x 128 in each layer",
     "bailing_moe_linear": "Ring-mini-linear-2.0: Lightning 16 heads x 128 x 128; attention 4 kv x 128",
     "jamba": "Jamba (defaults): Mamba1 8,192 channels x state 16; attention 8 kv x 128",
+    "bailing_hybrid": "Ling 3.0 (defaults): KDA 32 heads x 128 x 128; MLA 32 heads x K 192 (V padded)",
 }
 _FIDELITY_BASE = {"vocab_size": 2048, "hidden_size": 256, "intermediate_size": 512, "max_position_embeddings": 8192,
                   "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2}  # fmt: skip
@@ -104,6 +107,9 @@ FIDELITY: dict[str, dict[str, Any]] = {
                            "head_dim": 32, "num_experts": 8, "n_group": 2, "topk_group": 1, "group_norm_size": 2},
     "jamba": {"model_type": "jamba", **_FIDELITY_BASE, "attn_layer_period": 4, "attn_layer_offset": 3,
               "num_experts": 4, "mamba_d_state": 16},
+    "bailing_hybrid": {"model_type": "bailing_hybrid", **_FIDELITY_BASE, "layer_group_size": 4, "head_dim": 32,
+                       "num_experts": 8, "n_group": 2, "topk_group": 1, "moe_intermediate_size": 64,
+                       "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32},
 }  # fmt: skip
 FAMILIES = tuple(SHAPES)
 # The tiny checkpoint each family's parity is measured on; Ring-linear has no transformers class (see tests).

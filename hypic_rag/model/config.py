@@ -88,6 +88,7 @@ MIXERS = {
     "lfm2": "short_conv",
     "minimax": "lightning",
     "kimi_linear": "kda",
+    "bailing_hybrid": "kda",
     "olmo_hybrid": "gated_deltanet",
     "bailing_moe_linear": "lightning",
     "jamba": "mamba1",
@@ -162,7 +163,10 @@ class HybridConfig:
     # OLMo hybrid's Gated DeltaNet: beta in (0, 2), its own read-out norm eps
     linear_beta_scale: float = 1.0
     linear_norm_eps: float | None = None
-    # Kimi Linear's MLA
+    # Kimi Linear's and Ling 3.0's MLA, Ling 3.0's KDA gate
+    rope_dim: int | None = None
+    kda_safe_gate: bool = False
+    kda_lower_bound: float = -5.0
     q_lora_rank: int | None = None
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
@@ -199,6 +203,8 @@ class HybridConfig:
 
     @property
     def rotary_dim(self) -> int:
+        if self.rope_dim is not None:  # MLA: the rotated part of a head is its own width
+            return self.rope_dim
         return int(self.head_dim * self.partial_rotary_factor)
 
     @property
@@ -354,6 +360,11 @@ class HybridConfig:
                 raise ValueError("num_experts_per_tok must be between 1 and num_experts")
             return
         if self.mixer == "kda":
+            if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
+                raise ValueError(f"rotary dim {self.rotary_dim} must be even and within head_dim {self.head_dim}")
+            groups_ok = not self.num_experts % self.moe_n_group and 0 < self.moe_topk_group <= self.moe_n_group
+            if self.num_experts and not groups_ok:
+                raise ValueError("num_experts must split into n_group groups, topk_group of them picked")
             if self.v_head_dim > self.head_dim:
                 raise ValueError(f"v_head_dim {self.v_head_dim} is wider than the query-key head {self.head_dim}")
             if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:

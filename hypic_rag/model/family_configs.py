@@ -960,3 +960,114 @@ def read_jamba(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
 
 
 READERS["jamba"] = read_jamba
+
+
+BAILING_HYBRID: dict[str, Any] = {
+    "vocab_size": 157184,
+    "hidden_size": 2560,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 42,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "n_shared_experts": 1,
+    "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512,
+    "q_lora_rank": None,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_nope_head_dim": 128,
+    "n_group": 8,
+    "topk_group": 4,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 2,
+    "norm_topk_prob": True,
+    "hidden_act": "silu",
+    "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "num_local_experts": 512,
+    "rope_theta": 6_000_000.0,
+    "head_dim": 128,
+    "short_conv_kernel_size": 4,
+    "layer_group_size": 6,
+    "kda_safe_gate": True,
+    "kda_lower_bound": -5.0,
+    "pad_token_id": 156892,
+    "bos_token_id": None,
+    "eos_token_id": 156895,
+}
+# Ling 3.0's config.json names for transformers' fields (its ``attribute_map``), as in Kimi Linear.
+BAILING_HYBRID_ALIASES = {**KIMI_ALIASES, "num_mtp_layers": "num_nextn_predict_layers"}
+
+
+def read_bailing_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
+    """Ling 3.0 (``bailing_hybrid``): KDA layers and, every ``layer_group_size``-th layer, MLA with interleaved
+    RoPE and a per-head output gate; dense MLPs before ``first_k_dense_replace``, then a grouped sigmoid MoE.
+    The linear heads are ``head_dim`` wide in a release's config; a config saved by transformers writes that
+    width as ``linear_head_dim`` (and ``head_dim`` as the rotated width)."""
+    d = dict(BAILING_HYBRID)
+    for key, value in data.items():
+        if value is not None or key.endswith("token_id") or key == "q_lora_rank":
+            d[BAILING_HYBRID_ALIASES.get(key, key)] = value
+    n, heads = int(d["num_hidden_layers"]), int(d["num_attention_heads"])
+    types = d.get("layer_types") or [
+        FULL if (i + 1) % int(d["layer_group_size"]) == 0 else LINEAR for i in range(n)
+    ]
+    types = _layer_names(types, {LINEAR, FULL})
+    mlp_types = d.get("mlp_layer_types") or [
+        "dense" if i < int(d["first_k_dense_replace"]) else "sparse" for i in range(n)
+    ]
+    if len(mlp_types) != n or any(m not in ("dense", "sparse") for m in mlp_types):
+        raise ValueError(f"mlp_layer_types must list {n} of 'dense' or 'sparse', got {mlp_types!r}")
+    _check_act(d, "hidden_act", "silu")
+    rope = dict(d.get("rope_parameters") or {})
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ValueError(f"unsupported rope_type {rope.get('rope_type')!r}: only 'default' RoPE is implemented")
+    theta = float(rope.get("rope_theta", d["rope_theta"]))
+    linear_dim = int(d.get("linear_head_dim") or d["head_dim"])
+    qk = int(d["qk_nope_head_dim"]) + int(d["qk_rope_head_dim"])
+    return cls(
+        **_common(
+            "bailing_hybrid",
+            d,
+            data,
+            types,
+            heads,
+            heads,  # MLA: every head has its own K and V after kv_b_proj
+            qk,
+            float(d["rms_norm_eps"]),
+            int(d["max_position_embeddings"]),
+            "silu",
+        ),
+        intermediate_size=int(d["intermediate_size"]),
+        rope_theta=theta,
+        partial_rotary_factor=int(d["qk_rope_head_dim"]) / qk,
+        rope_dim=int(d["qk_rope_head_dim"]),
+        attention_bias=bool(d["attention_bias"]),
+        linear_num_key_heads=heads,
+        linear_num_value_heads=heads,
+        linear_key_head_dim=linear_dim,
+        linear_value_head_dim=linear_dim,
+        linear_conv_kernel_dim=int(d["short_conv_kernel_size"]),
+        num_experts=int(d["num_local_experts"]),
+        num_experts_per_tok=int(d["num_experts_per_tok"]),
+        moe_intermediate_size=int(d["moe_intermediate_size"]),
+        shared_expert_intermediate_size=int(d["moe_intermediate_size"]) * int(d["n_shared_experts"]),
+        norm_topk_prob=bool(d["norm_topk_prob"]),
+        mlp_only_layers=tuple(i for i, m in enumerate(mlp_types) if m == "dense"),
+        moe_n_group=int(d["n_group"]),
+        moe_topk_group=int(d["topk_group"] or 1),
+        routed_scaling_factor=float(d["routed_scaling_factor"]),
+        q_lora_rank=int(d["q_lora_rank"]) if d.get("q_lora_rank") else None,
+        kv_lora_rank=int(d["kv_lora_rank"]),
+        qk_nope_head_dim=int(d["qk_nope_head_dim"]),
+        qk_rope_head_dim=int(d["qk_rope_head_dim"]),
+        v_head_dim=int(d["v_head_dim"]),
+        kda_safe_gate=bool(d["kda_safe_gate"]),
+        kda_lower_bound=float(d["kda_lower_bound"]),
+    )
+
+
+READERS["bailing_hybrid"] = read_bailing_hybrid

@@ -17,6 +17,7 @@ from torch import nn
 from hypic_rag.kernels.algebra import DENSE, kda_split_transition
 from hypic_rag.kernels.delta_rule import l2norm
 from hypic_rag.kernels.kda import kda_scan
+from hypic_rag.kernels.rope import apply_rope
 
 from .attention import attend
 from .block import PreNormLayer
@@ -44,7 +45,11 @@ class ForgetGate(nn.Module):
         return -self.A_log.float().exp() * F.softplus(z).view(b, t, self.heads, self.dim)
 
 
-class KimiDeltaAttention(nn.Module):
+class DeltaAttentionBase(nn.Module):
+    """KDA's shared body (q/k/v projections, their short conv, beta, the scan, the per-head read-out norm);
+    subclasses give the per-channel decay (``decay``), the read-out gate (``output_gate``) and the output
+    projection (``project``), each under its checkpoint's names."""
+
     operator_form = DENSE
 
     def __init__(self, config: HybridConfig, layer_idx: int) -> None:
@@ -52,18 +57,23 @@ class KimiDeltaAttention(nn.Module):
         self.layer_idx = layer_idx
         h = config.hidden_size
         self.heads, self.dim = config.linear_num_value_heads, config.linear_value_head_dim
-        inner = self.heads * self.dim
+        self.inner = inner = self.heads * self.dim
         self.kernel = config.linear_conv_kernel_dim
         self.q_proj = nn.Linear(h, inner, bias=False)
         self.k_proj = nn.Linear(h, inner, bias=False)
         self.v_proj = nn.Linear(h, inner, bias=False)
         self.conv1d = nn.Conv1d(3 * inner, 3 * inner, self.kernel, groups=3 * inner, bias=False)
-        self.forget_gate = ForgetGate(h, self.heads, self.dim)
         self.b_proj = nn.Linear(h, self.heads, bias=False)
-        self.g_a_proj = nn.Linear(h, self.dim, bias=False)
-        self.g_b_proj = nn.Linear(self.dim, inner, bias=False)
         self.o_norm = PlainRMSNorm(self.dim, config.rms_norm_eps)
-        self.o_proj = nn.Linear(inner, h, bias=False)
+
+    def decay(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def output_gate(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def project(self, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         d = self.dim
@@ -91,7 +101,7 @@ class KimiDeltaAttention(nn.Module):
         else:
             mixed, tail = causal_conv_across(mixed, tail, weight, None, jumps.at, ops[2])
         q, k, v = (y.reshape(b, t, self.heads, self.dim) for y in F.silu(mixed).chunk(3, dim=-1))
-        g = self.forget_gate(x)
+        g = self.decay(x)
         beta = torch.sigmoid(self.b_proj(x).float())
         if pad_mask is not None:
             g, beta = g * pad_mask[..., None, None], beta * pad_mask[..., None]
@@ -110,16 +120,38 @@ class KimiDeltaAttention(nn.Module):
         )
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)
-        gate = self.g_b_proj(self.g_a_proj(x)).view(b, t, self.heads, self.dim)
+        gate = self.output_gate(x).view(b, t, self.heads, self.dim)
         out = self.o_norm(y.to(x.dtype)) * torch.sigmoid(gate.float()).to(x.dtype)
-        return self.o_proj(out.reshape(b, t, -1))
+        return self.project(out.reshape(b, t, -1))
+
+
+class KimiDeltaAttention(DeltaAttentionBase):
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        h = config.hidden_size
+        self.forget_gate = ForgetGate(h, self.heads, self.dim)
+        self.g_a_proj = nn.Linear(h, self.dim, bias=False)
+        self.g_b_proj = nn.Linear(self.dim, self.inner, bias=False)
+        self.o_proj = nn.Linear(self.inner, h, bias=False)
+
+    def decay(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forget_gate(x)
+
+    def output_gate(self, x: torch.Tensor) -> torch.Tensor:
+        return self.g_b_proj(self.g_a_proj(x))
+
+    def project(self, out: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(out)
 
 
 class MultiLatentAttention(nn.Module):
-    """DeepSeek's MLA as Kimi Linear runs it: a compressed KV latent, one rope-free key part shared by the
-    heads, no position encoding at all."""
+    """DeepSeek's MLA: a compressed KV latent and one key part shared by the heads. As Kimi Linear runs it,
+    nothing rotates; as Ling 3.0 (``bailing_hybrid``) runs it, that shared part and the queries' last
+    ``qk_rope_head_dim`` dims take interleaved RoPE and each head's output is gated (``rotate_and_gate``).
+    Rotated parts are de-interleaved and put first, so cached keys move as every rotated key does (the
+    dot products are unchanged by one permutation of q's and k's dims)."""
 
-    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+    def __init__(self, config: HybridConfig, layer_idx: int, out_name: str = "o_proj", rotate_and_gate: bool = False):
         super().__init__()
         self.layer_idx = layer_idx
         h, heads = config.hidden_size, config.num_attention_heads
@@ -136,7 +168,11 @@ class MultiLatentAttention(nn.Module):
         self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_rank + self.rope_part, bias=config.attention_bias)
         self.kv_a_layernorm = PlainRMSNorm(self.kv_rank, 1e-6)
         self.kv_b_proj = nn.Linear(self.kv_rank, heads * (self.nope + self.v_dim), bias=False)
-        self.o_proj = nn.Linear(heads * self.v_dim, h, bias=config.attention_bias)
+        self._out = out_name
+        self.add_module(out_name, nn.Linear(heads * self.v_dim, h, bias=config.attention_bias))
+        self.rotate_and_gate = rotate_and_gate
+        if rotate_and_gate:
+            self.g_proj = nn.Linear(h, heads, bias=False)
 
     def forward(
         self,
@@ -155,10 +191,27 @@ class MultiLatentAttention(nn.Module):
         latent, k_rot = self.kv_a_proj_with_mqa(x).split((self.kv_rank, self.rope_part), dim=-1)
         kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, t, self.heads, self.nope + self.v_dim)
         k_nope, v = kv.split((self.nope, self.v_dim), dim=-1)
-        k = torch.cat((k_nope, k_rot[:, :, None].expand(b, t, self.heads, self.rope_part)), dim=-1).transpose(1, 2)
+        k_rot = k_rot[:, :, None].expand(b, t, self.heads, self.rope_part).transpose(1, 2)
+        k_nope = k_nope.transpose(1, 2)
+        if self.rotate_and_gate:
+            cos, sin, _ = rope
+            q_nope, q_rot = q.split((self.nope, self.rope_part), dim=-1)
+            q = torch.cat((apply_rope(_deinterleave(q_rot), cos, sin), q_nope), dim=-1)
+            k = torch.cat((apply_rope(_deinterleave(k_rot), cos, sin), k_nope), dim=-1)
+        else:
+            k = torch.cat((k_nope, k_rot), dim=-1)
         v = F.pad(v, (0, self.qk_dim - self.v_dim)).transpose(1, 2)  # one head size for K and V
         out = attend(self.layer_idx, q, k, v, positions, rope[2], state, pad_mask, self.qk_dim**-0.5)
-        return self.o_proj(out[..., : self.v_dim].transpose(1, 2).reshape(b, t, -1))
+        out = out[..., : self.v_dim]
+        if self.rotate_and_gate:
+            out = out * torch.sigmoid(self.g_proj(x).float()).to(out.dtype).transpose(1, 2)[..., None]
+        return getattr(self, self._out)(out.transpose(1, 2).reshape(b, t, -1))
+
+
+def _deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """Pairs ``(x0, x1), (x2, x3), ...`` laid out as ``[x0, x2, ... | x1, x3, ...]``: interleaved RoPE in the
+    rotate-half layout."""
+    return x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
 
 
 class KimiLayer(PreNormLayer):
@@ -180,4 +233,59 @@ class KimiBackbone(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(KimiLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class BailingDeltaAttention(DeltaAttentionBase):
+    """Ling 3.0's KDA (``bailing_hybrid``): the decay from one projection, ``f_proj``, bounded below by
+    ``kda_lower_bound`` when ``kda_safe_gate`` (``lower * sigmoid(exp(A_log) * (f + dt_bias))``, else Kimi's
+    ``-exp(A_log) * softplus(f + dt_bias)``); read-out gated by ``g_proj``; output ``dense``. Checkpoint names."""
+
+    def __init__(self, config: HybridConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        h = config.hidden_size
+        self.A_log = nn.Parameter(torch.zeros(self.heads))
+        self.dt_bias = nn.Parameter(torch.zeros(self.inner))
+        self.f_proj = nn.Linear(h, self.inner, bias=False)
+        self.g_proj = nn.Linear(h, self.inner, bias=False)
+        self.dense = nn.Linear(self.inner, h, bias=False)
+        self.safe_gate, self.lower_bound = config.kda_safe_gate, config.kda_lower_bound
+
+    def decay(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        z = (self.f_proj(x).float() + self.dt_bias.float()).view(b, t, self.heads, self.dim)
+        rate = self.A_log.float().exp()[:, None]
+        if self.safe_gate:
+            return self.lower_bound * torch.sigmoid(rate * z)
+        return -rate * F.softplus(z)
+
+    def output_gate(self, x: torch.Tensor) -> torch.Tensor:
+        return self.g_proj(x)
+
+    def project(self, out: torch.Tensor) -> torch.Tensor:
+        return self.dense(out)
+
+
+class BailingHybridLayer(PreNormLayer):
+    def __init__(self, config: HybridConfig, idx: int) -> None:
+        linear = config.layer_types[idx] == LINEAR
+        if linear:
+            mixer: nn.Module = BailingDeltaAttention(config, idx)
+        else:
+            mixer = MultiLatentAttention(config, idx, out_name="dense", rotate_and_gate=True)
+        dense = idx in config.mlp_only_layers
+        super().__init__(
+            linear,
+            ("attention", mixer),
+            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
+            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+        )
+
+
+class BailingHybridBackbone(nn.Module):
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(BailingHybridLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)

@@ -21,7 +21,7 @@ from safetensors import safe_open
 from hypic_rag.kernels.rope import rope_inv_freq
 
 from .config import HybridConfig
-from .model import HybridModel
+from .model import _EMBEDDINGS, HybridModel
 
 _DTYPES = {
     "float32": torch.float32,
@@ -276,6 +276,18 @@ def _ring_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
     _stack_experts(tensors, config)
 
 
+def _ling_names(tensors: dict[str, torch.Tensor], config: HybridConfig) -> None:
+    """Ling 3.0 (``bailing_hybrid``) as its checkpoints lay it out: Ring-linear's MoE names and one short conv
+    each for q, k and v (concatenated here into the one depthwise conv)."""
+    for name in [n for n in tensors if n.endswith(".attention.q_conv1d.weight")]:
+        prefix = name[: -len("q_conv1d.weight")]
+        parts = [tensors.pop(prefix + f"{p}_conv1d.weight", None) for p in "qkv"]
+        if any(p is None for p in parts):
+            raise ValueError(f"{prefix}: q_conv1d, k_conv1d and v_conv1d must all be present")
+        tensors[prefix + "conv1d.weight"] = torch.cat(parts)
+    _ring_names(tensors, config)
+
+
 def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig) -> dict[str, torch.Tensor]:
     """Map any supported spelling of the checkpoint onto the runtime's parameter names."""
     out = {}
@@ -296,6 +308,8 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         _fold_falcon_multipliers(out, config)
     elif config.model_type == "bailing_moe_linear":
         _ring_names(out, config)
+    elif config.model_type == "bailing_hybrid":
+        _ling_names(out, config)
     elif config.model_type == "jamba":
         _stack_experts(out, config, _JAMBA_EXPERT_RE)
     elif config.model_type == "kimi_linear":
@@ -305,9 +319,7 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
             for old, new in _GRANITE_RENAMES:
                 if name.endswith(old):
                     out[name[: -len(old)] + new] = out.pop(name)
-    embedding = {"nemotron_h": "backbone.embeddings.weight", "bailing_moe_linear": "model.word_embeddings.weight"}.get(
-        config.model_type, "model.embed_tokens.weight"
-    )
+    embedding = _EMBEDDINGS.get(config.model_type, "model.embed_tokens.weight")
     if config.tie_word_embeddings and embedding in out:
         out["lm_head.weight"] = out[embedding]
     return out
@@ -320,6 +332,7 @@ _FP32_PARAMS = {
     "nemotron_h": ("e_score_correction_bias", "gate.weight"),
     "kimi_linear": ("e_score_correction_bias", "gate.weight", "dt_bias"),
     "bailing_moe_linear": ("e_score_correction_bias", "gate.weight"),
+    "bailing_hybrid": ("e_score_correction_bias", "gate.weight"),
 }
 
 

@@ -14,6 +14,12 @@ from .deltanet import GatedDeltaNet
 from .layers import MLP, RMSNorm, SparseMoE
 from .state import RequestState, SegmentJumps, TransitionCapture
 
+# Where an input embedding is not ``model.embed_tokens``.
+_EMBEDDINGS = {
+    "nemotron_h": "backbone.embeddings.weight",
+    "bailing_moe_linear": "model.word_embeddings.weight",
+    "bailing_hybrid": "model.word_embeddings.weight",
+}
 # What each family calls its linear layers' token mixer (Qwen, Granite/Bamba, LFM2, Nemotron-H, MiniMax).
 _MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer", "self_attn", "attention")
 
@@ -77,6 +83,11 @@ class HybridModel(nn.Module):
 
             self.model = OlmoHybridBackbone(config)
             self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
+        elif config.model_type == "bailing_hybrid":
+            from .kimi_linear import BailingHybridBackbone
+
+            self.model = BailingHybridBackbone(config)
+            self._stack = (self.model.word_embeddings, self.model.layers, self.model.norm)
         elif config.model_type == "kimi_linear":
             from .kimi_linear import KimiBackbone
 
@@ -114,9 +125,7 @@ class HybridModel(nn.Module):
     @property
     def embedding_name(self) -> str:
         """The input embedding's parameter name (an LM head tied to it loads from it)."""
-        return {"nemotron_h": "backbone.embeddings.weight", "bailing_moe_linear": "model.word_embeddings.weight"}.get(
-            self.config.model_type, "model.embed_tokens.weight"
-        )
+        return _EMBEDDINGS.get(self.config.model_type, "model.embed_tokens.weight")
 
     def linear_mixers(self) -> dict[int, nn.Module]:
         """Each linear layer's token mixer (``operator_form``, ``state_shapes()``)."""

@@ -147,6 +147,36 @@ KINDS = (
     "olmo_hybrid",
     "falcon_h1",
     "jamba",
+    "bailing_hybrid",
+)
+TINY_LING: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=16,
+    qk_rope_head_dim=8,
+    v_head_dim=8,
+    qk_nope_head_dim=8,
+    n_group=2,
+    topk_group=1,
+    num_experts_per_tok=2,
+    first_k_dense_replace=1,
+    num_local_experts=8,
+    head_dim=16,
+    layer_group_size=2,
+    rope_theta=10000.0,
+    # Ling's safe gate at its default bound (-5) with these random weights: fp32 rounding alone (both ours and
+    # transformers' about 1e-5 from an fp64 run at the first mixer) reaches 1.7e-4 on the logits (README).
+    kda_lower_bound=-2.0,
+    routed_scaling_factor=1.0,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 TINY_JAMBA: dict[str, Any] = dict(
     vocab_size=320,
@@ -299,6 +329,7 @@ _PLAIN_NORM_FAMILIES = (
     "falcon_h1",
     "bailing_moe_linear",
     "jamba",
+    "bailing_hybrid",
 )
 
 
@@ -341,6 +372,10 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
 
         params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
         model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
+    elif kind == "bailing_hybrid":
+        from transformers import BailingHybridConfig, BailingHybridForCausalLM
+
+        model = BailingHybridForCausalLM(BailingHybridConfig(**{**TINY_LING, **(overrides or {})}))
     elif kind == "jamba":
         from transformers import JambaConfig, JambaForCausalLM
 
