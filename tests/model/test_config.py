@@ -290,7 +290,7 @@ def test_review_fixes_in_the_readers():
 def test_ling_reads_release_and_saved_head_widths(checkpoint):
     saved = HybridConfig.from_file(checkpoint("bailing_hybrid"))  # transformers writes head_dim = rope width
     assert saved.linear_value_head_dim == 16 and saved.rotary_dim == 8 and saved.head_dim == 16  # 8 nope + 8 rope
-    assert saved.kda_safe_gate and saved.kda_lower_bound == -2.0 and saved.mlp_only_layers == (0,)
+    assert saved.kda_safe_gate and saved.kda_lower_bound == -1.0 and saved.mlp_only_layers == (0,)
     release = HybridConfig.from_dict(
         {"model_type": "bailing_hybrid", "num_hidden_layers": 6, "head_dim": 128, "num_experts": 8, "n_group": 2,
          "topk_group": 1, "layer_group_size": 3, "num_attention_heads": 4}
