@@ -554,6 +554,32 @@ KIMI_ALIASES = {
 }
 
 
+def _mla_moe(d: dict[str, Any], n: int) -> dict[str, Any]:
+    """The fields Kimi Linear and Ling 3.0 share: MLA's widths, and a grouped sigmoid MoE after the first
+    dense layers (``mlp_layer_types``, else ``first_k_dense_replace``)."""
+    mlp_types = d.get("mlp_layer_types") or [
+        "dense" if i < int(d["first_k_dense_replace"]) else "sparse" for i in range(n)
+    ]
+    if len(mlp_types) != n or any(m not in ("dense", "sparse") for m in mlp_types):
+        raise ValueError(f"mlp_layer_types must list {n} of 'dense' or 'sparse', got {mlp_types!r}")
+    return {
+        "num_experts": int(d["num_local_experts"]),
+        "num_experts_per_tok": int(d["num_experts_per_tok"]),
+        "moe_intermediate_size": int(d["moe_intermediate_size"]),
+        "shared_expert_intermediate_size": int(d["moe_intermediate_size"]) * int(d["n_shared_experts"]),
+        "norm_topk_prob": bool(d["norm_topk_prob"]),
+        "mlp_only_layers": tuple(i for i, m in enumerate(mlp_types) if m == "dense"),
+        "moe_n_group": int(d["n_group"]),
+        "moe_topk_group": int(d["topk_group"] or 1),
+        "routed_scaling_factor": float(d["routed_scaling_factor"]),
+        "q_lora_rank": int(d["q_lora_rank"]) if d.get("q_lora_rank") else None,
+        "kv_lora_rank": int(d["kv_lora_rank"]),
+        "qk_nope_head_dim": int(d["qk_nope_head_dim"]),
+        "qk_rope_head_dim": int(d["qk_rope_head_dim"]),
+        "v_head_dim": int(d["v_head_dim"]),
+    }
+
+
 def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
     """Kimi Linear: KDA and MLA layers from ``layer_types`` or ``linear_attn_config`` (``kda_layers`` /
     ``full_attn_layers``, 1-based), dense MLPs before ``first_k_dense_replace`` (or per ``mlp_layer_types``),
@@ -583,11 +609,6 @@ def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
     if types is None:
         types = [FULL if i and i % 4 == 0 else LINEAR for i in range(n)]
     types = _layer_names(types, {LINEAR, FULL})
-    mlp_types = d.get("mlp_layer_types") or [
-        "dense" if i < int(d["first_k_dense_replace"]) else "sparse" for i in range(n)
-    ]
-    if len(mlp_types) != n or any(m not in ("dense", "sparse") for m in mlp_types):
-        raise ValueError(f"mlp_layer_types must list {n} of 'dense' or 'sparse', got {mlp_types!r}")
     _check_act(d, "hidden_act", "silu")
     attn_heads = int(d["num_attention_heads"])
     return cls(
@@ -612,20 +633,7 @@ def read_kimi_linear(cls: type[HybridConfig], data: dict[str, Any]) -> HybridCon
         linear_key_head_dim=dim,
         linear_value_head_dim=dim,
         linear_conv_kernel_dim=kernel,
-        num_experts=int(d["num_local_experts"]),
-        num_experts_per_tok=int(d["num_experts_per_tok"]),
-        moe_intermediate_size=int(d["moe_intermediate_size"]),
-        shared_expert_intermediate_size=int(d["moe_intermediate_size"]) * int(d["n_shared_experts"]),
-        norm_topk_prob=bool(d["norm_topk_prob"]),
-        mlp_only_layers=tuple(i for i, m in enumerate(mlp_types) if m == "dense"),
-        moe_n_group=int(d["n_group"]),
-        moe_topk_group=int(d["topk_group"] or 1),
-        routed_scaling_factor=float(d["routed_scaling_factor"]),
-        q_lora_rank=int(d["q_lora_rank"]) if d.get("q_lora_rank") else None,
-        kv_lora_rank=int(d["kv_lora_rank"]),
-        qk_nope_head_dim=int(d["qk_nope_head_dim"]),
-        qk_rope_head_dim=int(d["qk_rope_head_dim"]),
-        v_head_dim=int(d["v_head_dim"]),
+        **_mla_moe(d, n),
     )
 
 
@@ -1016,11 +1024,6 @@ def read_bailing_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> Hybrid
         FULL if (i + 1) % int(d["layer_group_size"]) == 0 else LINEAR for i in range(n)
     ]
     types = _layer_names(types, {LINEAR, FULL})
-    mlp_types = d.get("mlp_layer_types") or [
-        "dense" if i < int(d["first_k_dense_replace"]) else "sparse" for i in range(n)
-    ]
-    if len(mlp_types) != n or any(m not in ("dense", "sparse") for m in mlp_types):
-        raise ValueError(f"mlp_layer_types must list {n} of 'dense' or 'sparse', got {mlp_types!r}")
     _check_act(d, "hidden_act", "silu")
     rope = dict(d.get("rope_parameters") or {})
     if rope.get("rope_type", rope.get("type", "default")) != "default":
@@ -1051,20 +1054,7 @@ def read_bailing_hybrid(cls: type[HybridConfig], data: dict[str, Any]) -> Hybrid
         linear_key_head_dim=linear_dim,
         linear_value_head_dim=linear_dim,
         linear_conv_kernel_dim=int(d["short_conv_kernel_size"]),
-        num_experts=int(d["num_local_experts"]),
-        num_experts_per_tok=int(d["num_experts_per_tok"]),
-        moe_intermediate_size=int(d["moe_intermediate_size"]),
-        shared_expert_intermediate_size=int(d["moe_intermediate_size"]) * int(d["n_shared_experts"]),
-        norm_topk_prob=bool(d["norm_topk_prob"]),
-        mlp_only_layers=tuple(i for i, m in enumerate(mlp_types) if m == "dense"),
-        moe_n_group=int(d["n_group"]),
-        moe_topk_group=int(d["topk_group"] or 1),
-        routed_scaling_factor=float(d["routed_scaling_factor"]),
-        q_lora_rank=int(d["q_lora_rank"]) if d.get("q_lora_rank") else None,
-        kv_lora_rank=int(d["kv_lora_rank"]),
-        qk_nope_head_dim=int(d["qk_nope_head_dim"]),
-        qk_rope_head_dim=int(d["qk_rope_head_dim"]),
-        v_head_dim=int(d["v_head_dim"]),
+        **_mla_moe(d, n),
         kda_safe_gate=bool(d["kda_safe_gate"]),
         kda_lower_bound=float(d["kda_lower_bound"]),
     )
