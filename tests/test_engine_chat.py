@@ -197,3 +197,28 @@ def test_tool_choice_forces_the_opening_of_a_call(engine):
         engine.chat(_ask(DOCS), tool_choice="required")
     with pytest.raises(ValueError, match="tool_choice must be"):
         engine.chat(_ask(DOCS), tools=[WEATHER], tool_choice="sometimes")
+
+
+@pytest.mark.parametrize("kind", ["nemotron_h", "lfm2", "kimi_linear", "falcon_h1", "jamba", "bailing_moe_linear"])
+def test_other_families_serve_chat_with_their_own_files(checkpoint, tmp_path, reference, kind):
+    """A checkpoint of another family with a ChatML template and a tokenizer, as a real one ships them: its
+    reordered documents hit through ``Engine.chat``, and ``full`` gives transformers' logits on the same ids
+    (Ring-linear has no transformers class: its parity is the oracle's, in tests/model)."""
+    from pathlib import Path
+
+    from hypic_rag.testing.synthetic import add_chat_files
+
+    path = tmp_path / kind
+    shutil.copytree(checkpoint(kind), path)
+    add_chat_files(path, (Path(__file__).parent / "chat" / "templates" / "chatml.jinja").read_text())
+    engine = Engine.from_pretrained(path, min_cached_tokens=1)
+    engine.chat(_ask(DOCS), max_new_tokens=1, temperature=0.0)
+    again = engine.chat(_ask(DOCS[::-1]), max_new_tokens=1, temperature=0.0)
+    cached = [s for s in engine.render(_ask(DOCS[::-1])).segments if s.cache]
+    assert again.stats["hit_segments"] == len(cached) >= len(DOCS)
+    if kind != "bailing_moe_linear":
+        full = engine.chat(_ask(DOCS[::-1]), mode="full", max_new_tokens=1, temperature=0.0)
+        ids = engine.render(_ask(DOCS[::-1])).token_ids
+        with torch.inference_mode():
+            theirs = reference(path)(torch.tensor([ids])).logits[0, -1]
+        assert (full.prompt_logits - theirs).abs().max() < 1e-4
