@@ -93,3 +93,18 @@ def test_falcon_h1_variants_match_transformers(tmp_path, overrides):
     path = build_checkpoint("falcon_h1", tmp_path, overrides)
     ours = load_model(path)
     assert logits_max_diff(ours, load_reference(path), _ids((2, 200), ours.config.vocab_size)) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "kind,overrides",
+    [
+        ("nemotron_h_moe", {"moe_latent_size": 24}),  # Nemotron 3's latent expert projections
+        ("kimi_linear", {"q_lora_rank": 24}),  # MLA with a compressed query
+        ("bailing_hybrid", {"q_lora_rank": 24}),
+        ("granitemoehybrid", {"position_embedding_type": "nope"}),  # Granite-4.0-H's own setting
+    ],
+)
+def test_family_variants_match_transformers(tmp_path, kind, overrides):
+    path = build_checkpoint(kind, tmp_path, overrides)
+    ours = load_model(path)
+    assert logits_max_diff(ours, load_reference(path), _ids((2, 200), ours.config.vocab_size)) < 1e-4
