@@ -83,6 +83,13 @@ class RingLightningAttention(nn.Module):
         self.g_proj = nn.Linear(h, inner, bias=False)
         self.g_norm = GroupRMSNorm(inner, config.ring_group_norm_size, config.rms_norm_eps)
         self.dense = nn.Linear(inner, h, bias=config.attention_bias)
+        self._decay: torch.Tensor | None = None
+
+    def log_decay(self, device: torch.device) -> torch.Tensor:
+        """As ``LightningAttention.log_decay``, with Ring-linear's slopes."""
+        if self._decay is None or self._decay.device != device:
+            self._decay = ring_log_decay(self.heads, self.layer_idx, self.layers).to(device)
+        return self._decay
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"b": (self.heads, self.head_dim, self.head_dim), "p": (self.heads,), "conv_tail": (0, 0)}
@@ -123,7 +130,7 @@ class RingLightningAttention(nn.Module):
             keep = pad_mask[..., None, None]
             q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
             dt = dt * pad_mask[..., None]
-        a = ring_log_decay(self.heads, self.layer_idx, self.layers).to(x.device)
+        a = self.log_decay(x.device)
         y = lightning(self.layer_idx, q, k, v, dt, a, state, capture, jumps)
         out = self.g_norm(y.reshape(b, t, -1).to(x.dtype))
         return self.dense(out * torch.sigmoid(self.g_proj(x)))

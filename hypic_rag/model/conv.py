@@ -6,7 +6,12 @@ recurrent state does; inside a fused forward, each cached segment replaces it wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .state import SegmentJumps
 
 
 def causal_conv(
@@ -67,3 +72,18 @@ def causal_conv_across(
     out, end = causal_conv(laid[:, k1:], laid[:, :k1].transpose(1, 2), weight, bias)
     out = out[:, torch.cat(keep).to(mixed.device) - k1]
     return out, (end if history is None else history.clone())
+
+
+def request_conv(
+    mixed: torch.Tensor,
+    tail: torch.Tensor | None,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    jumps: SegmentJumps | None,
+    layer_idx: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A linear layer's conv in a forward: plain after ``tail``, or across the cached segments of a fused
+    forward (``jumps``, whose ``linear[layer_idx]`` holds their tails)."""
+    if jumps is None:
+        return causal_conv(mixed, tail, weight, bias)
+    return causal_conv_across(mixed, tail, weight, bias, jumps.at, jumps.linear[layer_idx][2])

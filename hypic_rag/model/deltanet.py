@@ -18,7 +18,7 @@ from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurre
 from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 
 from .config import HybridConfig
-from .conv import causal_conv, causal_conv_across
+from .conv import request_conv
 from .layers import GatedRMSNorm
 from .state import RequestState, SegmentJumps, TransitionCapture
 
@@ -75,13 +75,8 @@ class GatedDeltaNet(nn.Module):
             x = torch.where(pad_mask[..., None], x, 0.0)
         layer = state.linear(self.layer_idx) if state is not None else None
         ops = jumps.linear[self.layer_idx] if jumps is not None else None
-        weight = self.conv1d.weight[:, 0, :]
-        if ops is None:
-            mixed, tail = causal_conv(self.in_proj_qkv(x), layer.conv if layer else None, weight)
-        else:
-            mixed, tail = causal_conv_across(
-                self.in_proj_qkv(x), layer.conv if layer else None, weight, None, jumps.at, ops[2]
-            )
+        tail = layer.conv if layer else None
+        mixed, tail = request_conv(self.in_proj_qkv(x), tail, self.conv1d.weight[:, 0, :], None, jumps, self.layer_idx)
         mixed = F.silu(mixed)
         q, k, v = mixed.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
         z = self.in_proj_z(x)

@@ -18,7 +18,7 @@ from hypic_rag.kernels.selective_scan import selective_scan
 from .attention import PlainAttention
 from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
-from .conv import causal_conv, causal_conv_across
+from .conv import request_conv
 from .layers import MLP, Experts, PlainRMSNorm, Router
 from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
@@ -67,11 +67,8 @@ class Mamba1Mixer(nn.Module):
         xs, gate = self.in_proj(x).chunk(2, dim=-1)
         if pad_mask is not None:
             xs = torch.where(pad_mask[..., None], xs, 0.0)
-        weight, bias, tail = self.conv1d.weight[:, 0, :], self.conv1d.bias, layer.conv if layer else None
-        if jumps is None:
-            xs, tail = causal_conv(xs, tail, weight, bias)
-        else:
-            xs, tail = causal_conv_across(xs, tail, weight, bias, jumps.at, jumps.linear[self.layer_idx][2])
+        tail = layer.conv if layer else None
+        xs, tail = request_conv(xs, tail, self.conv1d.weight[:, 0, :], self.conv1d.bias, jumps, self.layer_idx)
         xs = F.silu(xs)
         dt, bm, cm = self.x_proj(xs).split((self.rank, self.state_size, self.state_size), dim=-1)
         dt = F.softplus(F.linear(self.dt_layernorm(dt), self.dt_proj.weight).float() + self.dt_proj.bias.float())

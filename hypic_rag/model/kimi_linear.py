@@ -22,7 +22,7 @@ from hypic_rag.kernels.rope import apply_rope
 from .attention import attend
 from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
-from .conv import causal_conv, causal_conv_across
+from .conv import request_conv
 from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
 from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
@@ -93,13 +93,9 @@ class DeltaAttentionBase(nn.Module):
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)
         layer = state.linear(self.layer_idx) if state is not None else None
-        ops = jumps.linear[self.layer_idx] if jumps is not None else None
         mixed = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
-        weight, tail = self.conv1d.weight[:, 0, :], layer.conv if layer else None
-        if ops is None:
-            mixed, tail = causal_conv(mixed, tail, weight)
-        else:
-            mixed, tail = causal_conv_across(mixed, tail, weight, None, jumps.at, ops[2])
+        tail = layer.conv if layer else None
+        mixed, tail = request_conv(mixed, tail, self.conv1d.weight[:, 0, :], None, jumps, self.layer_idx)
         q, k, v = (y.reshape(b, t, self.heads, self.dim) for y in F.silu(mixed).chunk(3, dim=-1))
         g = self.decay(x)
         beta = torch.sigmoid(self.b_proj(x).float())

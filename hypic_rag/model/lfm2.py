@@ -19,7 +19,7 @@ from hypic_rag.kernels.rope import apply_rope
 from .attention import attend
 from .block import PreNormLayer
 from .config import LINEAR, HybridConfig
-from .conv import causal_conv, causal_conv_across
+from .conv import request_conv
 from .layers import PlainRMSNorm
 from .state import RequestState, SegmentJumps, TransitionCapture
 
@@ -57,13 +57,8 @@ class ShortConv(nn.Module):
         u = gate_in * inputs
         if pad_mask is not None:
             u = torch.where(pad_mask[..., None], u, 0.0)
-        weight, bias = self.conv.weight[:, 0, :], self.conv.bias
         tail = layer.conv if layer else None
-        if jumps is None:
-            mixed, tail = causal_conv(u, tail, weight, bias)
-        else:
-            ops = jumps.linear[self.layer_idx]
-            mixed, tail = causal_conv_across(u, tail, weight, bias, jumps.at, ops[2])
+        mixed, tail = request_conv(u, tail, self.conv.weight[:, 0, :], self.conv.bias, jumps, self.layer_idx)
         empty = x.new_zeros(b, 0, dtype=torch.float32)
         if capture is not None:
             rest = empty if bool((capture.rest_start < x.shape[1]).any()) else None

@@ -16,7 +16,7 @@ from hypic_rag.kernels.algebra import SCALAR, ssd_split_transition
 from hypic_rag.kernels.ssd import ssd_scan
 
 from .config import HybridConfig
-from .conv import causal_conv, causal_conv_across
+from .conv import request_conv
 from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
 
@@ -90,15 +90,11 @@ class Mamba2Mixer(nn.Module):
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)
         layer = state.linear(self.layer_idx) if state is not None else None
-        ops = jumps.linear[self.layer_idx] if jumps is not None else None
         gate, xbc, dt = self.in_proj(x).split((self.inner, self.conv_dim, self.heads), dim=-1)
         if pad_mask is not None:  # a projection bias must not reach the conv from padding
             xbc = torch.where(pad_mask[..., None], xbc, 0.0)
-        weight, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
-        if ops is None:
-            xbc, tail = causal_conv(xbc, layer.conv if layer else None, weight, bias)
-        else:
-            xbc, tail = causal_conv_across(xbc, layer.conv if layer else None, weight, bias, jumps.at, ops[2])
+        tail = layer.conv if layer else None
+        xbc, tail = request_conv(xbc, tail, self.conv1d.weight[:, 0, :], self.conv1d.bias, jumps, self.layer_idx)
         xbc = F.silu(xbc)
         xs, bm, cm = xbc.split((self.inner, self.groups * self.state_size, self.groups * self.state_size), dim=-1)
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(min=self.dt_min, max=self.dt_max)

@@ -76,6 +76,14 @@ class LightningAttention(nn.Module):
         self.out_proj = nn.Linear(inner, config.hidden_size, bias=False)
         self.norm = PlainRMSNorm(inner, 1e-6)  # transformers' MiniMaxRMSNorm default, not rms_norm_eps
         self.layers = config.num_hidden_layers
+        self._decay: torch.Tensor | None = None
+
+    def log_decay(self, device: torch.device) -> torch.Tensor:
+        """The fixed per-head log-decays on ``device``, made once (not at build, which runs on the meta
+        device; not in the state dict, so checkpoints' stored tables are not read)."""
+        if self._decay is None or self._decay.device != device:
+            self._decay = -lightning_slopes(self.heads, self.layer_idx, self.layers).to(device)
+        return self._decay
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"b": (self.heads, self.head_dim, self.head_dim), "p": (self.heads,), "conv_tail": (0, 0)}
@@ -98,7 +106,7 @@ class LightningAttention(nn.Module):
             keep = pad_mask[..., None, None]
             q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
             dt = dt * pad_mask[..., None]
-        a = -lightning_slopes(self.heads, self.layer_idx, self.layers).to(x.device)
+        a = self.log_decay(x.device)
         y = lightning(self.layer_idx, q, k, v, dt, a, state, capture, jumps)
         out = self.norm(y.reshape(b, t, -1).to(x.dtype))
         return self.out_proj(torch.sigmoid(self.output_gate(x)) * out)

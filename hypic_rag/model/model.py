@@ -111,6 +111,12 @@ class HybridModel(nn.Module):
         else:
             self.model = Backbone(config)
             self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
+        self._mixers: dict[int, nn.Module] = {
+            i: next(getattr(layer, n) for n in _MIXER_NAMES if hasattr(layer, n))
+            for i, layer in enumerate(self._stack[1])
+            if layer.is_linear
+        }
+        self._forms = {i: mixer.operator_form for i, mixer in self._mixers.items()}
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(config.rotary_dim, config.rope_theta), persistent=False)
 
@@ -128,17 +134,13 @@ class HybridModel(nn.Module):
         return _EMBEDDINGS.get(self.config.model_type, "model.embed_tokens.weight")
 
     def linear_mixers(self) -> dict[int, nn.Module]:
-        """Each linear layer's token mixer (``operator_form``, ``state_shapes()``)."""
-        mixers = {}
-        for i, layer in enumerate(self._stack[1]):
-            if layer.is_linear:
-                mixers[i] = next(getattr(layer, n) for n in _MIXER_NAMES if hasattr(layer, n))
-        return mixers
+        """Each linear layer's token mixer (``operator_form``, ``state_shapes()``), found once at build."""
+        return self._mixers
 
     @property
     def operator_forms(self) -> dict[int, str]:
         """Each linear layer's operator form (``kernels.algebra.FORMS``)."""
-        return {i: mixer.operator_form for i, mixer in self.linear_mixers().items()}
+        return self._forms
 
     def new_state(self) -> RequestState:
         return RequestState(self.config)
