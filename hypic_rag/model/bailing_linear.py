@@ -27,9 +27,9 @@ from hypic_rag.kernels.algebra import SCALAR, rerotate
 from hypic_rag.kernels.rope import apply_rope
 
 from .attention import attend
-from .block import PreNormLayer
-from .config import LINEAR, HybridConfig
-from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
+from .block import GroupRoutedLayer
+from .config import HybridConfig
+from .layers import PlainRMSNorm
 from .minimax import lightning
 from .state import RequestState, SegmentJumps, TransitionCapture
 
@@ -176,23 +176,12 @@ class RingSoftmaxAttention(nn.Module):
         return self.dense(out.transpose(1, 2).reshape(b, t, -1))
 
 
-class RingLayer(PreNormLayer):
-    def __init__(self, config: HybridConfig, idx: int) -> None:
-        linear = config.layer_types[idx] == LINEAR
-        mixer = RingLightningAttention(config, idx) if linear else RingSoftmaxAttention(config, idx)
-        dense = idx in config.mlp_only_layers
-        super().__init__(
-            linear,
-            ("attention", mixer),
-            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
-            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-        )
-
-
 class RingBackbone(nn.Module):
     def __init__(self, config: HybridConfig) -> None:
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(RingLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            GroupRoutedLayer(config, i, "attention", RingLightningAttention, RingSoftmaxAttention)
+            for i in range(config.num_hidden_layers)
+        )
         self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)

@@ -9,9 +9,13 @@ take ``(x, state, pad_mask, capture, jumps, rope=...)``; attention ``(x, positio
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
+from .config import LINEAR, HybridConfig
+from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -57,3 +61,26 @@ class PreNormLayer(nn.Module):
         x = x + h * m if m != 1.0 else x + h
         out = self.ffn(getattr(self, norm_ffn)(x))
         return x + out * m if m != 1.0 else x + out
+
+
+class GroupRoutedLayer(PreNormLayer):
+    """Kimi Linear's, Ling 3.0's and Ring-linear's layer: its mixer (``linear`` or ``attention``, built for the
+    layer, under ``mixer_name``), then a dense SwiGLU in ``mlp_only_layers`` and a ``GroupRoutedMoE`` after."""
+
+    def __init__(
+        self,
+        config: HybridConfig,
+        idx: int,
+        mixer_name: str,
+        linear: Callable[[HybridConfig, int], nn.Module],
+        attention: Callable[[HybridConfig, int], nn.Module],
+    ) -> None:
+        is_linear = config.layer_types[idx] == LINEAR
+        dense = idx in config.mlp_only_layers
+        super().__init__(
+            is_linear,
+            (mixer_name, linear(config, idx) if is_linear else attention(config, idx)),
+            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
+            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
+        )

@@ -10,6 +10,8 @@ output. Module names follow transformers' ``KimiLinearForCausalLM``.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,10 +22,10 @@ from hypic_rag.kernels.kda import kda_scan
 from hypic_rag.kernels.rope import apply_rope
 
 from .attention import attend
-from .block import PreNormLayer
-from .config import LINEAR, HybridConfig
+from .block import GroupRoutedLayer
+from .config import HybridConfig
 from .conv import request_conv
-from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
+from .layers import PlainRMSNorm
 from .recurrence import run_recurrence
 from .state import RequestState, SegmentJumps, TransitionCapture
 
@@ -210,25 +212,14 @@ def _deinterleave(x: torch.Tensor) -> torch.Tensor:
     return x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
 
 
-class KimiLayer(PreNormLayer):
-    def __init__(self, config: HybridConfig, idx: int) -> None:
-        linear = config.layer_types[idx] == LINEAR
-        mixer = KimiDeltaAttention(config, idx) if linear else MultiLatentAttention(config, idx)
-        dense = idx in config.mlp_only_layers
-        super().__init__(
-            linear,
-            ("self_attn", mixer),
-            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
-            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-        )
-
-
 class KimiBackbone(nn.Module):
     def __init__(self, config: HybridConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(KimiLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            GroupRoutedLayer(config, i, "self_attn", KimiDeltaAttention, MultiLatentAttention)
+            for i in range(config.num_hidden_layers)
+        )
         self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -262,26 +253,13 @@ class BailingDeltaAttention(DeltaAttentionBase):
         return self.dense(out)
 
 
-class BailingHybridLayer(PreNormLayer):
-    def __init__(self, config: HybridConfig, idx: int) -> None:
-        linear = config.layer_types[idx] == LINEAR
-        if linear:
-            mixer: nn.Module = BailingDeltaAttention(config, idx)
-        else:
-            mixer = MultiLatentAttention(config, idx, out_name="dense", rotate_and_gate=True)
-        dense = idx in config.mlp_only_layers
-        super().__init__(
-            linear,
-            ("attention", mixer),
-            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
-            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-            ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-        )
-
-
 class BailingHybridBackbone(nn.Module):
     def __init__(self, config: HybridConfig) -> None:
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(BailingHybridLayer(config, i) for i in range(config.num_hidden_layers))
+        mla = partial(MultiLatentAttention, out_name="dense", rotate_and_gate=True)
+        self.layers = nn.ModuleList(
+            GroupRoutedLayer(config, i, "attention", BailingDeltaAttention, mla)
+            for i in range(config.num_hidden_layers)
+        )
         self.norm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)
