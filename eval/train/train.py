@@ -16,7 +16,8 @@ the chain of runs (each ``--init`` from the last) that made the bundled model. E
 ``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
 decoding yields the answer exactly when every answer token is the argmax) and writes an HF
 checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``,
-``chat_template.jinja``) and ``curves.json``; ``--init`` continues from one.
+``chat_template.jinja``) and ``curves.json``; ``--init`` continues from one, and with ``--grow`` first
+grows it to ``--hidden`` and ``--layers`` computing the same function (``grow``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from hypic_rag.segments import KINDS
 
 from ..data.workloads import WORKLOADS, Example, make, render
 from .drills import kv_drills, recall_examples
+from .grow import grow
 
 TRAIN_MIX = (*WORKLOADS, "agent")
 # Chat front ends add these around the prompt; the model sees some in training so they don't throw it.
@@ -215,7 +217,16 @@ def build_model(args: argparse.Namespace):
 
     if args.init:
         init = Path(args.init)
-        return Qwen3_5ForCausalLM.from_pretrained(init), Tokenizer.from_file(str(init / "tokenizer.json"))
+        model, tok = Qwen3_5ForCausalLM.from_pretrained(init), Tokenizer.from_file(str(init / "tokenizer.json"))
+        if not args.grow:
+            return model, tok
+        layers = args.layers.split(",")
+        cfg = Qwen3_5TextConfig(
+            **model_config(model.config.vocab_size, args.hidden, layers, model.config.head_dim),
+            eos_token_id=model.config.eos_token_id,
+            pad_token_id=model.config.pad_token_id,
+        )
+        return grow(model, cfg, args.seed), tok
     tok = train_tokenizer([ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)], args.vocab)
     cfg = Qwen3_5TextConfig(
         **model_config(tok.get_vocab_size(), args.hidden, args.layers.split(","), args.attn_head_dim),
@@ -323,6 +334,9 @@ def main() -> None:
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument("--recall", type=float, default=0.25, help="share of each window that is recall drills")
     parser.add_argument("--init", default=None, help="checkpoint to continue from (its tokenizer and config)")
+    parser.add_argument(
+        "--grow", action="store_true", help="grow the --init checkpoint to --hidden and --layers (same function)"
+    )
     parser.add_argument("--eval-examples", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--vocab", type=int, default=1024)

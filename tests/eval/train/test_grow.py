@@ -1,0 +1,89 @@
+"""Growing a checkpoint: the grown model computes what the old one did, and training reaches its new parts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+from hypic_rag import Engine
+from hypic_rag.eval.train.grow import grow
+from hypic_rag.eval.train.train import model_config
+from hypic_rag.model.loading import default_model_path
+from hypic_rag.testing.parity import load_reference, logits_max_diff
+
+L, F = "linear_attention", "full_attention"
+
+
+def _config(old, hidden: int, layers: list[str]) -> Qwen3_5TextConfig:
+    return Qwen3_5TextConfig(
+        **model_config(old.config.vocab_size, hidden, layers, old.config.head_dim),
+        eos_token_id=old.config.eos_token_id,
+        pad_token_id=old.config.pad_token_id,
+    )
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return Qwen3_5ForCausalLM.from_pretrained(default_model_path()).eval()
+
+
+def _match_norm_eps(model, old_hidden: int) -> None:
+    """Zero dimensions dilute a hidden-size norm's mean square by old/new; its epsilon, by the same factor,
+    is the only thing the weights cannot carry, so the exact check scales it too."""
+    new_hidden = model.config.hidden_size
+    for module in model.modules():
+        if type(module).__name__ == "Qwen3_5RMSNorm" and module.weight.shape == (new_hidden,):
+            module.eps = module.eps * old_hidden / new_hidden
+
+
+@pytest.mark.parametrize("hidden", [128, 192])
+def test_a_grown_model_computes_what_the_old_one_did(bundled, hidden):
+    layers = [L, L, L, F, L, L, L, F]
+    grown = grow(bundled, _config(bundled, hidden, layers), seed=0).eval()
+    assert grown.config.hidden_size == hidden and list(grown.config.layer_types) == layers
+    ids = torch.randint(0, bundled.config.vocab_size, (2, 200), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = bundled(ids).logits
+        assert (grown(ids).logits - want).abs().max() < 2e-2  # only the norms' epsilon differs
+        _match_norm_eps(grown, bundled.config.hidden_size)
+        assert (grown(ids).logits - want).abs().max() < 2e-4
+
+
+def test_every_new_part_learns(bundled):
+    """Zero output projections get gradients at once; what they read, from the next step on (no part is
+    stuck at a symmetric zero)."""
+    grown = grow(bundled, _config(bundled, 192, [L, L, L, F, L, L, L, F]), seed=0)
+    ids = torch.randint(0, bundled.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(2))
+    opt = torch.optim.SGD(grown.parameters(), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        grown(ids, labels=ids).loss.backward()
+        opt.step()
+    dead = [n for n, p in grown.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not dead, dead
+
+
+def test_growth_is_seeded_and_serves_in_both_runtimes(bundled, tmp_path):
+    cfg = _config(bundled, 192, [L, F, L, L, L, F])
+    a, b = grow(bundled, cfg, seed=3), grow(bundled, cfg, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    a.save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "generation_config.json", "chat_template.jinja"):
+        (tmp_path / name).write_bytes((default_model_path() / name).read_bytes())
+    engine = Engine.from_pretrained(tmp_path)
+    ids = torch.randint(0, engine.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(0))
+    assert logits_max_diff(engine.model, load_reference(tmp_path), ids) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("hidden", "layers", "message"),
+    [
+        (96, [L, F, L, F], "narrower"),
+        (192, [F, L, L, F], "subsequence"),
+        (160, [L, F, L, F], "in ratio"),  # 5 heads over 2 kv heads
+    ],
+)
+def test_growth_that_cannot_keep_the_function_is_refused(bundled, hidden, layers, message):
+    with pytest.raises(ValueError, match=message):
+        grow(bundled, _config(bundled, hidden, layers), seed=0)
