@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .decay import decay_exp, masked_decay_exp
+
 # Chunks handled per block, as many as keep ``B·H·chunks·C·max(K, V)`` within BLOCK_ELEMENTS (at most
 # MAX_BLOCK_CHUNKS): a block's slices of q, k, v made contiguous and its other temporaries then stay
 # about a MB, in cache, and the allocator reuses them; a whole sequence's copies would fault in fresh
@@ -123,20 +125,20 @@ def _chunked(
         span = (first * size, min((first + nb) * size, t), nb, size)
         kb, vb = _chunks(k, *span), _chunks(v, *span)
         gb, betab = _chunks(g, *span).cumsum(-1), _chunks(beta, *span).unsqueeze(-1)
-        decay = (gb.unsqueeze(-1) - gb.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+        decay = masked_decay_exp(gb.unsqueeze(-1) - gb.unsqueeze(-2), causal)
         k_beta = kb * betab
         # (I + strict_lower(diag(beta) K K^T ⊙ decay))^-1 applied to [beta v | beta exp(G) k], one solve.
         system = (k_beta @ kb.transpose(-1, -2)) * decay
-        rhs = torch.cat((vb * betab, k_beta * gb.exp().unsqueeze(-1)), dim=-1)
+        rhs = torch.cat((vb * betab, k_beta * decay_exp(gb).unsqueeze(-1)), dim=-1)
         solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
         u, w = solved[..., :dv], solved[..., dv:]
         if outputs:
             qb = _chunks(q, *span)
             intra = (qb @ kb.transpose(-1, -2)) * decay
-            q_decayed = qb * gb.exp().unsqueeze(-1)
+            q_decayed = qb * decay_exp(gb).unsqueeze(-1)
         g_last = gb[..., -1:]
-        k_to_end = (kb * (g_last - gb).exp().unsqueeze(-1)).transpose(-1, -2)
-        chunk_decay = g_last.exp().unsqueeze(-1)
+        k_to_end = (kb * decay_exp(g_last - gb).unsqueeze(-1)).transpose(-1, -2)
+        chunk_decay = decay_exp(g_last).unsqueeze(-1)
         for i in range(nb):
             if hook is not None:
                 hook(first + i, state)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .backend import HAS_TRITON, resolve
+from .decay import decay_exp, masked_decay_exp
 
 CHUNK = 32
 
@@ -71,15 +72,15 @@ def kda_scan_reference(
         qc, kc, vc, bc = q[:, :, lo:hi], k[:, :, lo:hi], v[:, :, lo:hi], beta[:, :, lo:hi, None]
         cum = g[:, :, lo:hi].cumsum(2)  # [N, H, C, K]
         lower = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()
-        gap = (cum[:, :, :, None] - cum[:, :, None, :]).masked_fill(~lower[..., None], float("-inf")).exp()
+        gap = masked_decay_exp(cum[:, :, :, None] - cum[:, :, None, :], lower[..., None])
         a = torch.einsum("nhic,nhjc,nhijc->nhij", kc, kc, gap).tril(-1) * bc
         kq = torch.einsum("nhic,nhjc,nhijc->nhij", qc, kc, gap)  # j <= i, zero above
-        rhs = torch.cat((vc * bc, kc * cum.exp() * bc), dim=-1)
+        rhs = torch.cat((vc * bc, kc * decay_exp(cum) * bc), dim=-1)
         solved = torch.linalg.solve_triangular(a + torch.eye(c, device=k.device), rhs, upper=False, unitriangular=True)
         u = solved[..., :dv] - solved[..., dv:] @ state
-        out[:, :, lo:hi] = (qc * cum.exp()) @ state + kq @ u
-        to_end = (cum[:, :, -1:] - cum).exp()  # [N, H, C, K]
-        state = cum[:, :, -1, :, None].exp() * state + (kc * to_end).transpose(-1, -2) @ u
+        out[:, :, lo:hi] = (qc * decay_exp(cum)) @ state + kq @ u
+        to_end = decay_exp(cum[:, :, -1:] - cum)  # [N, H, C, K]
+        state = decay_exp(cum[:, :, -1, :, None]) * state + (kc * to_end).transpose(-1, -2) @ u
     return out.transpose(1, 2), state
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from .decay import decay_exp, masked_decay_exp
+
 CHUNK = 64
 
 
@@ -46,13 +48,13 @@ def ssd_scan(
         cs = log_decay[:, lo:hi].cumsum(1)  # [N, L, H]
         gap = cs[:, :, None, :] - cs[:, None, :, :]  # [N, L(t), L(s), H]
         causal = torch.ones(hi - lo, hi - lo, dtype=torch.bool, device=x.device).tril()[None, :, :, None]
-        decay = gap.masked_fill(~causal, float("-inf")).exp()
+        decay = masked_decay_exp(gap, causal)
         scores = torch.einsum("nthk,nshk->ntsh", c[:, lo:hi], b[:, lo:hi]) * decay
         y = torch.einsum("ntsh,nshp->nthp", scores, xdt[:, lo:hi])
-        y += torch.einsum("nthk,nhpk->nthp", c[:, lo:hi], state) * cs.exp()[..., None]
+        y += torch.einsum("nthk,nhpk->nthp", c[:, lo:hi], state) * decay_exp(cs)[..., None]
         out[:, lo:hi] = y
-        to_end = (cs[:, -1:] - cs).exp()  # [N, L, H]
-        state = state * cs[:, -1].exp()[..., None, None] + torch.einsum(
+        to_end = decay_exp(cs[:, -1:] - cs)  # [N, L, H]
+        state = state * decay_exp(cs[:, -1])[..., None, None] + torch.einsum(
             "nsh,nshp,nshk->nhpk", to_end, xdt[:, lo:hi], b[:, lo:hi]
         )
     return out, state
