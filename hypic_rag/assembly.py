@@ -21,6 +21,7 @@ import torch
 
 from .cache.entry import LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
 from .kernels.algebra import compose_forms, rerotate
+from .kernels.indices import int64
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
 
@@ -143,20 +144,22 @@ def assemble_fused(
         at_positions.append(range(offset + w, offset + n))
         owed += [offset] * (n - w)
         offset += n
-    if owed:  # every cached key rotated once, here, to where its token now sits; one copy per layer
-        shift = torch.tensor(owed, device=device)
-        where = torch.tensor([p for run in at_positions for p in run], device=device)
-        for i, runs in placed.items():
-            keys = rerotate(torch.cat([k for k, _ in runs], dim=1)[None], shift, model.inv_freq)
-            state.append_kv(i, keys, torch.cat([v for _, v in runs], dim=1)[None], where)
+    layers = list(placed)
+    if owed and layers:  # every cached key rotated once, to where its token now sits: all layers in one rotation
+        heads = [placed[i][0][0].shape[0] for i in layers]  # layers stacked along the kv heads
+        keys = torch.cat([torch.cat([k for k, _ in placed[i]], dim=1) for i in layers])
+        keys = rerotate(keys[None], int64(owed, device), model.inv_freq)[0].split(heads)
+        where = int64((p for run in at_positions for p in run), device)
+        for i, k in zip(layers, keys, strict=True):
+            state.append_kv(i, k[None], torch.cat([v for _, v in placed[i]], dim=1)[None], where)
+    if owed:
         state.advance(len(owed))
     fresh += plan.query
     positions += range(offset, offset + len(plan.query))
     jumps = None
     if at:
         stacked = {i: tuple(torch.stack(t) for t in zip(*layer_ops, strict=True)) for i, layer_ops in ops.items()}
-        jumps = SegmentJumps(torch.tensor(at), torch.tensor(src), stacked)
-    ids = torch.tensor([fresh], dtype=torch.long, device=device)
-    where = torch.tensor(positions, device=device)
-    logits = model(ids, state=state, positions=where, logits_to_keep=1, jumps=jumps)[0, -1].float()
+        jumps = SegmentJumps(int64(at), int64(src), stacked)
+    ids = int64(fresh, device)[None]
+    logits = model(ids, state=state, positions=int64(positions, device), logits_to_keep=1, jumps=jumps)[0, -1].float()
     return logits, len(fresh)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from array import array
 from pathlib import Path
 
 import blake3
@@ -70,7 +71,7 @@ def module_fingerprint(module: torch.nn.Module) -> str:
 def segment_key(token_ids: list[int] | tuple[int, ...], fingerprint: str, dtype: torch.dtype) -> str:
     h = hashlib.sha256()
     h.update(f"v{FORMAT_VERSION}|{fingerprint}|{dtype}|".encode())
-    h.update(torch.tensor(list(token_ids), dtype=torch.int64).numpy().tobytes())
+    h.update(array("q", token_ids).tobytes())  # int64, native order: the bytes torch's int64 tensor held
     return h.hexdigest()
 
 
