@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="max QPS under a P90 TTFT SLO over HTTP on a live `hypic-rag serve`, beside the simulator's prediction",
     )
+    bench.add_argument(
+        "--bundled",
+        action="store_true",
+        help="TTFT of full, prefix and hypic on the bundled model with its defaults: reordered one-fact "
+        "and few-sentence documents (--repeats rounds, default 20)",
+    )
     bench.add_argument("--modes", default="full,prefix,hypic,transformers", help="comma-separated; must include full")
     bench.add_argument("--segments", type=int, default=8)
     bench.add_argument("--segment-tokens", type=int, default=1024)
@@ -121,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
             from hypic_rag.eval.bench.server import run as run_server
 
             _write_json(run_server(layers=layers, repeats=args.repeats or 3), args.json)
+            return 0
+        if args.bundled:
+            from hypic_rag.eval.bench.bundled import run as run_bundled
+
+            _write_json(run_bundled(rounds=args.repeats or 20), args.json)
             return 0
         if args.slo:
             from hypic_rag.eval.bench.slo import run as run_slo
