@@ -8,13 +8,14 @@ another order). The time inside the model's forwards is split by what they run: 
 the last one (seams and in-context stretches), the last forward (the query, or everything at once
 where the engine fuses them), and the LM head; the rest (lookup, composing states, placing KV, Python)
 is what remains of the TTFT. Best of ``--repeats``; shares of that run's TTFT. It also times
-``--decode`` greedy steps after a warm ``hypic`` prefill and after a ``full`` one, side by side.
+``--decode`` greedy steps after a warm ``hypic`` prefill and after a ``full`` one, taking turns.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,22 +58,22 @@ class _Timer:
 
 
 def _decode_rates(engine: Any, docs: list, query: Any, steps: int, repeats: int) -> dict[str, float]:
-    """Greedy decode steps per second after each mode's prefill (the prompt warm for ``hypic``)."""
+    """Greedy decode steps per second after each mode's prefill (the prompt warm for ``hypic``): the modes
+    take turns, ``2 * repeats`` rounds, and each gets its median, so a slow stretch of a shared machine
+    does not land on one mode only."""
     from hypic_rag.decoding import Decoder, Sampler
 
-    rates: dict[str, float] = {}
-    for mode in ("full", "hypic"):
-        best = float("inf")
-        for _ in range(repeats):
+    seconds: dict[str, list[float]] = {"full": [], "hypic": []}
+    for _ in range(2 * repeats):
+        for mode, times in seconds.items():
             logits, state = engine.prefill(docs, query, mode=mode)
             sampler = Sampler()
             start = time.perf_counter()
             Decoder(
                 engine.model, state, sampler.pick(logits, None), sampler, None, stops=(), max_new_tokens=steps
             ).run()
-            best = min(best, time.perf_counter() - start)
-        rates[mode] = steps / best
-    return rates
+            times.append(time.perf_counter() - start)
+    return {mode: steps / statistics.median(times) for mode, times in seconds.items()}
 
 
 def run(
