@@ -36,7 +36,8 @@ def _write_json(data: dict, path: Path | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hypic-rag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="the main job on the bundled default model, offline")
+    demo = sub.add_parser("demo", help="the main job on the bundled default model, offline")
+    demo.add_argument("--seed", type=int, default=0, help="the corpus and the questions (printed, to repeat a run)")
     bench = sub.add_parser(
         "bench",
         help="TTFT of each mode and of transformers on one checkpoint, side by side",
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from hypic_rag.integrations.demo import run
 
-        return 0 if run() else 1
+        return 0 if run(seed=args.seed) else 1
     if args.command == "bench":
         if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
             parser.error("--layers and --repeats must be >= 1")

@@ -61,6 +61,7 @@ def run(
     engine = engine or Engine.from_pretrained()
     texts, qa = corpus(people, seed)
     log(f"hypic-rag demo: {len(texts)} facts about {people} people, MiniLM retrieval (k={k}), bundled model")
+    log(f"seed {seed} (the same run again: hypic-rag demo --seed {seed})")
     store = InMemoryVectorStore(MiniLMEmbeddings())
     store.add_documents([Document(page_content=t, id=f"doc-{i}") for i, t in enumerate(texts)])
     retriever = store.as_retriever(search_kwargs={"k": k})

@@ -63,3 +63,12 @@ def test_bad_serve_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--cache-url", "memcached://127.0.0.1:1"])  # refused before anything loads or listens
     assert "cache_url must be redis://" in capsys.readouterr().err
+
+
+def test_demo_runs_with_the_seed_it_is_given(monkeypatch):
+    import hypic_rag.integrations.demo as demo
+
+    seen: list[int] = []
+    monkeypatch.setattr(demo, "run", lambda seed=0: seen.append(seed) or True)
+    assert main(["demo", "--seed", "5"]) == 0 and main(["demo"]) == 0
+    assert seen == [5, 0]

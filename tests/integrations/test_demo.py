@@ -15,6 +15,7 @@ def test_demo_runs_every_mode_and_hypic_hits_reordered_documents():
     assert hits > 0 and total == 4 * 4
     assert table["full"][3].startswith("0/")  # full never reads the cache
     assert sum(line.startswith("Q: ") for line in lines) == 4
+    assert "seed 0 (the same run again: hypic-rag demo --seed 0)" in lines
 
 
 def test_questions_come_in_pairs_about_the_same_people():
