@@ -108,7 +108,7 @@ def run(
                 "tokens_per_forward": [n for n, _ in forwards],
                 "parts_s": {
                     "earlier forwards (seams, stretches)": sum(t for _, t in before),
-                    "last forward": forwards[-1][1] - head,
+                    "last forward": forwards[-1][1],  # hidden_states: the LM head runs after it
                     "LM head": head,
                 },
                 "stats": out.stats,
