@@ -185,10 +185,11 @@ def weighted_loss(logits: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor,
 @torch.no_grad()
 def exact_match(model, encoded: list[tuple[list[int], list[int]]]) -> float:
     hits = 0
+    device = next(model.parameters()).device
     for ids, labels in encoded:
-        x = torch.tensor([ids])
+        x = torch.tensor([ids], device=device)
         pred = model(x).logits[0, :-1].argmax(-1)
-        target = torch.tensor(labels[1:])
+        target = torch.tensor(labels[1:], device=device)
         mask = target != -100
         hits += bool((pred[mask] == target[mask]).all())
     return 100.0 * hits / len(encoded)
@@ -236,12 +237,25 @@ def build_model(args: argparse.Namespace):
     return Qwen3_5ForCausalLM(cfg), tok
 
 
+def _device(name: str) -> torch.device:
+    """The device to train on; a clear error where it is missing (a GPU run is prepared on CPU)."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"unknown device {name!r}: {exc}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: torch sees no CUDA device here")
+    return device
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    device = _device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     model, tok = build_model(args)
+    model.to(device)
     pad = tok.token_to_id("<pad>")
     held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in TRAIN_MIX}
     held["recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED)
@@ -274,6 +288,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             windows += 1
             continue
         ids, labels = nxt
+        ids, labels = ids.to(device), labels.to(device)
         tokens += ids.numel()
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
         lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps))
@@ -355,6 +370,9 @@ def main() -> None:
     parser.add_argument("--attn-head-dim", type=int, default=64)
     parser.add_argument("--context-loss", type=float, default=0.0, help="loss weight of non-answer tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda where a GPU is lent (bitwise repeatable on cpu only)"
+    )
     run(parser.parse_args())
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
@@ -93,3 +94,10 @@ def test_training_windows_never_repeat_and_never_meet_the_held_out_examples():
     for w in ("single_doc", "tool_call", "memory"):
         held |= _texts(make(w, 50, HELD_OUT_SEED))
     assert not _texts(first) & _texts(second) and not (_texts(first) | _texts(second)) & held
+
+
+def test_a_missing_device_is_a_clear_error(tmp_path, train_args):
+    args = train_args(tmp_path / "a")
+    args.device = "cuda" if not torch.cuda.is_available() else "nonsense"
+    with pytest.raises(ValueError, match="device"):
+        run(args)
