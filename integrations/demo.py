@@ -97,8 +97,9 @@ def run(
             f"{scores[mode]:>7.1f}"
         )
     log(
-        "\nOn this tiny model and short prompts, fixed per-segment costs outweigh the prefill they save;\n"
-        "`hypic-rag bench` measures TTFT at realistic shapes. Prefix caching reuses only a cached leading\n"
-        "run of documents, so reordered retrievals rarely hit."
+        "\nOn this tiny model and one-fact documents, fixed per-segment costs outweigh the prefill they save;\n"
+        "`hypic-rag bench --bundled` times this model with documents of a few sentences too, and\n"
+        "`hypic-rag bench` at realistic shapes. Prefix caching reuses only a cached leading run of\n"
+        "documents, so reordered retrievals rarely hit."
     )
     return sum(r[3]["hit_segments"] for r in rows["hypic"]) > 0
