@@ -125,13 +125,7 @@ class RingLightningAttention(nn.Module):
         if self.rotary:  # ``linear_rope`` (default true): the Lightning keys rotate as the softmax ones do
             q, k = (apply_rope(y.transpose(1, 2), cos, sin).transpose(1, 2) for y in (q, k))
         q = q * self.head_dim**-0.5
-        dt = x.new_ones(b, t, self.heads, dtype=torch.float32)
-        if pad_mask is not None:
-            keep = pad_mask[..., None, None]
-            q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
-            dt = dt * pad_mask[..., None]
-        a = self.log_decay(x.device)
-        y = lightning(self.layer_idx, q, k, v, dt, a, state, capture, jumps)
+        y = lightning(self.layer_idx, q, k, v, pad_mask, self.log_decay(x.device), state, capture, jumps)
         out = self.g_norm(y.reshape(b, t, -1).to(x.dtype))
         return self.dense(out * torch.sigmoid(self.g_proj(x)))
 

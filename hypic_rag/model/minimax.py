@@ -37,15 +37,21 @@ def lightning(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    dt: torch.Tensor,
+    pad_mask: torch.Tensor | None,
     log_decay: torch.Tensor,
     state: RequestState | None,
     capture: TransitionCapture | None,
     jumps: SegmentJumps | None,
 ) -> torch.Tensor:
-    """The Lightning recurrence (``q, k, v [B, T, H, D]``; ``dt`` 1 per real token, 0 per pad) on the SSD
-    scan, in whichever way the forward runs it; updates the request's state; returns the outputs fp32."""
+    """The Lightning recurrence (``q, k, v [B, T, H, D]``) on the SSD scan, in whichever way the forward runs
+    it; updates the request's state; returns the outputs fp32. Padding (``pad_mask`` False) is an exact
+    identity: zero q, k, v and no decay (``dt`` 0, 1 per real token)."""
     b, t, h, d = v.shape
+    dt = v.new_ones(b, t, h, dtype=torch.float32)
+    if pad_mask is not None:
+        keep = pad_mask[..., None, None]
+        q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
+        dt = dt * pad_mask[..., None]
     layer = state.linear(layer_idx) if state is not None else None
     y, end = run_recurrence(
         layer_idx,
@@ -97,17 +103,11 @@ class LightningAttention(nn.Module):
         jumps: SegmentJumps | None = None,
         rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Padding is an exact identity: zero q, k, v and no decay (``dt = 0``)."""
+        """Padding is an exact identity (``lightning``)."""
         b, t, _ = x.shape
         qkv = torch.nn.functional.silu(self.qkv_proj(x)).view(b, t, self.heads, 3 * self.head_dim)
         q, k, v = qkv.split(self.head_dim, dim=-1)
-        dt = x.new_ones(b, t, self.heads, dtype=torch.float32)
-        if pad_mask is not None:
-            keep = pad_mask[..., None, None]
-            q, k, v = (torch.where(keep, y, 0.0) for y in (q, k, v))
-            dt = dt * pad_mask[..., None]
-        a = self.log_decay(x.device)
-        y = lightning(self.layer_idx, q, k, v, dt, a, state, capture, jumps)
+        y = lightning(self.layer_idx, q, k, v, pad_mask, self.log_decay(x.device), state, capture, jumps)
         out = self.norm(y.reshape(b, t, -1).to(x.dtype))
         return self.out_proj(torch.sigmoid(self.output_gate(x)) * out)
 
