@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .backend import HAS_TRITON, resolve
+from .decay import decay_exp
 from .delta_rule import chunk_gated_transition, chunk_size_for
 from .rope import apply_rope, rope_cos_sin
 
@@ -276,14 +277,14 @@ def ssd_split_transition(
         raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
     out, state = ssd_scan(x, dt, a, b, c)
     log_decay = dt.float() * a.float()  # [N, T, H]
-    p = log_decay.sum(1).exp()
+    p = decay_exp(log_decay.sum(1))
     if bool((rest_start >= t).all()):
         return SplitTransition(state, p, out)
     in_rest = (torch.arange(t, device=x.device)[None, :] >= rest_start.to(x.device)[:, None])[..., None]
     cum = log_decay.cumsum(1)
-    weight = (cum[:, -1:] - cum).exp() * dt.float() * in_rest
+    weight = decay_exp(cum[:, -1:] - cum) * dt.float() * in_rest
     rest_state = torch.einsum("nsh,nshp,nshk->nhpk", weight, x.float(), b.float())
-    rest_p = (log_decay * in_rest).sum(1).exp()
+    rest_p = decay_exp((log_decay * in_rest).sum(1))
     return SplitTransition(state, p, out, rest_state, rest_p)
 
 
@@ -304,13 +305,13 @@ def selective_split_transition(
     if rest_start.shape != (n,):
         raise ValueError(f"rest_start must be [N] = [{n}], got {tuple(rest_start.shape)}")
     out, state = selective_scan(x, dt, a, b, c)
-    p = torch.exp(a.float() * dt.float().sum(1)[..., None])
+    p = decay_exp(a.float() * dt.float().sum(1)[..., None])
     if bool((rest_start >= t).all()):
         return SplitTransition(state[..., None], p, out)
     keep = torch.arange(t, device=x.device)[None, :] >= rest_start.to(x.device)[:, None]
     rest_dt = dt.float() * keep[..., None]
     _, rest = selective_scan(x, rest_dt, a, b, c)
-    rest_p = torch.exp(a.float() * rest_dt.sum(1)[..., None])
+    rest_p = decay_exp(a.float() * rest_dt.sum(1)[..., None])
     return SplitTransition(state[..., None], p, out, rest[..., None], rest_p)
 
 

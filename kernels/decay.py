@@ -6,7 +6,9 @@ zero (below about -87): measured here on 32k floats, 11 µs at -10 against 2.3 m
 such arguments wherever a head forgets fast (a trained model's do): on the bundled model, ``exp`` was
 a tenth of a ``full`` prefill. Clamping at -80 keeps the result normal (1.8e-35); the terms it
 touches are below fp32's resolution of anything they are added to. Masked entries are set to zero
-after the ``exp``, so a future token still contributes exactly nothing.
+after the ``exp``, so a future token still contributes exactly nothing. Every chunked scan and every
+segment-operator capture exponentiates its log-decays here; only the token-by-token recurrences (an
+oracle, a decode step: a few numbers at a time) call ``exp`` directly.
 """
 
 from __future__ import annotations
