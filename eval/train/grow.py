@@ -70,22 +70,20 @@ def grow(old: torch.nn.Module, new_config: Any, seed: int) -> torch.nn.Module:
     model = Qwen3_5ForCausalLM(nc)
     n, m = oc.hidden_size, nc.hidden_size
     hid = torch.arange(n)
-    dk, dv, hd = oc.linear_key_head_dim, oc.linear_value_head_dim, oc.head_dim
+    dk, dv = oc.linear_key_head_dim, oc.linear_value_head_dim
     nk, nv = oc.linear_num_key_heads, oc.linear_num_value_heads
     nk2, nv2 = nc.linear_num_key_heads, nc.linear_num_value_heads
-    rows = {  # old rows' places in each new head-space axis
-        "qkv": _packed([(nk * dk, nk2 * dk), (nk * dk, nk2 * dk), (nv * dv, nv2 * dv)]),
-        "z": torch.arange(nv * dv),
-        "heads": torch.arange(nv),
-        "q": torch.arange(oc.num_attention_heads * hd * 2),  # each head's query then its gate
-        "kv": torch.arange(oc.num_key_value_heads * hd),
-        "o": torch.arange(oc.num_attention_heads * hd),
-        "mlp": torch.arange(oc.intermediate_size),
-    }
-    reading = {"in_proj_qkv": "qkv", "in_proj_z": "z", "in_proj_b": "heads", "in_proj_a": "heads",
-               "q_proj": "q", "k_proj": "kv", "v_proj": "kv", "gate_proj": "mlp", "up_proj": "mlp"}  # fmt: skip
-    writing = {"out_proj": "z", "o_proj": "o", "down_proj": "mlp"}
-    per_head = {"conv1d": "qkv", "dt_bias": "heads", "A_log": "heads"}
+    # Old entries keep the first places of every head-space axis (an attention head's query and gate sit
+    # together), except the linear layers' packed q | k | v, where each block grows in place.
+    qkv = _packed([(nk * dk, nk2 * dk), (nk * dk, nk2 * dk), (nv * dv, nv2 * dv)])
+
+    def old_places(module: str, count: int) -> torch.Tensor:
+        return qkv if module in ("in_proj_qkv", "conv1d") else torch.arange(count)
+
+    reading = {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "q_proj", "k_proj", "v_proj", "gate_proj",
+               "up_proj"}  # fmt: skip
+    writing = {"out_proj", "o_proj", "down_proj"}
+    per_head = {"conv1d", "dt_bias", "A_log"}
     scale = math.sqrt(n / m)
     old_params = dict(old.named_parameters())
     with torch.no_grad():
@@ -106,12 +104,12 @@ def grow(old: torch.nn.Module, new_config: Any, seed: int) -> torch.nn.Module:
             elif module == "lm_head":
                 p[:, :n] = src  # reads the new dimensions, which start at zero
             elif module in reading:
-                p[rows[reading[module]][:, None], hid] = src
+                p[old_places(module, src.shape[0])[:, None], hid] = src
             elif module in writing:
                 p.zero_()
-                p[hid[:, None], rows[writing[module]]] = src
+                p[hid[:, None], old_places(module, src.shape[1])] = src
             elif module in per_head:
-                p[rows[per_head[module]]] = src
+                p[old_places(module, src.shape[0])] = src
             elif src.shape == p.shape and p.shape[0] != m:
                 p.copy_(src)  # norms over a head's width
             elif p.shape == (m,):
