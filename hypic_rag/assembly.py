@@ -58,7 +58,7 @@ def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridM
 
 def run_in_context(model: HybridModel, state: RequestState, ids: Sequence[int]) -> None:
     if ids:
-        model.hidden_states(torch.tensor([list(ids)], dtype=torch.long, device=model.device), state)
+        model.hidden_states(int64(ids, model.device)[None], state)
 
 
 @torch.inference_mode()

@@ -37,6 +37,7 @@ from .decoding import Decoder, Generation, Sampler, TokenCallback
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .hub import resolve_checkpoint
+from .kernels.indices import int64
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .outputs import GenerationOutput, RequestStats
@@ -294,7 +295,7 @@ class Engine:
 
     def _last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
         """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
-        tensor = torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)
+        tensor = int64(ids, self.model.device)[None]
         return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
 
     def _prefill_prefix(self, prompt: Prompt, state: RequestState, stats: RequestStats) -> None:

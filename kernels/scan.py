@@ -39,6 +39,7 @@ import torch
 
 from .backend import HAS_TRITON, resolve
 from .delta_rule import chunk_gated_delta_rule_hooked
+from .indices import int64
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 # Flags of a plan step, after its piece and its jump.
@@ -191,7 +192,7 @@ def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
             index += range(chunks * size, chunks * size + hi - lo)
             chunks += -(-(hi - lo) // size)
         actions.setdefault(chunks, []).append((j, flags))
-    where = torch.tensor(index, dtype=torch.long, device=q.device)
+    where = int64(index, q.device)
 
     def laid_out(x: torch.Tensor) -> torch.Tensor:  # [1, T, H, ...] -> [1, H, chunks * size, ...]
         padded = x.new_zeros(1, chunks * size, *x.shape[2:], dtype=torch.float32)
