@@ -104,13 +104,19 @@ def _a(word: str) -> str:
 
 
 def _describe_person(p: dict, rng: random.Random) -> str:
+    """One of four phrasings; the last is the demo's profile document (its one-fact sentences, in any
+    order), so the model trains on the shape its demo serves."""
     name, role = p["name"], p["role"]
-    forms = [
+    form = rng.randrange(4)
+    if form == 3:
+        facts = list(person_facts(p).values())
+        rng.shuffle(facts)
+        return " ".join(facts)
+    return [
         f"{name} lives in {p['city']} and works at {p['org']} as {_a(role)}. {name} is {p['age']} years old.",
         f"{name} is {_a(role)} at {p['org']}. Age: {p['age']}. Home city: {p['city']}.",
         f"Profile of {name}: {p['age']} years old, {role} at {p['org']}, based in {p['city']}.",
-    ]
-    return rng.choice(forms)
+    ][form]
 
 
 PERSON_QUESTIONS = [
