@@ -33,11 +33,9 @@ SIZES = ("fact", "profile")
 
 def _documents(size: str, people: int, seed: int) -> tuple[list[str], list[tuple[int, str]]]:
     """The documents and each question with the document that answers it."""
-    texts, qa = corpus(people, seed)
-    if size == "fact":
-        return texts, [(i, q) for i, (q, _) in enumerate(qa)]
-    profiles = [" ".join(texts[4 * p : 4 * p + 4]) for p in range(people)]
-    return profiles, [(i // 4, q) for i, (q, _) in enumerate(qa)]
+    texts, qa = corpus(people, seed, profiles=size == "profile")
+    per_doc = 1 if size == "fact" else 4
+    return texts, [(i // per_doc, q) for i, (q, _) in enumerate(qa)]
 
 
 def _messages(docs: Sequence[str], question: str) -> list[dict[str, Any]]:
