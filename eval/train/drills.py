@@ -12,17 +12,24 @@ from ..data.pools import BRANDS, COLORS, DAYS, FIRST_NAMES, FORECASTS, LAST_NAME
 from ..data.workloads import Example, ask, part
 
 
-def recall_examples(n: int, seed: int, broad: bool = False) -> list[Example]:
+def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = False) -> list[Example]:
     """Associative recall as a workload example: one document of key-value pairs, then a question per
     key: short, dense copying practice, the skill every workload needs. Keys and values are pool
     names; ``broad`` makes keys full names and values anything an answer can be (numbers, roles,
-    phrases), since a model drilled on names alone copied names and guessed everything else."""
-    rng = random.Random(f"recall:{seed}" + (":broad" if broad else ""))
+    phrases), since a model drilled on names alone copied names and guessed everything else.
+    ``phrases`` makes every value several words (``_phrase``): the grown model copied a value's first
+    word and guessed the rest ("Pifath Works" for "Pifath Labs"), so only copying on past a space
+    scores here."""
+    rng = random.Random(f"recall:{seed}" + (":phrases" if phrases else ":broad" if broad else ""))
     keys, values = FIRST_NAMES + LAST_NAMES, PLACES + BRANDS
     out = []
     for _ in range(n):
         count = rng.randint(2, 8)
-        if broad:
+        if phrases:
+            firsts, lasts = rng.sample(FIRST_NAMES, count), rng.sample(LAST_NAMES, count)
+            brands = rng.sample(BRANDS, max(1, count // 2))
+            pairs = [(f"{f} {la}", _phrase(rng, brands)) for f, la in zip(firsts, lasts, strict=True)]
+        elif broad:
             firsts, lasts = rng.sample(FIRST_NAMES, count), rng.sample(LAST_NAMES, count)
             pairs = [(f"{f} {la}", _any_value(rng)) for f, la in zip(firsts, lasts, strict=True)]
         else:
@@ -50,6 +57,15 @@ def _any_value(rng: random.Random) -> str:
     if kind == 5:
         return rng.choice(COLORS + DAYS)
     return rng.choice(PET_NAMES)
+
+
+def _phrase(rng: random.Random, brands: list[str]) -> str:
+    """Two or three words no prior predicts past the first: a company whose brand others in the
+    document share with another kind, or words drawn from any pools."""
+    if rng.random() < 0.5:
+        return f"{rng.choice(brands)} {rng.choice(ORG_KINDS)}"
+    pools = (PLACES, BRANDS, ORG_KINDS, ROLES, COLORS, FIRST_NAMES, LAST_NAMES)
+    return " ".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(2, 3)))
 
 
 def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:

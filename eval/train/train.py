@@ -196,16 +196,28 @@ def exact_match(model, encoded: list[tuple[list[int], list[int]]]) -> float:
 
 
 def fresh_window(
-    k: int, n: int, seed: int, small: bool, recall: float, mix: tuple[str, ...] = TRAIN_MIX, broad: bool = False
+    k: int,
+    n: int,
+    seed: int,
+    small: bool,
+    recall: float,
+    mix: tuple[str, ...] = TRAIN_MIX,
+    broad: bool = False,
+    phrases: bool = False,
 ) -> list[Example]:
     """Window ``k`` of the training stream: ``n`` examples never drawn before (each window has its own
-    seed, far from the held-out one), a ``recall`` share of them drills (half of them ``broad``, if
-    asked), the rest spread over ``mix`` (a workload named twice gets twice the examples)."""
+    seed, far from the held-out one), a ``recall`` share of them drills (a third of them ``phrases``
+    and half the rest ``broad``, if asked), the rest spread over ``mix`` (a workload named twice gets
+    twice the examples)."""
     window_seed = (seed + 1) * 100_000_000 + k
     drills = round(recall * n)
     per = max(1, (n - drills) // len(mix))
-    broad_drills = drills // 2 if broad else 0
-    out = recall_examples(drills - broad_drills, window_seed) + recall_examples(broad_drills, window_seed, broad=True)
+    phrase_drills = drills // 3 if phrases else 0
+    broad_drills = (drills - phrase_drills) // 2 if broad else 0
+    out = recall_examples(drills - phrase_drills - broad_drills, window_seed)
+    out += recall_examples(broad_drills, window_seed, broad=True)
+    if phrases:
+        out += recall_examples(phrase_drills, window_seed, phrases=True)
     for w, times in Counter(mix).items():
         out += make(w, per * times, window_seed, small=small)
     return out
@@ -261,6 +273,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     held["recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED)
     if args.broad_recall:
         held["broad_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, broad=True)
+    if args.phrase_recall:
+        held["phrase_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, phrases=True)
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     if args.drills:
         held_enc["kv"] = kv_drills(tok, args.eval_examples, HELD_OUT_SEED, spaced=args.drill_spaces)
@@ -272,7 +286,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return kv_drills(tok, args.batch * 32, (args.seed + 1) * 100_000_000 + k, spaced=args.drill_spaces)
         small = step < args.drills + small_steps
         mix = tuple(args.mix.split(","))
-        exs = fresh_window(k, args.batch * 32, args.seed, small, args.recall, mix, args.broad_recall)
+        exs = fresh_window(
+            k, args.batch * 32, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
+        )
         return [e for e in (encode(tok, ex, args.questions, augment) for ex in exs) if len(e[0]) <= args.max_len]
 
     params = sum(p.numel() for p in model.parameters())
@@ -347,6 +363,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=4000, help="examples per workload the tokenizer learns from")
     parser.add_argument("--mix", default=",".join(TRAIN_MIX), help="workloads to train on; repeat one to weigh it")
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
+    parser.add_argument(
+        "--phrase-recall", action="store_true", help="a third of the drills on values of several words"
+    )
     parser.add_argument("--recall", type=float, default=0.25, help="share of each window that is recall drills")
     parser.add_argument("--init", default=None, help="checkpoint to continue from (its tokenizer and config)")
     parser.add_argument(

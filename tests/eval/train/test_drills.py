@@ -1,4 +1,4 @@
-"""The recall drills training starts with: each key asked again, each answer in its own document."""
+"""The recall drills: each key asked again, each answer in its own document, every word of it copied."""
 
 from __future__ import annotations
 
@@ -34,3 +34,19 @@ def test_recall_drills_answer_from_their_document():
                 assert len(question[:-1].split()) == (2 if broad else 1)
                 values.add(answer)
         assert any(v.isdigit() for v in values) == broad and any(" " in v for v in values) == broad
+
+
+def test_phrase_drills_need_every_word_copied():
+    examples = recall_examples(40, seed=4, phrases=True)
+    shared_brand = 0
+    for ex in examples:
+        text = ex.segments[0].text
+        answers = [answer for _, answer in ex.meta["qa"]]
+        for question, answer in ex.meta["qa"]:
+            assert f"{question[:-1]} {answer}." in text and len(question[:-1].split()) == 2
+            assert 2 <= len(answer.split()) <= 3  # no value is one word: the first word alone never scores
+        firsts = [a.split()[0] for a in answers]
+        shared_brand += any(len({a for a in answers if a.split()[0] == f}) > 1 for f in firsts)
+    assert shared_brand >= 5  # documents where the first word does not tell the answer
+    assert recall_examples(40, seed=4, phrases=True)[0].meta == examples[0].meta
+    assert recall_examples(5, seed=4, phrases=True)[0].meta != recall_examples(5, seed=4, broad=True)[0].meta
