@@ -367,6 +367,30 @@ class Engine:
             out.append(Cached(had.entry if had else made.entry, made.rest if seg.rest else None))
         return out
 
+    @torch.inference_mode()
+    def cache_segments(self, segments: Sequence[Segment], seam: int | float | None = None) -> int:
+        """Compute and store each segment as a ``hypic`` request with this ``seam`` that met it cold would,
+        before any request does: a corpus cached when it is indexed makes even the first question about it
+        warm, in any order. Only ``hypic`` and ``pic`` read these entries. The number computed (cached or
+        too short ones are skipped)."""
+        if isinstance(segments, Segment) or not all(isinstance(s, Segment) for s in segments):
+            raise ValueError("segments must be a list of Segment")
+        ids = [self.segment_ids(s) for s in segments]
+        if any(not i for i in ids):
+            raise ValueError(f"segment {[bool(i) for i in ids].index(False)} tokenizes to no tokens")
+        plan = self.plan(Prompt(ids, [], tuple(s.cache for s in segments)), "hypic", seam)
+        # any of them may follow another in a request, so each needs the remainder a seam leaves (the plan
+        # gives the prompt's first none)
+        plan = replace(plan, segments=[replace(seg, rest=seg.record_rest) for seg in plan.segments])
+        misses, seen = [], set()
+        for seg, found in zip(plan.segments, self._lookup(plan), strict=True):
+            if _missing(seg, found) and seg.key not in seen:
+                misses.append((seg, found))
+                seen.add(seg.key)
+        if misses:
+            self._fill(misses)
+        return len(misses)
+
     def clear_cache(self) -> None:
         """Forget every cached segment and prefix, on disk too."""
         self.segment_store.clear()

@@ -230,3 +230,36 @@ def test_other_seam_widths_add_remainders_instead_of_evicting_each_other(checkpo
         assert out.stats["hit_segments"] == 3 and out.stats["recomputed_tokens"] == 2 * seam + len(q.token_ids)
     assert engine.segment_store.counters["writes"] == writes
     assert engine.segment_store.stats()["memory_entries"] == 3 + 3 + 2  # entries, remainders @4, @8
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "nemotron_h"])
+def test_segments_cached_ahead_serve_the_first_request_as_a_cold_one_would_have(checkpoint, kind):
+    """``cache_segments`` stores what a cold request stores: the first request after it hits every
+    segment, in any order, and its logits equal those of a warm request whose entries a cold one made."""
+    segs, q = _segments([40, 52, 36, 10], seed=12), _query()
+    ahead = _engine(checkpoint(kind), min_cached_tokens=20)
+    assert ahead.cache_segments([*segs, segs[0]]) == 3  # a repeat is computed once, the short one not at all
+    assert ahead.cache_segments(segs[::-1]) == 0
+    first = ahead.generate(segs[::-1], q, mode="hypic", max_new_tokens=1)
+    assert first.stats["hit_segments"] == 3 and first.stats["miss_segments"] == 1
+    assert first.stats["recomputed_tokens"] == 10 + 3 * 8 + len(q.token_ids)  # the short one, seams, query
+    served = _engine(checkpoint(kind), min_cached_tokens=20)
+    served.generate(segs, q, mode="hypic", max_new_tokens=1)
+    assert torch.equal(ahead.prompt_logits(segs[::-1], q), served.prompt_logits(segs[::-1], q))
+    other = ahead.generate(segs, q, mode="hypic", max_new_tokens=1, seam=4)  # another seam: only remainders
+    assert other.stats["hit_segments"] == 1
+    # that request's first segment needed no seam-4 remainder; cached ahead, every segment gets one
+    assert ahead.cache_segments(segs, seam=4) == 1 and ahead.cache_segments(segs[::-1], seam=4) == 0
+    assert ahead.cache_segments(segs, seam=6) == 3
+    assert ahead.generate(segs[::-1], q, mode="hypic", max_new_tokens=1, seam=6).stats["hit_segments"] == 3
+
+
+def test_caching_ahead_refuses_what_a_request_would(checkpoint):
+    engine = _engine(checkpoint("qwen3_5_text"))
+    assert engine.cache_segments([]) == 0
+    with pytest.raises(ValueError, match="list of Segment"):
+        engine.cache_segments(_segments([10])[0])
+    with pytest.raises(ValueError, match="segment 1 tokenizes to no tokens"):
+        engine.cache_segments([*_segments([10]), Segment(token_ids=[])])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.cache_segments([Segment(token_ids=[10**6])])
