@@ -432,6 +432,15 @@ class ChatHypic(BaseChatModel):
         chat = to_chat_messages(messages, bundled=uses_bundled_format(engine), registry=self.registry)
         return engine, chat, settings
 
+    def cache_documents(self, documents: Sequence[Document | str], system: str | None = None) -> int:
+        """Cache documents as ``documents_to_messages`` will send them, before any question: index a corpus
+        once and the first question about it is already warm, in whatever order the retriever ranks it.
+        The number of segments computed (cached ones are skipped)."""
+        messages = documents_to_messages(system).invoke({"context": list(documents), "question": "?"})
+        engine, chat, settings = self._request(messages, {})
+        rendered = engine.render(chat, None, settings["chat_template_kwargs"], settings["segmentation"])
+        return engine.cache_segments(rendered.segments, settings["seam"])
+
     def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
         meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}
         meta[HYPIC_KEY] = out.stats

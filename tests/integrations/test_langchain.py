@@ -270,6 +270,26 @@ def test_unchanged_chain_keeps_document_boundaries_through_the_retriever_wrapper
     assert (chain | StrOutputParser()).invoke(question) == reply.content
 
 
+def test_documents_cached_when_indexed_make_the_first_question_warm(engine, world, fmt):
+    store, qa = world
+    texts = corpus(16, seed=11)[0]
+    engine.clear_cache()
+    llm = ChatHypic(engine=engine, max_tokens=24)
+    assert llm.cache_documents(texts[:20]) == 20 and llm.cache_documents(texts[:20][::-1]) == 0
+    retriever = store.as_retriever(search_kwargs={"k": 3})
+    question = qa[4][0]
+    docs = retriever.invoke(question)
+    assert all(d.page_content in texts[:20] for d in docs)
+    reply = ({"context": retriever, "question": RunnablePassthrough()} | documents_to_messages() | llm).invoke(question)
+    stats = reply.response_metadata["hypic"]
+    assert stats["hit_segments"] == 3 and stats["miss_segments"] == 0  # the very first request
+    assert stats["cached_tokens"] == stats["prompt_tokens"] - stats["recomputed_tokens"] > 0
+    engine.clear_cache()
+    assert reply.content == _direct(fmt, engine, [d.page_content for d in docs], question) == qa[4][1]
+    system = "Answer from the documents."  # a system prompt is a segment of its own; cached with them
+    assert llm.cache_documents(texts[:2], system=system) == 3
+
+
 def test_streaming_matches_invoke(engine, world):
     _, qa = world
     llm = ChatHypic(engine=engine, max_tokens=24)
