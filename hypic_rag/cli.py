@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the main job on the bundled default model, offline")
     demo.add_argument("--seed", type=int, default=0, help="the corpus and the questions (printed, to repeat a run)")
+    demo.add_argument(
+        "--facts", action="store_true", help="one fact per document instead of one profile per person (k=4)"
+    )
     bench = sub.add_parser(
         "bench",
         help="TTFT of each mode and of transformers on one checkpoint, side by side",
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from hypic_rag.integrations.demo import run
 
-        return 0 if run(seed=args.seed) else 1
+        return 0 if run(seed=args.seed, profiles=not args.facts, k=4 if args.facts else 3) else 1
     if args.command == "bench":
         if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
             parser.error("--layers and --repeats must be >= 1")

@@ -68,7 +68,11 @@ def test_bad_serve_arguments_are_refused(capsys):
 def test_demo_runs_with_the_seed_it_is_given(monkeypatch):
     import hypic_rag.integrations.demo as demo
 
-    seen: list[int] = []
-    monkeypatch.setattr(demo, "run", lambda seed=0: seen.append(seed) or True)
-    assert main(["demo", "--seed", "5"]) == 0 and main(["demo"]) == 0
-    assert seen == [5, 0]
+    seen: list[dict] = []
+    monkeypatch.setattr(demo, "run", lambda **kwargs: seen.append(kwargs) or True)
+    assert main(["demo", "--seed", "5"]) == 0 and main(["demo"]) == 0 and main(["demo", "--facts"]) == 0
+    assert seen == [
+        {"seed": 5, "profiles": True, "k": 3},
+        {"seed": 0, "profiles": True, "k": 3},
+        {"seed": 0, "profiles": False, "k": 4},
+    ]
