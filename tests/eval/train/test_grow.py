@@ -24,8 +24,18 @@ def _config(old, hidden: int, layers: list[str]) -> Qwen3_5TextConfig:
 
 
 @pytest.fixture(scope="module")
-def bundled():
-    return Qwen3_5ForCausalLM.from_pretrained(default_model_path()).eval()
+def old():
+    """A model of the first bundled checkpoint's shape (hidden 128; linear, full, linear, full) with every
+    weight random, its norms' too, so growth is checked whatever the bundled model has grown to."""
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(**model_config(2048, 128, [L, F, L, F]), eos_token_id=1, pad_token_id=0)
+    model = Qwen3_5ForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0.0, 0.3)
+        model.model.embed_tokens.weight.mul_(12)  # logits as large as a trained model's (tied head)
+    return model.eval()
 
 
 def _match_norm_eps(model, old_hidden: int) -> None:
@@ -38,23 +48,23 @@ def _match_norm_eps(model, old_hidden: int) -> None:
 
 
 @pytest.mark.parametrize("hidden", [128, 192])
-def test_a_grown_model_computes_what_the_old_one_did(bundled, hidden):
+def test_a_grown_model_computes_what_the_old_one_did(old, hidden):
     layers = [L, L, L, F, L, L, L, F]
-    grown = grow(bundled, _config(bundled, hidden, layers), seed=0).eval()
+    grown = grow(old, _config(old, hidden, layers), seed=0).eval()
     assert grown.config.hidden_size == hidden and list(grown.config.layer_types) == layers
-    ids = torch.randint(0, bundled.config.vocab_size, (2, 200), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, old.config.vocab_size, (2, 200), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        want = bundled(ids).logits
+        want = old(ids).logits
         assert (grown(ids).logits - want).abs().max() < 2e-2  # only the norms' epsilon differs
-        _match_norm_eps(grown, bundled.config.hidden_size)
+        _match_norm_eps(grown, old.config.hidden_size)
         assert (grown(ids).logits - want).abs().max() < 2e-4
 
 
-def test_every_new_part_learns(bundled):
+def test_every_new_part_learns(old):
     """Zero output projections get gradients at once; what they read, from the next step on (no part is
     stuck at a symmetric zero)."""
-    grown = grow(bundled, _config(bundled, 192, [L, L, L, F, L, L, L, F]), seed=0)
-    ids = torch.randint(0, bundled.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(2))
+    grown = grow(old, _config(old, 192, [L, L, L, F, L, L, L, F]), seed=0)
+    ids = torch.randint(0, old.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(2))
     opt = torch.optim.SGD(grown.parameters(), lr=1e-2)
     for _ in range(2):
         opt.zero_grad()
@@ -64,9 +74,9 @@ def test_every_new_part_learns(bundled):
     assert not dead, dead
 
 
-def test_growth_is_seeded_and_serves_in_both_runtimes(bundled, tmp_path):
-    cfg = _config(bundled, 192, [L, F, L, L, L, F])
-    a, b = grow(bundled, cfg, seed=3), grow(bundled, cfg, seed=3)
+def test_growth_is_seeded_and_serves_in_both_runtimes(old, tmp_path):
+    cfg = _config(old, 192, [L, F, L, L, L, F])
+    a, b = grow(old, cfg, seed=3), grow(old, cfg, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     a.save_pretrained(tmp_path)
     for name in ("tokenizer.json", "generation_config.json", "chat_template.jinja"):
@@ -84,6 +94,6 @@ def test_growth_is_seeded_and_serves_in_both_runtimes(bundled, tmp_path):
         (160, [L, F, L, F], "in ratio"),  # 5 heads over 2 kv heads
     ],
 )
-def test_growth_that_cannot_keep_the_function_is_refused(bundled, hidden, layers, message):
+def test_growth_that_cannot_keep_the_function_is_refused(old, hidden, layers, message):
     with pytest.raises(ValueError, match=message):
-        grow(bundled, _config(bundled, hidden, layers), seed=0)
+        grow(old, _config(old, hidden, layers), seed=0)
