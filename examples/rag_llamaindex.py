@@ -14,7 +14,7 @@ from hypic_rag.eval.data import corpus
 from hypic_rag.integrations.llamaindex import HypicSynthesizer, MiniLMEmbedding
 
 
-def main(questions: int = 3) -> list[tuple[str, str, dict]]:
+def main(questions: int = 4) -> list[tuple[str, str, dict]]:
     Settings.llm = None  # offline: no default LLM
     texts, qa = corpus(16, seed=4)
     index = VectorStoreIndex([TextNode(text=t, id_=str(i)) for i, t in enumerate(texts)], embed_model=MiniLMEmbedding())
@@ -22,7 +22,7 @@ def main(questions: int = 3) -> list[tuple[str, str, dict]]:
         retriever=index.as_retriever(similarity_top_k=3), response_synthesizer=HypicSynthesizer()
     )
     out = []
-    for question, expected in qa[: 4 * questions : 4]:  # "Where does ... live?"
+    for question, expected in (qa[4 * i + i % 4] for i in range(questions)):  # city, company, job, age, ...
         response = engine.query(question)
         stats = response.metadata["hypic"]
         print(f"{question}\n  answer {response.response!r} (expected {expected!r}); hits {stats['hit_segments']}")

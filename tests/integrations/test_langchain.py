@@ -224,7 +224,7 @@ def _direct(fmt, engine, docs, question, system=None):
 
 
 # qa[4 * person + k] asks about attribute k (city, company, job, age) of a person in the corpus
-CITY_AND_JOB = [4 * person + k for person in range(0, 16, 3) for k in (0, 2)]
+EVERY_KIND = [4 * person + k for person in range(0, 16, 3) for k in range(4)]
 
 
 def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(engine, world, fmt):
@@ -233,7 +233,7 @@ def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(
     llm = ChatHypic(engine=engine, max_tokens=24)
     retriever = store.as_retriever(search_kwargs={"k": 3})
     chain = {"context": retriever, "question": RunnablePassthrough()} | documents_to_messages() | llm
-    for i in CITY_AND_JOB:
+    for i in EVERY_KIND:
         question, answer = qa[i]
         assert chain.invoke(question).content == answer, question
     question = qa[0][0]
