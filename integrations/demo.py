@@ -10,7 +10,7 @@ people, so a later one retrieves what an earlier one sent, usually in another or
 median TTFT, cache hits, answers right and F1.
 
 The bundled model is tiny, so every prompt costs milliseconds and fixed per-segment costs weigh as much as
-the prefill itself: with one-fact documents (13-15 tokens) ``hypic`` saves less than it spends; with
+the prefill itself: with one-fact documents (13-15 tokens) ``hypic`` saves about what it spends; with
 profiles (about 50 tokens) it saves more. ``hypic-rag bench --bundled`` times both, and ``hypic-rag
 bench`` measures TTFT at realistic shapes.
 """
@@ -114,7 +114,7 @@ def run(
     log(f"\nIndexing cached the {len(texts)} {kind} for hypic once: {1000 * indexed:.0f} ms in all.")
     log(
         "TTFT on this tiny model is milliseconds, and fixed per-segment costs weigh as much as the prefill\n"
-        "they save: one-fact documents (--facts) are too short for hypic to win, profiles are long enough.\n"
+        "they save: on one-fact documents (--facts) hypic about breaks even, profiles are long enough to win.\n"
         "`hypic-rag bench --bundled` times both side by side, `hypic-rag bench` realistic shapes. Prefix\n"
         "caching reuses only a cached leading run of documents, so reordered retrievals rarely hit."
     )
