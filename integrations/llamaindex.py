@@ -56,7 +56,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.response_synthesizers import BaseSynthesizer
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from pydantic import AliasChoices, ConfigDict, Field
 
 from hypic_rag import Engine, GenerationOutput
@@ -684,6 +684,20 @@ class HypicSynthesizer(BaseSynthesizer):
 
     def _answer(self, query_str: str, texts: Sequence[tuple[str, str]]) -> ChatResponse:
         return self._hypic.chat(self._messages(query_str, texts))
+
+    def cache_nodes(self, nodes: Sequence[BaseNode | NodeWithScore]) -> int:
+        """Cache nodes as ``synthesize`` sends them, when they are indexed: the first query about them is
+        warm too, in whatever order the retriever ranks them. The number of segments computed (cached ones
+        are skipped)."""
+        plain = [n.node if isinstance(n, NodeWithScore) else n for n in nodes]
+        texts = [(n.node_id, n.get_content(metadata_mode=MetadataMode.NONE)) for n in plain]
+        request = self._hypic._request(self._messages("?", texts), {})
+        engine = self._hypic.get_engine()
+        with _run_lock(engine):
+            rendered = engine.render(
+                request["messages"], None, request["chat_template_kwargs"], request["segmentation"]
+            )
+            return engine.cache_segments(rendered.segments, request["seam"])
 
     def get_response(self, query_str: str, text_chunks: Sequence[str], **kwargs: Any) -> str:
         return self._answer(query_str, [(str(i), t) for i, t in enumerate(text_chunks)]).message.content or ""

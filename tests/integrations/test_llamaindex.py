@@ -53,6 +53,22 @@ def test_query_engine_answers_from_nodes_passed_as_segments_and_reordered_nodes_
     assert again.metadata["hypic"]["hit_segments"] == 3 and again.response == qa[0][1]
 
 
+def test_nodes_cached_when_indexed_make_the_first_query_warm(engine, world, fmt):
+    index, texts, qa = world
+    engine.clear_cache()
+    synth = HypicSynthesizer(HypicLLM(engine=engine, max_tokens=24))
+    nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(texts)]
+    assert synth.cache_nodes(nodes) == len(texts) and synth.cache_nodes(nodes[::-1]) == 0
+    query_engine = RetrieverQueryEngine(retriever=index.as_retriever(similarity_top_k=3), response_synthesizer=synth)
+    question, answer = qa[5]
+    response = query_engine.query(question)
+    stats = response.metadata["hypic"]
+    assert stats["hit_segments"] == 3 and stats["miss_segments"] == 0  # the very first query
+    engine.clear_cache()
+    assert response.response == _direct(fmt, engine, [n.node.get_content() for n in response.source_nodes], question)
+    assert response.response == answer
+
+
 def test_flat_prompts_find_registered_texts(engine, world, fmt):
     _, texts, qa = world
     REGISTRY.register(texts[:2])
