@@ -75,6 +75,9 @@ def _usable_device(device: str | torch.device) -> torch.device:
     return out
 
 
+CACHE_AHEAD_CHUNK = 64  # segments filled, then stored, at a time by ``Engine.cache_segments``
+
+
 def _missing(seg: SegmentPlan, found: Cached | None) -> bool:
     """A cacheable segment without its entry, or without the remainder its plan composes."""
     return seg.key is not None and (found is None or (seg.rest > 0 and found.rest is None))
@@ -368,11 +371,18 @@ class Engine:
         return out
 
     @torch.inference_mode()
-    def cache_segments(self, segments: Sequence[Segment], seam: int | float | None = None) -> int:
+    def cache_segments(
+        self,
+        segments: Sequence[Segment],
+        seam: int | float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Compute and store each segment as a ``hypic`` request with this ``seam`` that met it cold would,
         before any request does: a corpus cached when it is indexed makes even the first question about it
         warm, in any order. Only ``hypic`` and ``pic`` read these entries. The number computed (cached or
-        too short ones are skipped)."""
+        too short ones are skipped). Misses are filled ``CACHE_AHEAD_CHUNK`` at a time, each chunk stored
+        before the next is computed, so a large corpus never holds more than a chunk of fresh entries;
+        ``progress(done, total)`` is called after each."""
         if isinstance(segments, Segment) or not all(isinstance(s, Segment) for s in segments):
             raise ValueError("segments must be a list of Segment")
         ids = [self.segment_ids(s) for s in segments]
@@ -387,8 +397,10 @@ class Engine:
             if _missing(seg, found) and seg.key not in seen:
                 misses.append((seg, found))
                 seen.add(seg.key)
-        if misses:
-            self._fill(misses)
+        for start in range(0, len(misses), CACHE_AHEAD_CHUNK):
+            self._fill(misses[start : start + CACHE_AHEAD_CHUNK])
+            if progress is not None:
+                progress(min(start + CACHE_AHEAD_CHUNK, len(misses)), len(misses))
         return len(misses)
 
     def clear_cache(self) -> None:

@@ -18,7 +18,7 @@ always built.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -432,14 +432,26 @@ class ChatHypic(BaseChatModel):
         chat = to_chat_messages(messages, bundled=uses_bundled_format(engine), registry=self.registry)
         return engine, chat, settings
 
-    def cache_documents(self, documents: Sequence[Document | str], system: str | None = None) -> int:
+    def cache_documents(
+        self,
+        documents: Sequence[Document | str],
+        system: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Cache documents as ``documents_to_messages`` will send them, before any question: index a corpus
         once and the first question about it is already warm, in whatever order the retriever ranks it.
-        The number of segments computed (cached ones are skipped)."""
-        messages = documents_to_messages(system).invoke({"context": list(documents), "question": "?"})
-        engine, chat, settings = self._request(messages, {})
-        rendered = engine.render(chat, None, settings["chat_template_kwargs"], settings["segmentation"])
-        return engine.cache_segments(rendered.segments, settings["seam"])
+        Each is rendered on its own (a corpus may be far past the context), then all are filled in chunks
+        (``Engine.cache_segments``, ``progress(done, total)``). The number of segments computed (cached ones,
+        and the template's own pieces after the first time, are skipped)."""
+        to_messages = documents_to_messages(system)
+        segments = []
+        for doc in documents:
+            engine, chat, settings = self._request(to_messages.invoke({"context": [doc], "question": "?"}), {})
+            rendered = engine.render(chat, None, settings["chat_template_kwargs"], settings["segmentation"])
+            segments += rendered.segments
+        if not segments:
+            return 0
+        return engine.cache_segments(segments, settings["seam"], progress)
 
     def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
         meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}

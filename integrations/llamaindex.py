@@ -25,7 +25,7 @@ import ast
 import asyncio
 import json
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -685,19 +685,24 @@ class HypicSynthesizer(BaseSynthesizer):
     def _answer(self, query_str: str, texts: Sequence[tuple[str, str]]) -> ChatResponse:
         return self._hypic.chat(self._messages(query_str, texts))
 
-    def cache_nodes(self, nodes: Sequence[BaseNode | NodeWithScore]) -> int:
+    def cache_nodes(
+        self, nodes: Sequence[BaseNode | NodeWithScore], progress: Callable[[int, int], None] | None = None
+    ) -> int:
         """Cache nodes as ``synthesize`` sends them, when they are indexed: the first query about them is
-        warm too, in whatever order the retriever ranks them. The number of segments computed (cached ones
-        are skipped)."""
-        plain = [n.node if isinstance(n, NodeWithScore) else n for n in nodes]
-        texts = [(n.node_id, n.get_content(metadata_mode=MetadataMode.NONE)) for n in plain]
-        request = self._hypic._request(self._messages("?", texts), {})
+        warm too, in whatever order the retriever ranks them. Each is rendered on its own, then all are
+        filled in chunks (``Engine.cache_segments``, ``progress(done, total)``). The number of segments
+        computed (cached ones, and the template's own pieces after the first time, are skipped)."""
         engine = self._hypic.get_engine()
+        segments, seam = [], None
+        for n in nodes:
+            node = n.node if isinstance(n, NodeWithScore) else n
+            text = (node.node_id, node.get_content(metadata_mode=MetadataMode.NONE))
+            request = self._hypic._request(self._messages("?", [text]), {})
+            options = request["chat_template_kwargs"], request["segmentation"]
+            segments.extend(engine.render(request["messages"], None, *options).segments)
+            seam = request["seam"]
         with _run_lock(engine):
-            rendered = engine.render(
-                request["messages"], None, request["chat_template_kwargs"], request["segmentation"]
-            )
-            return engine.cache_segments(rendered.segments, request["seam"])
+            return engine.cache_segments(segments, seam, progress) if segments else 0
 
     def get_response(self, query_str: str, text_chunks: Sequence[str], **kwargs: Any) -> str:
         return self._answer(query_str, [(str(i), t) for i, t in enumerate(text_chunks)]).message.content or ""

@@ -263,3 +263,21 @@ def test_caching_ahead_refuses_what_a_request_would(checkpoint):
         engine.cache_segments([*_segments([10]), Segment(token_ids=[])])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         engine.cache_segments([Segment(token_ids=[10**6])])
+
+
+def test_caching_ahead_stores_each_chunk_before_computing_the_next(checkpoint, monkeypatch):
+    import hypic_rag.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "CACHE_AHEAD_CHUNK", 2)
+    engine = _engine(checkpoint("qwen3_5_text"))
+    stored = []
+    calls = []
+
+    def progress(done, total):
+        calls.append((done, total))
+        stored.append(engine.segment_store.counters["writes"])
+
+    assert engine.cache_segments(_segments([30, 20, 25, 40, 35], seed=13), progress=progress) == 5
+    assert calls == [(2, 5), (4, 5), (5, 5)]
+    per_segment = stored[0] // 2  # its entry and its remainder
+    assert per_segment >= 1 and stored == [2 * per_segment, 4 * per_segment, 5 * per_segment]
