@@ -231,16 +231,20 @@ class Engine:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
         return ids
 
-    def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt:
-        """Tokenize each segment on its own; reject prompts the model cannot take."""
+    def _segments_ids(self, segments: Sequence[Segment]) -> list[list[int]]:
+        """Each segment's ids, tokenized on its own; none may be empty."""
         if isinstance(segments, Segment) or not all(isinstance(s, Segment) for s in segments):
             raise ValueError("segments must be a list of Segment")
-        q = as_query(query)
         seg_ids = [self.segment_ids(s) for s in segments]
-        query_ids = self.segment_ids(q)
         empty = [i for i, ids in enumerate(seg_ids) if not ids]
         if empty:
             raise ValueError(f"segment {empty[0]} tokenizes to no tokens")
+        return seg_ids
+
+    def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt:
+        """Tokenize each segment on its own; reject prompts the model cannot take."""
+        seg_ids = self._segments_ids(segments)
+        query_ids = self.segment_ids(as_query(query))
         prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments))
         n = len(prompt.ids)
         if n == 0:
@@ -383,11 +387,7 @@ class Engine:
         too short ones are skipped). Misses are filled ``CACHE_AHEAD_CHUNK`` at a time, each chunk stored
         before the next is computed, so a large corpus never holds more than a chunk of fresh entries;
         ``progress(done, total)`` is called after each."""
-        if isinstance(segments, Segment) or not all(isinstance(s, Segment) for s in segments):
-            raise ValueError("segments must be a list of Segment")
-        ids = [self.segment_ids(s) for s in segments]
-        if any(not i for i in ids):
-            raise ValueError(f"segment {[bool(i) for i in ids].index(False)} tokenizes to no tokens")
+        ids = self._segments_ids(segments)
         plan = self.plan(Prompt(ids, [], tuple(s.cache for s in segments)), "hypic", seam)
         # any of them may follow another in a request, so each needs the remainder a seam leaves (the plan
         # gives the prompt's first none)
