@@ -59,6 +59,7 @@ from .prompting import (
     HYPIC_KEY,
     REGISTRY,
     TextRegistry,
+    cache_ahead,
     load_engine,
     stream_tokens,
     text_part,
@@ -444,14 +445,11 @@ class ChatHypic(BaseChatModel):
         (``Engine.cache_segments``, ``progress(done, total)``). The number of segments computed (cached ones,
         and the template's own pieces after the first time, are skipped)."""
         to_messages = documents_to_messages(system)
-        segments = []
-        for doc in documents:
-            engine, chat, settings = self._request(to_messages.invoke({"context": [doc], "question": "?"}), {})
-            rendered = engine.render(chat, None, settings["chat_template_kwargs"], settings["segmentation"])
-            segments += rendered.segments
-        if not segments:
-            return 0
-        return engine.cache_segments(segments, settings["seam"], progress)
+        engine, settings = self.get_engine(), self._settings({})
+        bundled = uses_bundled_format(engine)
+        messages = (to_messages.invoke({"context": [doc], "question": "?"}) for doc in documents)
+        chats = (to_chat_messages(m, bundled=bundled, registry=self.registry) for m in messages)
+        return cache_ahead(engine, chats, settings, progress)
 
     def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
         meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}

@@ -65,7 +65,7 @@ from hypic_rag.chat.tool_calls import call_id, format_tool_result
 from hypic_rag.engine import MODES
 
 from . import embeddings
-from .prompting import CHAT_OPTIONS, HYPIC_KEY, REGISTRY, load_engine, stream_tokens
+from .prompting import CHAT_OPTIONS, HYPIC_KEY, REGISTRY, cache_ahead, load_engine, stream_tokens
 
 # -- engines ---------------------------------------------------------------------------------------
 
@@ -693,16 +693,11 @@ class HypicSynthesizer(BaseSynthesizer):
         filled in chunks (``Engine.cache_segments``, ``progress(done, total)``). The number of segments
         computed (cached ones, and the template's own pieces after the first time, are skipped)."""
         engine = self._hypic.get_engine()
-        segments, seam = [], None
-        for n in nodes:
-            node = n.node if isinstance(n, NodeWithScore) else n
-            text = (node.node_id, node.get_content(metadata_mode=MetadataMode.NONE))
-            request = self._hypic._request(self._messages("?", [text]), {})
-            options = request["chat_template_kwargs"], request["segmentation"]
-            segments.extend(engine.render(request["messages"], None, *options).segments)
-            seam = request["seam"]
+        settings = self._hypic._request([], {})
+        scored = (n if isinstance(n, NodeWithScore) else NodeWithScore(node=n) for n in nodes)
+        chats = (self._hypic._request(self._messages("?", self._texts([n])), {})["messages"] for n in scored)
         with _run_lock(engine):
-            return engine.cache_segments(segments, seam, progress) if segments else 0
+            return cache_ahead(engine, chats, settings, progress)
 
     def get_response(self, query_str: str, text_chunks: Sequence[str], **kwargs: Any) -> str:
         return self._answer(query_str, [(str(i), t) for i, t in enumerate(text_chunks)]).message.content or ""

@@ -141,6 +141,20 @@ class TextRegistry:
 REGISTRY = TextRegistry()
 
 
+def cache_ahead(
+    engine: Engine,
+    chats: Iterable[list[dict[str, Any]]],
+    settings: dict[str, Any],
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Cache the segments of ``chats`` (each one document's request, rendered on its own so a corpus may be
+    far past the context) as requests with ``settings`` will find them: the home of every integration's
+    index-time caching. The number of segments computed."""
+    options = settings["chat_template_kwargs"], settings["segmentation"]
+    segments = [s for chat in chats for s in engine.render(chat, None, *options).segments]
+    return engine.cache_segments(segments, settings["seam"], progress) if segments else 0
+
+
 def text_part(text: str, kind: str | None = None) -> dict[str, Any]:
     """An ``engine.chat`` text part; with ``kind``, one segment of that kind."""
     part: dict[str, Any] = {"type": "text", "text": text}
