@@ -25,13 +25,11 @@ def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = Fals
     out = []
     for _ in range(n):
         count = rng.randint(2, 8)
-        if phrases:
+        if broad or phrases:
             firsts, lasts = rng.sample(FIRST_NAMES, count), rng.sample(LAST_NAMES, count)
-            brands = rng.sample(BRANDS, max(1, count // 2))
-            pairs = [(f"{f} {la}", _phrase(rng, brands)) for f, la in zip(firsts, lasts, strict=True)]
-        elif broad:
-            firsts, lasts = rng.sample(FIRST_NAMES, count), rng.sample(LAST_NAMES, count)
-            pairs = [(f"{f} {la}", _any_value(rng)) for f, la in zip(firsts, lasts, strict=True)]
+            brands = rng.sample(BRANDS, max(1, count // 2)) if phrases else []
+            values = [_phrase(rng, brands) if phrases else _any_value(rng) for _ in range(count)]
+            pairs = [(f"{f} {la}", v) for f, la, v in zip(firsts, lasts, values, strict=True)]
         else:
             pairs = list(zip(rng.sample(keys, count), rng.sample(values, 8), strict=False))
         text = " ".join(f"{k} {v}." for k, v in pairs)

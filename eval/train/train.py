@@ -216,8 +216,7 @@ def fresh_window(
     broad_drills = (drills - phrase_drills) // 2 if broad else 0
     out = recall_examples(drills - phrase_drills - broad_drills, window_seed)
     out += recall_examples(broad_drills, window_seed, broad=True)
-    if phrases:
-        out += recall_examples(phrase_drills, window_seed, phrases=True)
+    out += recall_examples(phrase_drills, window_seed, phrases=True)
     for w, times in Counter(mix).items():
         out += make(w, per * times, window_seed, small=small)
     return out
