@@ -34,7 +34,7 @@ SIZES = ("fact", "profile")
 def _documents(size: str, people: int, seed: int) -> tuple[list[str], list[tuple[int, str]]]:
     """The documents and each question with the document that answers it."""
     texts, qa = corpus(people, seed, profiles=size == "profile")
-    per_doc = 1 if size == "fact" else 4
+    per_doc = len(qa) // len(texts)  # questions per document: 1 for facts, a person's 4 for profiles
     return texts, [(i // per_doc, q) for i, (q, _) in enumerate(qa)]
 
 
