@@ -290,6 +290,20 @@ def test_documents_cached_when_indexed_make_the_first_question_warm(engine, worl
     assert llm.cache_documents(texts[:2], system=system) == 3
 
 
+def test_documents_cached_when_indexed_are_hits_for_a_plain_chain_through_the_retriever_wrapper(engine, world):
+    store, qa = world
+    engine.clear_cache()
+    llm = ChatHypic(engine=engine, max_tokens=24)
+    assert llm.cache_documents(corpus(16, seed=11)[0]) == 64
+    retriever = HypicRetriever(retriever=store.as_retriever(search_kwargs={"k": 3}))
+    prompt = ChatPromptTemplate.from_messages([("human", "{context}\n\n{question}")])
+    joined = retriever | (lambda docs: "\n\n".join(d.page_content for d in docs))
+    reply = ({"context": joined, "question": RunnablePassthrough()} | prompt | llm).invoke(qa[8][0])
+    stats = reply.response_metadata["hypic"]
+    assert stats["hit_segments"] == stats["hit_segments"] + stats["miss_segments"] == 3  # the first question
+    assert reply.content == qa[8][1]
+
+
 def test_streaming_matches_invoke(engine, world):
     _, qa = world
     llm = ChatHypic(engine=engine, max_tokens=24)

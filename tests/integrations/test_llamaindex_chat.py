@@ -26,7 +26,13 @@ from llama_index.core.schema import TextNode
 from llama_index.core.tools import FunctionTool
 
 from hypic_rag import Engine
-from hypic_rag.integrations.llamaindex import HypicLLM, MiniLMEmbedding, load_engine, to_openai_messages
+from hypic_rag.integrations.llamaindex import (
+    HypicLLM,
+    HypicSynthesizer,
+    MiniLMEmbedding,
+    load_engine,
+    to_openai_messages,
+)
 
 PEOPLE = [
     "Ana Lee lives in Oslo and works as a pilot.",
@@ -108,6 +114,15 @@ def test_default_query_engine_hits_every_node_in_another_order(llm, index, calls
     assert all(cached for _, cached in calls[-1].segments)
     assert second.metadata["hypic"] == calls[-1].stats
     assert second.metadata["2"] == {}  # LlamaIndex's own per-node metadata is kept
+
+
+def test_nodes_cached_when_indexed_are_hits_on_the_default_query_engines_first_query(llm, index, calls, qwen):
+    qwen.clear_cache()
+    nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(PEOPLE)]
+    assert HypicSynthesizer(llm).cache_nodes(nodes) == len(PEOPLE)
+    first = index.as_query_engine(similarity_top_k=3).query(FIRST)  # LlamaIndex's own compact synthesizer
+    assert len(calls) == 1 and first.metadata["hypic"]["hit_segments"] == len(PEOPLE)
+    _node_segments(calls[-1], PEOPLE)
 
 
 @pytest.mark.parametrize("chat_mode", ["context", "condense_plus_context"])
