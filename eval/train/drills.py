@@ -2,14 +2,28 @@
 
 - ``kv_drills``: dense key-value recall on the pools' one-token names, the first phase of training.
 - ``recall_examples``: key-value documents as workload examples, each followed by questions about it.
+- ``hop_examples`` and ``list_examples``: ``multi_hop`` and ``aggregate`` cut to their skill, one short
+  sentence per document, so most of the tokens trained on are the skill's.
 """
 
 from __future__ import annotations
 
 import random
 
-from ..data.pools import BRANDS, COLORS, DAYS, FIRST_NAMES, FORECASTS, LAST_NAMES, ORG_KINDS, PET_NAMES, PLACES, ROLES
-from ..data.workloads import Example, ask, part
+from ..data.pools import (
+    BRANDS,
+    COLORS,
+    DAYS,
+    FIRST_NAMES,
+    FORECASTS,
+    LAST_NAMES,
+    ORG_KINDS,
+    PET_NAMES,
+    PLACES,
+    ROLES,
+    World,
+)
+from ..data.workloads import Example, ask, part, person_doc, person_facts
 
 
 def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = False) -> list[Example]:
@@ -64,6 +78,53 @@ def _phrase(rng: random.Random, brands: list[str]) -> str:
         return f"{rng.choice(brands)} {rng.choice(ORG_KINDS)}"
     pools = (PLACES, BRANDS, ORG_KINDS, ROLES, COLORS, FIRST_NAMES, LAST_NAMES)
     return " ".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(2, 3)))
+
+
+def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+    """Two hops, densely: one-sentence documents "X works at O." and "O is headquartered in C.", some
+    people's home cities beside them (a city that is not the answer), then ``multi_hop``'s question
+    for every person. The bundled model found that an HQ city was asked for, but not which: every wrong
+    answer was another company's HQ, so the drill is the chaining alone, many times per prompt."""
+    rng = random.Random(f"hops:{seed}" + (":small" if small else ""))
+    out = []
+    for _ in range(n):
+        w = World(rng)
+        people = [person_doc(w, rng) for _ in range(rng.randint(2, 3) if small else rng.randint(3, 6))]
+        texts = [person_facts(p)["org"] for p in people]
+        texts += [person_facts(p)["city"] for p in people if rng.random() < 0.5]
+        hq = {p["org"]: w.city() for p in people}
+        texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
+        rng.shuffle(texts)
+        qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
+        rng.shuffle(qa)
+        out.append(Example([ask([part("document", t) for t in texts], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
+    return out
+
+
+def list_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+    """Lists, densely: one-sentence documents "X lives in C." over two or three cities, then
+    ``aggregate``'s question for every city, the names in document order. The bundled model's lists
+    had wrong members and repeats: here every name is one short sentence from its city."""
+    rng = random.Random(f"lists:{seed}" + (":small" if small else ""))
+    out = []
+    for _ in range(n):
+        w = World(rng)
+        cities = [w.city() for _ in range(rng.randint(2, 3))]
+        people = [person_doc(w, rng) for _ in range(rng.randint(3, 5) if small else rng.randint(5, 10))]
+        for p in people:
+            p["city"] = rng.choice(cities)
+        texts = [person_facts(p)["city"] for p in people]
+        qa = [
+            (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
+            for city in dict.fromkeys(p["city"] for p in people)
+        ]
+        rng.shuffle(qa)
+        out.append(Example([ask([part("document", t) for t in texts], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
+    return out
+
+
+# Drills that a training mix can name beside the workloads (``--mix``).
+SKILL_DRILLS = {"hops": hop_examples, "lists": list_examples}
 
 
 def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:

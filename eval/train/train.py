@@ -40,7 +40,7 @@ from hypic_rag.prompt_format import ANSWER, END, bundled_template
 from hypic_rag.segments import KINDS
 
 from ..data.workloads import WORKLOADS, Example, make, render
-from .drills import kv_drills, recall_examples
+from .drills import SKILL_DRILLS, kv_drills, recall_examples
 from .grow import grow
 
 TRAIN_MIX = (*WORKLOADS, "agent")
@@ -208,7 +208,7 @@ def fresh_window(
     """Window ``k`` of the training stream: ``n`` examples never drawn before (each window has its own
     seed, far from the held-out one), a ``recall`` share of them drills (a third of them ``phrases``
     and half the rest ``broad``, if asked), the rest spread over ``mix`` (a workload named twice gets
-    twice the examples)."""
+    twice the examples; ``hops`` and ``lists`` are the skill drills)."""
     window_seed = (seed + 1) * 100_000_000 + k
     drills = round(recall * n)
     per = max(1, (n - drills) // len(mix))
@@ -218,8 +218,25 @@ def fresh_window(
     out += recall_examples(broad_drills, window_seed, broad=True)
     out += recall_examples(phrase_drills, window_seed, phrases=True)
     for w, times in Counter(mix).items():
-        out += make(w, per * times, window_seed, small=small)
+        out += examples(w, per * times, window_seed, small)
     return out
+
+
+def examples(name: str, n: int, seed: int, small: bool = False) -> list[Example]:
+    """``n`` examples of a workload or a skill drill (``SKILL_DRILLS``)."""
+    if name in SKILL_DRILLS:
+        return SKILL_DRILLS[name](n, seed, small)
+    return make(name, n, seed, small=small)
+
+
+def parse_mix(mix: str) -> tuple[str, ...]:
+    """``--mix``: workloads and skill drills, comma-separated; a name given twice weighs twice."""
+    names = tuple(m.strip() for m in mix.split(","))
+    known = (*TRAIN_MIX, *SKILL_DRILLS)
+    unknown = [m for m in names if m not in known]
+    if unknown or not names:
+        raise ValueError(f"--mix: unknown {', '.join(map(repr, unknown))}; expected names from {', '.join(known)}")
+    return names
 
 
 def build_model(args: argparse.Namespace):
@@ -268,7 +285,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model, tok = build_model(args)
     model.to(device)
     pad = tok.token_to_id("<pad>")
-    held = {w: make(w, args.eval_examples, HELD_OUT_SEED) for w in TRAIN_MIX}
+    mix = parse_mix(args.mix)
+    held = {w: examples(w, args.eval_examples, HELD_OUT_SEED) for w in dict.fromkeys((*TRAIN_MIX, *mix))}
     held["recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED)
     if args.broad_recall:
         held["broad_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, broad=True)
@@ -284,7 +302,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if step < args.drills:
             return kv_drills(tok, args.batch * 32, (args.seed + 1) * 100_000_000 + k, spaced=args.drill_spaces)
         small = step < args.drills + small_steps
-        mix = tuple(args.mix.split(","))
         exs = fresh_window(
             k, args.batch * 32, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
         )
@@ -360,7 +377,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=4000, help="examples per workload the tokenizer learns from")
-    parser.add_argument("--mix", default=",".join(TRAIN_MIX), help="workloads to train on; repeat one to weigh it")
+    parser.add_argument("--mix", default=",".join(TRAIN_MIX), help="workloads and skill drills (hops, lists) to train on; repeat one to weigh it")
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument(
         "--phrase-recall", action="store_true", help="a third of the drills on values of several words"

@@ -1,8 +1,11 @@
-"""The recall drills: each key asked again, each answer in its own document, every word of it copied."""
+"""The drills: each key asked again, each answer in its own document, every word of it copied; two hops
+that only the chain answers; lists that are every name and no other."""
 
 from __future__ import annotations
 
-from hypic_rag.eval.train.drills import kv_drills, recall_examples
+import re
+
+from hypic_rag.eval.train.drills import hop_examples, kv_drills, list_examples, recall_examples
 
 
 def test_kv_drills_ask_each_key_again_and_label_only_its_value():
@@ -50,3 +53,42 @@ def test_phrase_drills_need_every_word_copied():
     assert shared_brand >= 5  # documents where the first word does not tell the answer
     assert recall_examples(40, seed=4, phrases=True)[0].meta == examples[0].meta
     assert recall_examples(5, seed=4, phrases=True)[0].meta != recall_examples(5, seed=4, broad=True)[0].meta
+
+
+def _sentences(ex):
+    return [seg.text.strip().removeprefix("<doc>").removesuffix("</doc>") for seg in ex.segments]
+
+
+def test_hop_drills_are_answered_only_by_chaining_two_documents():
+    home_cities = 0
+    for small in (False, True):
+        examples = hop_examples(40, seed=3, small=small)
+        for ex in examples:
+            docs = _sentences(ex)
+            employer = dict(re.fullmatch(r"(.+) works at (.+)\.", d).groups() for d in docs if " works at " in d)
+            hq = dict(re.fullmatch(r"(.+) is headquartered in (.+)\.", d).groups() for d in docs if " headq" in d)
+            home = dict(re.fullmatch(r"(.+) lives in (.+)\.", d).groups() for d in docs if " lives in " in d)
+            assert len(docs) == len(employer) + len(hq) + len(home)  # one fact per document
+            assert (2 <= len(employer) <= 3) if small else (3 <= len(employer) <= 6)
+            assert len(set(hq.values())) == len(hq)  # the answer names its company: no shared HQ city
+            assert {q for q, _ in ex.meta["qa"]} == {
+                f"In which city is the company that employs {n} headquartered?" for n in employer
+            }
+            for question, answer in ex.meta["qa"]:
+                name = question.removeprefix("In which city is the company that employs ").split(" headq")[0]
+                assert answer == hq[employer[name]] and answer != home.get(name)
+            home_cities += bool(home)
+    assert 20 <= home_cities <= 75  # a home city beside the HQs in some prompts, not all
+    assert hop_examples(5, seed=3)[0].meta == hop_examples(5, seed=3)[0].meta != hop_examples(5, seed=4)[0].meta
+
+
+def test_list_drills_list_every_name_of_a_city_in_document_order():
+    for small in (False, True):
+        for ex in list_examples(40, seed=3, small=small):
+            homes = [re.fullmatch(r"(.+) lives in (.+)\.", d).groups() for d in _sentences(ex)]
+            assert (3 <= len(homes) <= 5) if small else (5 <= len(homes) <= 10)
+            assert len({c for _, c in homes}) <= 3
+            asked = {q.removeprefix("Who lives in ").removesuffix("? List every name."): a for q, a in ex.meta["qa"]}
+            assert set(asked) == {c for _, c in homes}
+            for city, answer in asked.items():
+                assert answer == ", ".join(n for n, c in homes if c == city)

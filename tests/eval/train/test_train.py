@@ -15,7 +15,7 @@ from hypic_rag import Engine
 from hypic_rag.eval.data.workloads import make, render
 from hypic_rag.eval.train import train
 from hypic_rag.eval.train.drills import recall_examples
-from hypic_rag.eval.train.train import HELD_OUT_SEED, encode, fresh_window, run, special_tokens
+from hypic_rag.eval.train.train import HELD_OUT_SEED, encode, fresh_window, parse_mix, run, special_tokens
 from hypic_rag.model.loading import default_model_path
 from hypic_rag.prompt_format import bundled_template
 from hypic_rag.testing.parity import load_reference, logits_max_diff
@@ -102,3 +102,15 @@ def test_a_missing_device_is_a_clear_error(tmp_path, train_args):
     args.device = "cuda" if not torch.cuda.is_available() else "nonsense"
     with pytest.raises(ValueError, match="device"):
         run(args)
+
+
+def test_a_mix_takes_skill_drills_by_name_and_refuses_unknown_names():
+    assert parse_mix("single_doc,hops,hops,lists") == ("single_doc", "hops", "hops", "lists")
+    window = fresh_window(0, 60, 0, False, 0.0, parse_mix("hops,hops,lists"))
+    hops = [ex for ex in window if "headquartered" in ex.query]
+    lists = [ex for ex in window if ex.query.endswith("List every name.")]
+    assert len(hops) == 40 and len(lists) == 20
+    facts = (" works at ", " is headquartered in ", " lives in ")
+    assert all(any(f in s.text for f in facts) for ex in hops for s in ex.segments)
+    with pytest.raises(ValueError, match="'hop'.*expected names from"):
+        parse_mix("single_doc,hop")
