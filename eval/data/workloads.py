@@ -57,7 +57,8 @@ class Example:
     metric: str
     tools: list[dict] | None = None  # OpenAI function schemas
     workload: str = ""
-    meta: dict = field(default_factory=dict)  # "id"; "qa": every (question, answer) the segments support
+    # "id"; "qa": every (question, answer) the segments support; "reasoning": the worked step, by question
+    meta: dict = field(default_factory=dict)
 
     def _question_at(self) -> int:
         return max(i for i, m in enumerate(self.messages) if m["role"] == "user")
@@ -147,6 +148,14 @@ def person_facts(p: dict) -> dict[str, str]:
     }
 
 
+def hop_qa(people: list[dict], hq: dict[str, str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """``multi_hop``'s question for each person, and the reasoning that answers it, keyed by question:
+    the fact the first hop finds, written out (a model may think it before answering; training does)."""
+    qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
+    reasoning = {q: f"{p['org']} is headquartered in {a}." for p, (q, a) in zip(people, qa, strict=True)}
+    return qa, reasoning
+
+
 def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     w = World(rng)
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["multi_hop"]))]
@@ -154,10 +163,10 @@ def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     texts = [_describe_person(p, rng) for p in people]
     texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
     rng.shuffle(texts)
-    qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
+    qa, reasoning = hop_qa(people, hq)
     rng.shuffle(qa)
     docs = [part("document", t) for t in texts]
-    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning})
 
 
 def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:

@@ -23,7 +23,7 @@ from ..data.pools import (
     ROLES,
     World,
 )
-from ..data.workloads import Example, ask, part, person_doc, person_facts
+from ..data.workloads import Example, ask, hop_qa, part, person_doc, person_facts
 
 
 def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = False) -> list[Example]:
@@ -95,9 +95,10 @@ def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
         hq = {p["org"]: w.city() for p in people}
         texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
         rng.shuffle(texts)
-        qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
+        qa, reasoning = hop_qa(people, hq)
         rng.shuffle(qa)
-        out.append(Example([ask([part("document", t) for t in texts], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
+        docs = [part("document", t) for t in texts]
+        out.append(Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning}))
     return out
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from hypic_rag.chat.segmentation import plain_messages
+from hypic_rag.chat.tool_calls import THINK_CLOSE, THINK_OPEN
 from hypic_rag.prompt_format import ANSWER, END, bundled_template
 from hypic_rag.segments import KINDS
 
@@ -104,9 +105,11 @@ def train_tokenizer(examples: list[Example], vocab_size: int):
 def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = None) -> tuple[list[int], list[int]]:
     """Token ids and labels (-100 outside the answers): the example's prompt through the bundled template,
     each segment encoded on its own, as served, then up to ``questions`` question-answer pairs that the
-    segments support (the example's own first), each the query segment, the answer and the EOS. With
-    ``rng``, some examples get a system segment first (before any tool schemas: the model was trained so,
-    though the template puts the tools first) and some questions a chat-style prefix."""
+    segments support (the example's own first), each the query segment, the answer (after its reasoning in
+    a ``<think>`` block where the example has one: a worked step a small model cannot take within one
+    forward pass; ``Engine.chat`` splits it off as reasoning) and the EOS. With ``rng``, some examples get a
+    system segment first (before any tool schemas: the model was trained so, though the template puts the
+    tools first) and some questions a chat-style prefix."""
     rendered = render(ex)
     texts = [seg.text or "" for seg in rendered.segments]
     if rng is not None and rng.random() < 0.25:
@@ -117,11 +120,15 @@ def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = Non
     labels = [-100] * len(ids)
     eos = tok.token_to_id(END)
     for question, answer in ex.meta.get("qa", [(ex.query, ex.answers[0])])[:questions]:
+        prefix = ""
         if rng is not None and rng.random() < 0.15:
-            question = rng.choice(QUESTION_PREFIXES) + question
+            prefix = rng.choice(QUESTION_PREFIXES)
+            question = prefix + question
         query = rendered.query if question == ex.query else render(ex, question=question).query
         q = tok.encode(query.text or "", add_special_tokens=False).ids
-        a = tok.encode(answer, add_special_tokens=False).ids + [eos]
+        thought = ex.meta.get("reasoning", {}).get(question.removeprefix(prefix))
+        target = answer if thought is None else f"{THINK_OPEN}{thought}{THINK_CLOSE}{answer}"
+        a = tok.encode(target, add_special_tokens=False).ids + [eos]
         ids += q + a
         labels += [-100] * len(q) + a
     return ids, labels
@@ -377,7 +384,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=4000, help="examples per workload the tokenizer learns from")
-    parser.add_argument("--mix", default=",".join(TRAIN_MIX), help="workloads and skill drills (hops, lists) to train on; repeat one to weigh it")
+    parser.add_argument(
+        "--mix", default=",".join(TRAIN_MIX), help="workloads and skill drills (hops, lists); repeat one to weigh it"
+    )
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument(
         "--phrase-recall", action="store_true", help="a third of the drills on values of several words"
