@@ -83,8 +83,10 @@ def _phrase(rng: random.Random, brands: list[str]) -> str:
 def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
     """Two hops, densely: one-sentence documents "X works at O." and "O is headquartered in C.", some
     people's home cities beside them (a city that is not the answer), then ``multi_hop``'s question
-    for every person. The bundled model found that an HQ city was asked for, but not which: every wrong
-    answer was another company's HQ, so the drill is the chaining alone, many times per prompt."""
+    for every person and the second hop's for every company. The bundled model found that an HQ city
+    was asked for, but not which: every wrong answer was another company's HQ, and trained to write the
+    first hop out (``hop_qa``'s reasoning) it still copied whichever HQ city followed "headquartered
+    in" (20 of 30), so the HQ is asked by company too."""
     rng = random.Random(f"hops:{seed}" + (":small" if small else ""))
     out = []
     for _ in range(n):
@@ -96,6 +98,7 @@ def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
         texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
         rng.shuffle(texts)
         qa, reasoning = hop_qa(people, hq)
+        qa += [(f"Where is {org} headquartered?", city) for org, city in hq.items()]
         rng.shuffle(qa)
         docs = [part("document", t) for t in texts]
         out.append(Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning}))
