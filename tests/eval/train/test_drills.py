@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from hypic_rag.eval.train.drills import hop_examples, kv_drills, list_examples, recall_examples
+from hypic_rag.eval.data.pools import BRANDS, PLACES
+from hypic_rag.eval.train.drills import hop_examples, key_examples, kv_drills, list_examples, recall_examples
 
 
 def test_kv_drills_ask_each_key_again_and_label_only_its_value():
@@ -95,3 +96,16 @@ def test_list_drills_list_every_name_of_a_city_in_document_order():
             assert set(asked) == {c for _, c in homes}
             for city, answer in asked.items():
                 assert answer == ", ".join(n for n, c in homes if c == city)
+
+
+def test_key_drills_key_on_companies_and_places_as_well_as_names():
+    kinds = set()
+    for ex in key_examples(40, seed=2):
+        text = ex.segments[0].text
+        for question, answer in ex.meta["qa"]:
+            key = question.removesuffix("?")
+            assert f"{key} {answer}." in text and text.count(f"{key} ") == 1  # the pair asked about, once
+            words = key.split()
+            kinds.add("place" if words[0] in PLACES else "company" if words[0] in BRANDS else "name")
+    assert kinds == {"place", "company", "name"}
+    assert key_examples(3, seed=2)[0].meta == key_examples(3, seed=2)[0].meta != key_examples(3, seed=3)[0].meta
