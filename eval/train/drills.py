@@ -87,12 +87,17 @@ def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
     for every person and the second hop's for every company. The bundled model found that an HQ city
     was asked for, but not which: every wrong answer was another company's HQ, and trained to write the
     first hop out (``hop_qa``'s reasoning) it still copied whichever HQ city followed "headquartered
-    in" (20 of 30), so the HQ is asked by company too."""
+    in" (20 of 30), so the HQ is asked by company too. The company it looked up was the one whose *last*
+    word matched ("Zelbath Group" read "Rospai Group"'s city): the companies here share their last
+    words, so only the first one tells them apart."""
     rng = random.Random(f"hops:{seed}" + (":small" if small else ""))
     out = []
     for _ in range(n):
         w = World(rng)
         people = [person_doc(w, rng) for _ in range(rng.randint(2, 3) if small else rng.randint(3, 6))]
+        kinds = rng.sample(ORG_KINDS, rng.randint(1, 2))
+        for p in people:  # companies share their last word: only the brand tells them apart
+            p["org"] = f"{p['org'].split()[0]} {rng.choice(kinds)}"
         texts = [person_facts(p)["org"] for p in people]
         texts += [person_facts(p)["city"] for p in people if rng.random() < 0.5]
         hq = {p["org"]: w.city() for p in people}
@@ -132,14 +137,19 @@ def key_examples(n: int, seed: int, small: bool = False) -> list[Example]:
     """Recall keyed on anything: pairs whose keys are companies, places or full names, then a question
     per key. Every earlier drill and single-document question keyed on a person's name, and the model
     learned to look up by names only: asked where a company is headquartered, with the sentence in front
-    of it, it answered 7 of 20; a list (by city) and a second hop (by company) key on other things."""
+    of it, it answered 7 of 20; a list (by city) and a second hop (by company) key on other things. It
+    had also learned to key on a key's last word, which told people apart but not companies (seven
+    kinds: "Labs", "Group"...), so here the companies, and the people, of a document share their last
+    word."""
     rng = random.Random(f"keys:{seed}" + (":small" if small else ""))
     out = []
     for _ in range(n):
         w = World(rng)
+        kind, last = rng.choice(ORG_KINDS), w.person().split()[1]
         pairs = []
         for _ in range(rng.randint(2, 4) if small else rng.randint(3, 8)):
-            key = rng.choice((w.org, w.city, w.person))()
+            # two-word keys share their last word, so the first word is the key
+            key = rng.choice((f"{w.org().split()[0]} {kind}", f"{w.person().split()[0]} {last}", w.city()))
             pairs.append((key, rng.choice((w.city, w.person, lambda: _any_value(rng)))()))
         text = " ".join(f"{k} {v}." for k, v in pairs)
         qa = [(f"{k}?", v) for k, v in pairs]

@@ -72,6 +72,7 @@ def test_hop_drills_are_answered_only_by_chaining_two_documents():
             assert len(docs) == len(employer) + len(hq) + len(home)  # one fact per document
             assert (2 <= len(employer) <= 3) if small else (3 <= len(employer) <= 6)
             assert len(set(hq.values())) == len(hq)  # the answer names its company: no shared HQ city
+            assert len({org.split()[1] for org in hq}) <= 2  # companies told apart by their first word only
             assert {q for q, _ in ex.meta["qa"]} == {
                 f"In which city is the company that employs {n} headquartered?" for n in employer
             } | {f"Where is {org} headquartered?" for org in hq}
@@ -99,13 +100,18 @@ def test_list_drills_list_every_name_of_a_city_in_document_order():
 
 
 def test_key_drills_key_on_companies_and_places_as_well_as_names():
-    kinds = set()
+    kinds, shared = set(), 0
     for ex in key_examples(40, seed=2):
         text = ex.segments[0].text
+        lasts: dict[str, set[str]] = {}
         for question, answer in ex.meta["qa"]:
             key = question.removesuffix("?")
             assert f"{key} {answer}." in text and text.count(f"{key} ") == 1  # the pair asked about, once
             words = key.split()
             kinds.add("place" if words[0] in PLACES else "company" if words[0] in BRANDS else "name")
-    assert kinds == {"place", "company", "name"}
+            if len(words) == 2:
+                lasts.setdefault("company" if words[0] in BRANDS else "name", set()).add(words[1])
+        assert all(len(last) == 1 for last in lasts.values())  # companies, and people, share a last word
+        shared += sum(q.split()[0] in BRANDS for q, _ in ex.meta["qa"]) >= 2
+    assert kinds == {"place", "company", "name"} and shared >= 5  # documents where the last word is no key
     assert key_examples(3, seed=2)[0].meta == key_examples(3, seed=2)[0].meta != key_examples(3, seed=3)[0].meta
