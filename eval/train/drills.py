@@ -87,9 +87,9 @@ def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
     for every person and the second hop's for every company. The bundled model found that an HQ city
     was asked for, but not which: every wrong answer was another company's HQ, and trained to write the
     first hop out (``hop_qa``'s reasoning) it still copied whichever HQ city followed "headquartered
-    in" (20 of 30), so the HQ is asked by company too. The company it looked up was the one whose *last*
-    word matched ("Zelbath Group" read "Rospai Group"'s city): the companies here share their last
-    words, so only the first one tells them apart."""
+    in" (20 of 30), so the HQ is asked by company too. The companies of a prompt share their last words,
+    so only the first tells them apart (a guess that the model keyed on a company's last word, which a
+    count did not bear out: 7 of 32 wrong answers were a same-named kind's city, 5.4 by chance)."""
     rng = random.Random(f"hops:{seed}" + (":small" if small else ""))
     out = []
     for _ in range(n):
@@ -137,10 +137,8 @@ def key_examples(n: int, seed: int, small: bool = False) -> list[Example]:
     """Recall keyed on anything: pairs whose keys are companies, places or full names, then a question
     per key. Every earlier drill and single-document question keyed on a person's name, and the model
     learned to look up by names only: asked where a company is headquartered, with the sentence in front
-    of it, it answered 7 of 20; a list (by city) and a second hop (by company) key on other things. It
-    had also learned to key on a key's last word, which told people apart but not companies (seven
-    kinds: "Labs", "Group"...), so here the companies, and the people, of a document share their last
-    word."""
+    of it, it answered 7 of 20; a list (by city) and a second hop (by company) key on other things. The
+    companies, and the people, of a document share their last word, so the first word is the key."""
     rng = random.Random(f"keys:{seed}" + (":small" if small else ""))
     out = []
     for _ in range(n):
