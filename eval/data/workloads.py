@@ -152,8 +152,21 @@ def hop_qa(people: list[dict], hq: dict[str, str]) -> tuple[list[tuple[str, str]
     """``multi_hop``'s question for each person, and the reasoning that answers it, keyed by question:
     the fact the first hop finds, written out (a model may think it before answering; training does)."""
     qa = [(f"In which city is the company that employs {p['name']} headquartered?", hq[p["org"]]) for p in people]
-    reasoning = {q: f"{p['org']} is headquartered in {a}." for p, (q, a) in zip(people, qa, strict=True)}
+    reasoning = {q: headquarters(p["org"], a) for p, (q, a) in zip(people, qa, strict=True)}
     return qa, reasoning
+
+
+def headquarters(org: str, city: str) -> str:
+    """The sentence ``multi_hop``'s second hop reads, in a document and in the reasoning alike."""
+    return f"{org} is headquartered in {city}."
+
+
+def list_qa(people: list[dict]) -> list[tuple[str, str]]:
+    """``aggregate``'s question for each city the people live in, and every name there, in their order."""
+    return [
+        (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
+        for city in dict.fromkeys(p["city"] for p in people)
+    ]
 
 
 def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
@@ -161,7 +174,7 @@ def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["multi_hop"]))]
     hq = {p["org"]: w.city() for p in people}
     texts = [_describe_person(p, rng) for p in people]
-    texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
+    texts += [headquarters(org, city) for org, city in hq.items()]
     rng.shuffle(texts)
     qa, reasoning = hop_qa(people, hq)
     rng.shuffle(qa)
@@ -177,10 +190,7 @@ def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
         p = person_doc(w, rng)
         p["city"] = rng.choice(cities)
         people.append(p)
-    qa = [
-        (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
-        for city in dict.fromkeys(p["city"] for p in people)
-    ]
+    qa = list_qa(people)
     rng.shuffle(qa)
     docs = [part("document", _describe_person(p, rng)) for p in people]
     return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})

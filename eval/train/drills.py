@@ -24,7 +24,7 @@ from ..data.pools import (
     ROLES,
     World,
 )
-from ..data.workloads import Example, ask, hop_qa, part, person_doc, person_facts
+from ..data.workloads import Example, ask, headquarters, hop_qa, list_qa, part, person_doc, person_facts
 
 
 def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = False) -> list[Example]:
@@ -47,11 +47,20 @@ def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = Fals
             pairs = [(f"{f} {la}", v) for f, la, v in zip(firsts, lasts, values, strict=True)]
         else:
             pairs = list(zip(rng.sample(keys, count), rng.sample(values, 8), strict=False))
-        text = " ".join(f"{k} {v}." for k, v in pairs)
-        qa = [(f"{k}?", v) for k, v in pairs]
-        rng.shuffle(qa)
-        out.append(Example([ask([part("document", text)], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
+        out.append(_key_value_example(pairs, rng))
     return out
+
+
+def _key_value_example(pairs: list[tuple[str, str]], rng: random.Random) -> Example:
+    """One document of "key value." pairs, then a question per key."""
+    text = " ".join(f"{k} {v}." for k, v in pairs)
+    return _asking([part("document", text)], [(f"{k}?", v) for k, v in pairs], rng)
+
+
+def _asking(docs: list[dict], qa: list[tuple[str, str]], rng: random.Random, **meta) -> Example:
+    """An example of ``docs`` asking each of ``qa`` in a shuffled order, the first as its own question."""
+    rng.shuffle(qa)
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, **meta})
 
 
 def _any_value(rng: random.Random) -> str:
@@ -101,13 +110,11 @@ def hop_examples(n: int, seed: int, small: bool = False) -> list[Example]:
         texts = [person_facts(p)["org"] for p in people]
         texts += [person_facts(p)["city"] for p in people if rng.random() < 0.5]
         hq = {p["org"]: w.city() for p in people}
-        texts += [f"{org} is headquartered in {city}." for org, city in hq.items()]
+        texts += [headquarters(org, city) for org, city in hq.items()]
         rng.shuffle(texts)
         qa, reasoning = hop_qa(people, hq)
         qa += [(f"Where is {org} headquartered?", city) for org, city in hq.items()]
-        rng.shuffle(qa)
-        docs = [part("document", t) for t in texts]
-        out.append(Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning}))
+        out.append(_asking([part("document", t) for t in texts], qa, rng, reasoning=reasoning))
     return out
 
 
@@ -123,13 +130,7 @@ def list_examples(n: int, seed: int, small: bool = False) -> list[Example]:
         people = [person_doc(w, rng) for _ in range(rng.randint(3, 5) if small else rng.randint(5, 10))]
         for p in people:
             p["city"] = rng.choice(cities)
-        texts = [person_facts(p)["city"] for p in people]
-        qa = [
-            (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
-            for city in dict.fromkeys(p["city"] for p in people)
-        ]
-        rng.shuffle(qa)
-        out.append(Example([ask([part("document", t) for t in texts], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
+        out.append(_asking([part("document", person_facts(p)["city"]) for p in people], list_qa(people), rng))
     return out
 
 
@@ -149,10 +150,7 @@ def key_examples(n: int, seed: int, small: bool = False) -> list[Example]:
             # two-word keys share their last word, so the first word is the key
             key = rng.choice((f"{w.org().split()[0]} {kind}", f"{w.person().split()[0]} {last}", w.city()))
             pairs.append((key, rng.choice((w.city, w.person, lambda: _any_value(rng)))()))
-        text = " ".join(f"{k} {v}." for k, v in pairs)
-        qa = [(f"{k}?", v) for k, v in pairs]
-        rng.shuffle(qa)
-        out.append(Example([ask([part("document", text)], qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa}))
+        out.append(_key_value_example(pairs, rng))
     return out
 
 

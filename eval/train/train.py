@@ -120,13 +120,11 @@ def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = Non
     labels = [-100] * len(ids)
     eos = tok.token_to_id(END)
     for question, answer in ex.meta.get("qa", [(ex.query, ex.answers[0])])[:questions]:
-        prefix = ""
+        thought = ex.meta.get("reasoning", {}).get(question)
         if rng is not None and rng.random() < 0.15:
-            prefix = rng.choice(QUESTION_PREFIXES)
-            question = prefix + question
+            question = rng.choice(QUESTION_PREFIXES) + question
         query = rendered.query if question == ex.query else render(ex, question=question).query
         q = tok.encode(query.text or "", add_special_tokens=False).ids
-        thought = ex.meta.get("reasoning", {}).get(question.removeprefix(prefix))
         target = answer if thought is None else f"{THINK_OPEN}{thought}{THINK_CLOSE}{answer}"
         a = tok.encode(target, add_special_tokens=False).ids + [eos]
         ids += q + a
@@ -215,7 +213,7 @@ def fresh_window(
     """Window ``k`` of the training stream: ``n`` examples never drawn before (each window has its own
     seed, far from the held-out one), a ``recall`` share of them drills (a third of them ``phrases``
     and half the rest ``broad``, if asked), the rest spread over ``mix`` (a workload named twice gets
-    twice the examples; ``hops`` and ``lists`` are the skill drills)."""
+    twice the examples; a name in ``SKILL_DRILLS`` is a skill drill)."""
     window_seed = (seed + 1) * 100_000_000 + k
     drills = round(recall * n)
     per = max(1, (n - drills) // len(mix))
@@ -241,7 +239,7 @@ def parse_mix(mix: str) -> tuple[str, ...]:
     names = tuple(m.strip() for m in mix.split(","))
     known = (*TRAIN_MIX, *SKILL_DRILLS)
     unknown = [m for m in names if m not in known]
-    if unknown or not names:
+    if unknown:
         raise ValueError(f"--mix: unknown {', '.join(map(repr, unknown))}; expected names from {', '.join(known)}")
     return names
 
@@ -385,7 +383,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=4000, help="examples per workload the tokenizer learns from")
     parser.add_argument(
-        "--mix", default=",".join(TRAIN_MIX), help="workloads and skill drills (hops, lists); repeat one to weigh it"
+        "--mix", default=",".join(TRAIN_MIX), help="workloads and skill drills (hops, lists, keys); repeat to weigh"
     )
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument(
