@@ -160,7 +160,12 @@ def key_examples(n: int, seed: int, small: bool = False) -> list[Example]:
 # its key back, and the kind of value. Their words between key and value run from two to five.
 RELATIONS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "org": (
-        ("{k} is headquartered in {v}.", "Where is {k} headquartered?", "Which company is headquartered in {v}?", "city"),
+        (
+            "{k} is headquartered in {v}.",
+            "Where is {k} headquartered?",
+            "Which company is headquartered in {v}?",
+            "city",
+        ),
         ("{k} is based in {v}.", "Where is {k} based?", "Which company is based in {v}?", "city"),
         ("{k} has an office in {v}.", "Where does {k} have an office?", "Which company has an office in {v}?", "city"),
         ("{k} was founded in {v}.", "When was {k} founded?", "Which company was founded in {v}?", "year"),

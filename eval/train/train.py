@@ -383,7 +383,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=4000, help="examples per workload the tokenizer learns from")
     parser.add_argument(
-        "--mix", default=",".join(TRAIN_MIX), help="workloads and skill drills (hops, lists, keys, relations); repeat to weigh"
+        "--mix",
+        default=",".join(TRAIN_MIX),
+        help="workloads and skill drills (hops, lists, keys, relations); repeat to weigh",
     )
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument(

@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 
 from hypic_rag.eval.data.pools import BRANDS, PLACES
-from hypic_rag.eval.train.drills import hop_examples, key_examples, kv_drills, list_examples, recall_examples
+from hypic_rag.eval.train.drills import (
+    RELATIONS,
+    hop_examples,
+    key_examples,
+    kv_drills,
+    list_examples,
+    recall_examples,
+    relation_examples,
+)
 
 
 def test_kv_drills_ask_each_key_again_and_label_only_its_value():
@@ -115,3 +123,34 @@ def test_key_drills_key_on_companies_and_places_as_well_as_names():
         shared += sum(q.split()[0] in BRANDS for q, _ in ex.meta["qa"]) >= 2
     assert kinds == {"place", "company", "name"} and shared >= 5  # documents where the last word is no key
     assert key_examples(3, seed=2)[0].meta == key_examples(3, seed=2)[0].meta != key_examples(3, seed=3)[0].meta
+
+
+def test_relation_drills_are_answered_only_by_the_key_read_across_its_relation():
+    patterns = [
+        (re.compile(re.escape(sentence).replace(r"\{k\}", "(.+)").replace(r"\{v\}", "(.+)")), forward, back)
+        for relations in RELATIONS.values()
+        for sentence, forward, back, _ in relations
+    ]
+    backwards = several = 0
+    for small in (False, True):
+        for ex in relation_examples(40, seed=4, small=small):
+            facts = {}  # (relation's forward question, key) -> value
+            for doc in _sentences(ex):
+                (found,) = [(p, f, b, p.fullmatch(doc)) for p, f, b in patterns if p.fullmatch(doc)]
+                _, forward, back, match = found
+                facts[(forward, match[1])] = (match[2], back)
+            keys = {k for _, k in facts}
+            assert (2 <= len(keys) <= 3) if small else (3 <= len(keys) <= 6)
+            assert len({k.split()[1] for k in keys}) == 1  # only the first word tells the keys apart
+            expected_forward = {forward.format(k=k): v for (forward, k), (v, _) in facts.items()}
+            values = [v for v, _ in facts.values()]
+            expected_back = {
+                back.format(v=v): k for (_, k), (v, back) in facts.items() if values.count(v) == 1
+            }
+            assert dict(ex.meta["qa"]) == expected_forward | expected_back  # every sentence asked
+            assert ex.answers[0] == dict(ex.meta["qa"])[ex.query]
+            backwards += bool(expected_back)
+            several += any(sum(k == key for _, k in facts) > 1 for key in keys)  # a key in two relations
+    assert backwards >= 60 and several >= 20
+    assert relation_examples(3, seed=4)[0].meta == relation_examples(3, seed=4)[0].meta
+    assert relation_examples(3, seed=4)[0].meta != relation_examples(3, seed=5)[0].meta
