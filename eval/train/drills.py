@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from functools import partial
 
 from ..data.pools import (
     BRANDS,
@@ -180,19 +181,24 @@ RELATIONS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
 }
 
 
-def relation_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+def relation_examples(
+    n: int, seed: int, small: bool = False, kinds: tuple[str, ...] = tuple(RELATIONS)
+) -> list[Example]:
     """Recall across a relation: one-sentence documents "K is headquartered in V.", "K lives in V." ...,
     each key in one to three relations, the keys of a prompt sharing their last word (companies of one
     kind, people of one family), then every sentence asked forwards and back. The bundled model
     recalled "O V." keyed on a company 29 times in 30, but with "is headquartered in" between them 5 in
     30, and "X lives in C." only when the people's last names differed: it looked values up by the word
     next to the relation. Here only the key's first word, read across the relation, finds the value,
-    and the same key stands in several relations, so the relation must match too."""
-    rng = random.Random(f"relations:{seed}" + (":small" if small else ""))
+    and the same key stands in several relations, so the relation must match too. ``kinds`` narrows
+    the keys to companies or people: after 1,000 steps the model read people's relations 41 times in 43
+    and companies' 12 in 57."""
+    narrowed = "" if kinds == tuple(RELATIONS) else ":" + ",".join(kinds)
+    rng = random.Random(f"relations:{seed}" + (":small" if small else "") + narrowed)
     out = []
     for _ in range(n):
         w = World(rng)
-        kind = rng.choice(tuple(RELATIONS))
+        kind = rng.choice(kinds)
         relations = rng.sample(RELATIONS[kind], rng.randint(1, 3))
         count = rng.randint(2, 3) if small else rng.randint(3, 6)
         shared = rng.choice(ORG_KINDS) if kind == "org" else w.person().split()[1]
@@ -214,7 +220,13 @@ def relation_examples(n: int, seed: int, small: bool = False) -> list[Example]:
 
 
 # Drills that a training mix can name beside the workloads (``--mix``).
-SKILL_DRILLS = {"hops": hop_examples, "lists": list_examples, "keys": key_examples, "relations": relation_examples}
+SKILL_DRILLS = {
+    "hops": hop_examples,
+    "lists": list_examples,
+    "keys": key_examples,
+    "relations": relation_examples,
+    "company_relations": partial(relation_examples, kinds=("org",)),
+}
 
 
 def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:

@@ -385,7 +385,7 @@ def main() -> None:
     parser.add_argument(
         "--mix",
         default=",".join(TRAIN_MIX),
-        help="workloads and skill drills (hops, lists, keys, relations); repeat to weigh",
+        help="workloads and skill drills (hops, lists, keys, relations, company_relations); repeat to weigh",
     )
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument(

@@ -154,3 +154,13 @@ def test_relation_drills_are_answered_only_by_the_key_read_across_its_relation()
     assert backwards >= 60 and several >= 20
     assert relation_examples(3, seed=4)[0].meta == relation_examples(3, seed=4)[0].meta
     assert relation_examples(3, seed=4)[0].meta != relation_examples(3, seed=5)[0].meta
+
+
+def test_company_relation_drills_key_on_companies_only():
+    from hypic_rag.eval.train.drills import SKILL_DRILLS
+
+    for ex in SKILL_DRILLS["company_relations"](20, seed=4):
+        for question, answer in ex.meta["qa"]:
+            key = answer if question.startswith("Which company") else question
+            assert any(word in BRANDS for word in key.split())
+    assert SKILL_DRILLS["company_relations"](2, seed=4)[0].meta != relation_examples(2, seed=4)[0].meta
