@@ -164,3 +164,20 @@ def test_company_relation_drills_key_on_companies_only():
             key = answer if question.startswith("Which company") else question
             assert any(word in BRANDS for word in key.split())
     assert SKILL_DRILLS["company_relations"](2, seed=4)[0].meta != relation_examples(2, seed=4)[0].meta
+
+
+def test_the_probe_counts_each_relation_and_direction_apart():
+    from hypic_rag.eval.train.probe import by_form
+
+    examples = relation_examples(30, seed=6)
+    back = ("Which company", "Who lives", "Who works", "Who was born", "Who is married to")
+
+    def forwards_only(ex, question):  # knows every value asked by key, no key asked by value
+        return "nobody" if question.startswith(back) else dict(ex.meta["qa"])[question]
+
+    counts = by_form(examples, forwards_only)
+    asked = sum(min(4, len(ex.meta["qa"])) for ex in examples)
+    assert sum(a for _, a in counts.values()) == asked
+    for form, (right, total) in counts.items():
+        assert right == (total if "{k}" in form else 0), form
+    assert {"Where is {k} headquartered?", "Who lives in {v}?"} <= set(counts)
