@@ -4,17 +4,21 @@
 
 The training script's held-out exact match gives one figure per drill; this splits the relation drills
 by relation and direction (asked forwards by key, or back by value), which is how the bundled model's
-second-hop failure was found: people's relations read, companies' at chance.
+second-hop failure was found: people's relations read, companies' at chance. ``key_shapes`` then
+swaps the words a key is made of (a first name or a brand, then a last name or a company kind), all
+else equal, to find which of them the lookup fails on.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from ..data.workloads import Example
+from ..data.pools import BRANDS, FIRST_NAMES, LAST_NAMES, ORG_KINDS, PLACES
+from ..data.workloads import Example, ask, part
 from .drills import RELATIONS, relation_examples
 from .train import HELD_OUT_SEED
 
@@ -43,6 +47,35 @@ def by_form(examples: Iterable[Example], answer: Answer, per_example: int = 4) -
     return {form: (right[form], asked[form]) for form in sorted(asked)}
 
 
+# (sentence, question) of the relations ``key_shapes`` asks across
+SHAPE_RELATIONS = {
+    "lives in": ("{k} lives in {v}.", "Where does {k} live?"),
+    "is headquartered in": ("{k} is headquartered in {v}.", "Where is {k} headquartered?"),
+}
+KEY_WORDS = {"first name": FIRST_NAMES, "brand": BRANDS, "last name": LAST_NAMES, "company kind": ORG_KINDS}
+
+
+def key_shapes(answer: Answer, n: int = 30, seed: int = 5) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """Right and asked per (first word, second word, relation): ``n`` prompts each of four one-sentence
+    documents whose keys share their second word, a city asked by one key; chance is a quarter."""
+    out = {}
+    for relation, (sentence, question) in SHAPE_RELATIONS.items():
+        for first in ("first name", "brand"):
+            for second in ("last name", "company kind"):
+                rng, right = random.Random(f"shapes:{seed}"), 0
+                for _ in range(n):
+                    shared = rng.choice(KEY_WORDS[second])
+                    keys = [f"{w} {shared}" for w in rng.sample(KEY_WORDS[first], 4)]
+                    cities = rng.sample(PLACES, 4)
+                    docs = [part("document", sentence.format(k=k, v=v)) for k, v in zip(keys, cities, strict=True)]
+                    rng.shuffle(docs)
+                    i = rng.randrange(4)
+                    ex = Example([ask(docs, question.format(k=keys[i]))], [cities[i]], "f1")
+                    right += answer(ex, ex.query).strip() == cities[i]
+                out[(first, second, relation)] = (right, n)
+    return out
+
+
 def main() -> None:
     import torch
 
@@ -66,6 +99,9 @@ def main() -> None:
     for form, (right, asked) in counts.items():
         print(f"{right:4d} / {asked:<4d} {form}")
     print(f"{sum(r for r, _ in counts.values()):4d} / {sum(a for _, a in counts.values()):<4d} all")
+    print("\nkeys of two words, the second shared by the four keys of a prompt (chance: a quarter)")
+    for (first, second, relation), (right, asked) in key_shapes(answer).items():
+        print(f"{right:4d} / {asked:<4d} {first} + {second}, {relation}")
 
 
 if __name__ == "__main__":

@@ -181,3 +181,23 @@ def test_the_probe_counts_each_relation_and_direction_apart():
     for form, (right, total) in counts.items():
         assert right == (total if "{k}" in form else 0), form
     assert {"Where is {k} headquartered?", "Who lives in {v}?"} <= set(counts)
+
+
+def test_key_shapes_change_only_the_words_of_the_keys():
+    from hypic_rag.eval.train.probe import KEY_WORDS, key_shapes
+
+    seen = []
+
+    def reads_people_only(ex, question):  # answers when the key's second word is a last name
+        seen.append(ex)
+        key = question.removeprefix("Where does ").removeprefix("Where is ").split(" live")[0].split(" headq")[0]
+        doc = next(s.text for s in ex.segments if f"{key} " in s.text)
+        return doc.split(" in ")[-1].split(".")[0] if key.split()[1] in KEY_WORDS["last name"] else "?"
+
+    counts = key_shapes(reads_people_only, n=5)
+    assert len(counts) == 8 and all(asked == 5 for _, asked in counts.values())
+    for (_, second, _), (right, _) in counts.items():
+        assert right == (5 if second == "last name" else 0)
+    for ex in seen:
+        keys = [s.text.split(" lives")[0].split(" is head")[0] for s in ex.segments if "<doc>" in s.text]
+        assert len(keys) == 4 and len({k.split()[-1] for k in keys}) == 1 and len(set(keys)) == 4
