@@ -251,6 +251,9 @@ def build_model(args: argparse.Namespace):
 
     if args.init:
         init = Path(args.init)
+        if not (init / "config.json").is_file() or not (init / "tokenizer.json").is_file():
+            # checked here, since transformers would take a missing path for a hub id and retry the network
+            raise ValueError(f"--init {args.init}: not a checkpoint directory (config.json and tokenizer.json)")
         model, tok = Qwen3_5ForCausalLM.from_pretrained(init), Tokenizer.from_file(str(init / "tokenizer.json"))
         if not args.grow:
             return model, tok

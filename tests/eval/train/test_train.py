@@ -105,6 +105,16 @@ def test_a_missing_device_is_a_clear_error(tmp_path, train_args):
         run(args)
 
 
+def test_an_init_that_is_no_checkpoint_is_a_clear_error(tmp_path, train_args):
+    args = train_args(tmp_path / "a")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    for init in (tmp_path / "missing", tmp_path / "half"):  # a typo'd run name; a run without its tokenizer
+        args.init = str(init)
+        with pytest.raises(ValueError, match="--init .*not a checkpoint directory"):
+            run(args)
+
+
 def test_a_mix_takes_skill_drills_by_name_and_refuses_unknown_names():
     assert parse_mix("single_doc,hops,hops,lists") == ("single_doc", "hops", "hops", "lists")
     window = fresh_window(0, 60, 0, False, 0.0, parse_mix("hops,hops,lists"))
