@@ -5,8 +5,8 @@
 The training script's held-out exact match gives one figure per drill; this splits the relation drills
 by relation and direction (asked forwards by key, or back by value), which is how the bundled model's
 second-hop failure was found: people's relations read, companies' at chance. ``key_shapes`` then
-swaps the words a key is made of (a first name or a brand, then a last name or a company kind), all
-else equal, to find which of them the lookup fails on.
+swaps the words a key is made of (a first name or a brand, then a last name or a company kind) in
+prompts of the same shape, to find which of them the lookup fails on.
 """
 
 from __future__ import annotations
@@ -47,11 +47,8 @@ def by_form(examples: Iterable[Example], answer: Answer, per_example: int = 4) -
     return {form: (right[form], asked[form]) for form in sorted(asked)}
 
 
-# (sentence, question) of the relations ``key_shapes`` asks across
-SHAPE_RELATIONS = {
-    "lives in": ("{k} lives in {v}.", "Where does {k} live?"),
-    "is headquartered in": ("{k} is headquartered in {v}.", "Where is {k} headquartered?"),
-}
+# (sentence, question) of the relations ``key_shapes`` asks across, as the relation drills write them
+SHAPE_RELATIONS = {"lives in": RELATIONS["person"][0][:2], "is headquartered in": RELATIONS["org"][0][:2]}
 KEY_WORDS = {"first name": FIRST_NAMES, "brand": BRANDS, "last name": LAST_NAMES, "company kind": ORG_KINDS}
 
 
