@@ -13,6 +13,11 @@ mapping is a few index tables.
 Head counts grow in the same ratios (value heads per key head, query heads per kv head), so every old
 head keeps the key head it read from; the old layer types must be a subsequence of the new ones (new
 layers are inserted, in order, where the old sequence has no layer of the new one's type).
+
+The linear layers' causal conv may grow longer: the old taps stay on the newest tokens and the new,
+older taps start at zero. With the tokenizer's spaces as tokens of their own, a four-tap conv sees a
+word and a half; a key two words before the value it names ("K is headquartered in V") is out of the
+reach of even three stacked convs.
 """
 
 from __future__ import annotations
@@ -56,9 +61,14 @@ def grow(old: torch.nn.Module, new_config: Any, seed: int) -> torch.nn.Module:
     from transformers import Qwen3_5ForCausalLM
 
     oc, nc = old.config, new_config
-    for name in ("vocab_size", "head_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
+    for name in ("vocab_size", "head_dim", "linear_key_head_dim", "linear_value_head_dim"):
         if getattr(oc, name) != getattr(nc, name):
             raise ValueError(f"cannot grow {name} from {getattr(oc, name)} to {getattr(nc, name)}")
+    if nc.linear_conv_kernel_dim < oc.linear_conv_kernel_dim:
+        raise ValueError(
+            f"cannot shorten the conv from {oc.linear_conv_kernel_dim} to {nc.linear_conv_kernel_dim} taps"
+        )
+    taps = oc.linear_conv_kernel_dim
     if nc.hidden_size < oc.hidden_size or nc.intermediate_size < oc.intermediate_size:
         raise ValueError("a grown model cannot be narrower than the old one")
     _same_ratio("attention heads per kv head", oc.num_attention_heads, oc.num_key_value_heads,
@@ -108,6 +118,9 @@ def grow(old: torch.nn.Module, new_config: Any, seed: int) -> torch.nn.Module:
             elif module in writing:
                 p.zero_()
                 p[hid[:, None], old_places(module, src.shape[1])] = src
+            elif module == "conv1d":
+                p.zero_()  # older taps first: the old ones stay on the newest tokens
+                p[old_places(module, src.shape[0]), :, -taps:] = src
             elif module in per_head:
                 p[old_places(module, src.shape[0])] = src
             elif src.shape == p.shape and p.shape[0] != m:

@@ -132,7 +132,9 @@ def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = Non
     return ids, labels
 
 
-def model_config(vocab_size: int, hidden: int, layers: list[str], attn_head_dim: int = 64) -> dict[str, Any]:
+def model_config(
+    vocab_size: int, hidden: int, layers: list[str], attn_head_dim: int = 64, conv_kernel: int = 4
+) -> dict[str, Any]:
     """A small Qwen3.5 text config. Attention heads are 64 wide even at hidden 128: with q/k RMS-normed,
     the widest attention logit a head can start with grows with sqrt(head_dim), and retrieval over a few
     hundred tokens needs sharp attention."""
@@ -142,7 +144,7 @@ def model_config(vocab_size: int, hidden: int, layers: list[str], attn_head_dim:
         num_hidden_layers=len(layers), layer_types=layers, num_attention_heads=heads,
         num_key_value_heads=max(1, heads // 2), head_dim=attn_head_dim, linear_num_key_heads=max(1, heads // 2),
         linear_num_value_heads=heads, linear_key_head_dim=32, linear_value_head_dim=32,
-        linear_conv_kernel_dim=4, max_position_embeddings=8192, tie_word_embeddings=True,
+        linear_conv_kernel_dim=conv_kernel, max_position_embeddings=8192, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     )  # fmt: skip
 
@@ -259,14 +261,14 @@ def build_model(args: argparse.Namespace):
             return model, tok
         layers = args.layers.split(",")
         cfg = Qwen3_5TextConfig(
-            **model_config(model.config.vocab_size, args.hidden, layers, model.config.head_dim),
+            **model_config(model.config.vocab_size, args.hidden, layers, model.config.head_dim, args.conv_kernel),
             eos_token_id=model.config.eos_token_id,
             pad_token_id=model.config.pad_token_id,
         )
         return grow(model, cfg, args.seed), tok
     tok = train_tokenizer([ex for w in TRAIN_MIX for ex in make(w, args.examples, args.seed)], args.vocab)
     cfg = Qwen3_5TextConfig(
-        **model_config(tok.get_vocab_size(), args.hidden, args.layers.split(","), args.attn_head_dim),
+        **model_config(tok.get_vocab_size(), args.hidden, args.layers.split(","), args.attn_head_dim, args.conv_kernel),
         eos_token_id=tok.token_to_id(END),
         pad_token_id=tok.token_to_id("<pad>"),
     )
@@ -397,13 +399,18 @@ def main() -> None:
     parser.add_argument("--recall", type=float, default=0.25, help="share of each window that is recall drills")
     parser.add_argument("--init", default=None, help="checkpoint to continue from (its tokenizer and config)")
     parser.add_argument(
-        "--grow", action="store_true", help="grow the --init checkpoint to --hidden and --layers (same function)"
+        "--grow",
+        action="store_true",
+        help="grow the --init checkpoint to --hidden, --layers and --conv-kernel (same function)",
     )
     parser.add_argument("--eval-examples", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=192)
     parser.add_argument("--layers", default="linear_attention,full_attention,linear_attention,full_attention")
+    parser.add_argument(
+        "--conv-kernel", type=int, default=4, help="taps of the linear layers' causal conv (--grow may lengthen it)"
+    )
     parser.add_argument("--max-len", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-3)

@@ -15,9 +15,9 @@ from hypic_rag.testing.parity import load_reference, logits_max_diff
 L, F = "linear_attention", "full_attention"
 
 
-def _config(old, hidden: int, layers: list[str]) -> Qwen3_5TextConfig:
+def _config(old, hidden: int, layers: list[str], conv_kernel: int = 4) -> Qwen3_5TextConfig:
     return Qwen3_5TextConfig(
-        **model_config(old.config.vocab_size, hidden, layers, old.config.head_dim),
+        **model_config(old.config.vocab_size, hidden, layers, old.config.head_dim, conv_kernel),
         eos_token_id=old.config.eos_token_id,
         pad_token_id=old.config.pad_token_id,
     )
@@ -47,11 +47,12 @@ def _match_norm_eps(model, old_hidden: int) -> None:
             module.eps = module.eps * old_hidden / new_hidden
 
 
-@pytest.mark.parametrize("hidden", [128, 192])
-def test_a_grown_model_computes_what_the_old_one_did(old, hidden):
+@pytest.mark.parametrize(("hidden", "conv_kernel"), [(128, 4), (192, 4), (128, 8), (192, 6)])
+def test_a_grown_model_computes_what_the_old_one_did(old, hidden, conv_kernel):
     layers = [L, L, L, F, L, L, L, F]
-    grown = grow(old, _config(old, hidden, layers), seed=0).eval()
+    grown = grow(old, _config(old, hidden, layers, conv_kernel), seed=0).eval()
     assert grown.config.hidden_size == hidden and list(grown.config.layer_types) == layers
+    assert grown.config.linear_conv_kernel_dim == conv_kernel
     ids = torch.randint(0, old.config.vocab_size, (2, 200), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = old(ids).logits
@@ -63,7 +64,7 @@ def test_a_grown_model_computes_what_the_old_one_did(old, hidden):
 def test_every_new_part_learns(old):
     """Zero output projections get gradients at once; what they read, from the next step on (no part is
     stuck at a symmetric zero)."""
-    grown = grow(old, _config(old, 192, [L, L, L, F, L, L, L, F]), seed=0)
+    grown = grow(old, _config(old, 192, [L, L, L, F, L, L, L, F], conv_kernel=8), seed=0)
     ids = torch.randint(0, old.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(2))
     opt = torch.optim.SGD(grown.parameters(), lr=1e-2)
     for _ in range(2):
@@ -72,6 +73,8 @@ def test_every_new_part_learns(old):
         opt.step()
     dead = [n for n, p in grown.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not dead, dead
+    taps = grown.model.layers[0].linear_attn.conv1d.weight[:, :, :4]
+    assert taps.abs().sum() > 0  # the conv's new, older taps left zero
 
 
 def test_growth_is_seeded_and_serves_in_both_runtimes(old, tmp_path):
@@ -97,3 +100,8 @@ def test_growth_is_seeded_and_serves_in_both_runtimes(old, tmp_path):
 def test_growth_that_cannot_keep_the_function_is_refused(old, hidden, layers, message):
     with pytest.raises(ValueError, match=message):
         grow(old, _config(old, hidden, layers), seed=0)
+
+
+def test_a_conv_is_never_shortened(old):
+    with pytest.raises(ValueError, match="shorten the conv from 4 to 3"):
+        grow(old, _config(old, 128, [L, F, L, F], conv_kernel=3), seed=0)
