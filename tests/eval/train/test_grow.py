@@ -77,8 +77,9 @@ def test_every_new_part_learns(old):
     assert taps.abs().sum() > 0  # the conv's new, older taps left zero
 
 
-def test_growth_is_seeded_and_serves_in_both_runtimes(old, tmp_path):
-    cfg = _config(old, 192, [L, F, L, L, L, F])
+@pytest.mark.parametrize("conv_kernel", [4, 8])
+def test_growth_is_seeded_and_serves_in_both_runtimes(old, tmp_path, conv_kernel):
+    cfg = _config(old, 192, [L, F, L, L, L, F], conv_kernel)
     a, b = grow(old, cfg, seed=3), grow(old, cfg, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     a.save_pretrained(tmp_path)
