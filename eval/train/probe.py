@@ -6,7 +6,9 @@ The training script's held-out exact match gives one figure per drill; this spli
 by relation and direction (asked forwards by key, or back by value), which is how the bundled model's
 second-hop failure was found: people's relations read, companies' at chance. ``key_shapes`` then
 swaps the words a key is made of (a first name or a brand, then a last name or a company kind) in
-prompts of the same shape, to find which of them the lookup fails on.
+prompts of the same shape, to find which of them the lookup fails on. ``second_hop`` takes
+``multi_hop``'s own prompts, writes the right first hop into the reasoning ("<think>O is
+headquartered in ") and reads the next word: the second hop alone, on the workload itself.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from ..data.pools import BRANDS, FIRST_NAMES, LAST_NAMES, ORG_KINDS, PLACES
-from ..data.workloads import Example, ask, part
+from ..data.workloads import Example, ask, make, part, render
 from .drills import RELATIONS, relation_examples
-from .train import HELD_OUT_SEED
+from .train import HELD_OUT_SEED, THINK_OPEN
 
 Answer = Callable[[Example, str], str]
 
@@ -73,6 +75,26 @@ def key_shapes(answer: Answer, n: int = 30, seed: int = 5) -> dict[tuple[str, st
     return out
 
 
+def second_hop(next_word: Callable[[Example, str], str], n: int = 60, seed: int = 7) -> Counter[str]:
+    """``multi_hop``'s first ``n`` examples at ``seed`` (the evaluation's), each with its question's
+    reasoning written up to the city: the word ``next_word(example, query text)`` gives is counted as
+    the right city, another company's headquarters in the prompt (chance is one of three to six), or
+    anything else."""
+    out: Counter[str] = Counter()
+    for ex in make("multi_hop", n, seed):
+        thought = ex.meta["reasoning"][ex.query]
+        lead = thought.removesuffix(f"{ex.answers[0]}.")
+        others = {t.rsplit(" in ", 1)[-1].rstrip(".") for t in ex.meta["reasoning"].values()} - {ex.answers[0]}
+        word = next_word(ex, f"{render(ex).query.text}{THINK_OPEN}{lead}").strip()
+        if word and ex.answers[0].startswith(word):
+            out["right"] += 1
+        elif word and any(city.startswith(word) for city in others):
+            out["another company's city"] += 1
+        else:
+            out["other"] += 1
+    return out
+
+
 def main() -> None:
     import torch
 
@@ -99,6 +121,15 @@ def main() -> None:
     print("\nkeys of two words, the second shared by the four keys of a prompt (chance: a quarter)")
     for (first, second, relation), (right, asked) in key_shapes(answer).items():
         print(f"{right:4d} / {asked:<4d} {first} + {second}, {relation}")
+
+    def next_word(ex: Example, query: str) -> str:
+        logits = engine.prompt_logits(ex.segments, query, mode="full")
+        return engine.tokenizer.decode([int(logits.argmax())])
+
+    hop = second_hop(next_word, n=args.n)
+    print(f"\nmulti_hop's second hop, the first written for it (seed 7, {args.n} prompts)")
+    for kind, count in hop.most_common():
+        print(f"{count:4d} / {args.n:<4d} {kind}")
 
 
 if __name__ == "__main__":

@@ -201,3 +201,28 @@ def test_key_shapes_change_only_the_words_of_the_keys():
     for ex in seen:
         keys = [s.text.split(" lives")[0].split(" is head")[0] for s in ex.segments if "<doc>" in s.text]
         assert len(keys) == 4 and len({k.split()[-1] for k in keys}) == 1 and len(set(keys)) == 4
+
+
+def test_the_second_hop_probe_writes_the_first_hop_and_sorts_the_city_read():
+    from hypic_rag.eval.data.workloads import make
+    from hypic_rag.eval.train.probe import second_hop
+
+    examples = make("multi_hop", 12, 7)
+    queries = []
+
+    def reads(ex, query):  # right on the first four, another company's city on the next four, then a guess
+        queries.append(query)
+        i = len(queries) - 1
+        if i < 4:
+            return ex.answers[0]
+        if i < 8:
+            return next(t.rsplit(" in ", 1)[-1].rstrip(".") for t in ex.meta["reasoning"].values()
+                        if not t.endswith(f" {ex.answers[0]}."))  # fmt: skip
+        return "Nowhere"
+
+    counts = second_hop(reads, n=12)
+    assert counts == {"right": 4, "another company's city": 4, "other": 4}
+    for ex, query in zip(examples, queries, strict=True):
+        org = ex.meta["reasoning"][ex.query].split(" is headquartered in ")[0]
+        assert query.startswith(ex.query) or ex.query in query
+        assert query.endswith(f"<think>{org} is headquartered in ") and ex.answers[0] not in query
