@@ -84,7 +84,7 @@ def second_hop(next_word: Callable[[Example, str], str], n: int = 60, seed: int 
     for ex in make("multi_hop", n, seed):
         thought = ex.meta["reasoning"][ex.query]
         lead = thought.removesuffix(f"{ex.answers[0]}.")
-        others = {t.rsplit(" in ", 1)[-1].rstrip(".") for t in ex.meta["reasoning"].values()} - {ex.answers[0]}
+        others = {city for _, city in ex.meta["qa"]} - {ex.answers[0]}  # every company's, one per person
         word = next_word(ex, f"{render(ex).query.text}{THINK_OPEN}{lead}").strip()
         if word and ex.answers[0].startswith(word):
             out["right"] += 1
@@ -102,7 +102,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="checkpoint directory")
-    parser.add_argument("--n", type=int, default=60, help="held-out relation drills (four questions each)")
+    parser.add_argument(
+        "--n", type=int, default=60, help="held-out relation drills (four questions each), and multi_hop prompts"
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.n < 1:
