@@ -6,6 +6,7 @@
 - ``hop_examples`` and ``list_examples``: ``multi_hop`` and ``aggregate`` cut to their skill, one short
   sentence per document, so most of the tokens trained on are the skill's.
 - ``relation_examples``: recall across a relation's words, keys sharing their last word.
+- ``sentence_drills``: ``relation_examples``' sentences as dense token drills, every value and key recalled.
 """
 
 from __future__ import annotations
@@ -249,5 +250,52 @@ def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) 
             ids += k_ids + space + v_ids + space
             labels += [-100] * len(k_ids + space) + (v_ids if i >= len(pairs) else [-100] * len(v_ids))
             labels += [-100] * len(space)
+        out.append((ids, labels))
+    return out
+
+
+def sentence_drills(tok, n: int, seed: int, asked: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """Recall across a relation, densely: ``RELATIONS``' sentences run together ("B K is headquartered in
+    C. ..."), keys sharing their last word, then each sentence again up to its value (the value
+    recalled, as ``multi_hop``'s reasoning reads its second hop) and each back question followed by its
+    key (as ``aggregate`` reads names by their city); the loss on every recalled value and key.
+    The bundled model read people's relations but not companies': a second hop given the right company
+    found the right HQ city 12 times in 60, the rest another company's, so a city's sentence did not
+    carry its subject 8 tokens back. Dense drills are where its first retrieval circuit formed
+    (``kv_drills``). Half the prompts use one relation for every key, as ``multi_hop``'s HQ documents
+    do, so only the key tells the sentences apart. ``asked`` keeps that many recalls (held-out scoring)."""
+    rng = random.Random(f"sentences:{seed}")
+    out = []
+    for _ in range(n):
+        w = World(rng)
+        kind = rng.choice(tuple(RELATIONS))
+        shared = rng.choice(ORG_KINDS) if kind == "org" else w.person().split()[1]
+        count = rng.randint(2, 8)
+        keys = [f"{(w.org() if kind == 'org' else w.person()).split()[0]} {shared}" for _ in range(count)]
+        one = rng.choice(RELATIONS[kind]) if rng.random() < 0.5 else None
+        values = {"city": w.city, "org": w.org, "person": w.person}
+        years = iter(rng.sample(range(1850, 2021), count))
+        facts = []
+        for key in keys:
+            sentence, _, back, value_kind = one or rng.choice(RELATIONS[kind])
+            value = str(next(years)) if value_kind == "year" else values[value_kind]()
+            facts.append((sentence, back, key, value))
+        text = " ".join(sentence.format(k=key, v=value) for sentence, _, key, value in facts)
+        recalls = []
+        for sentence, back, key, value in facts:
+            before, after = sentence.split("{v}")
+            recalls.append((before.format(k=key), value, after))
+            if sum(v == value for *_, v in facts) == 1:  # a shared value would have two keys
+                recalls.append((back.format(v=value) + " ", key, "."))
+        rng.shuffle(recalls)
+        ids = tok.encode(text + "\n", add_special_tokens=False).ids
+        labels = [-100] * len(ids)
+        for prompt, answer, after in recalls[:asked]:
+            p, a, e = (
+                tok.encode(" " + x if i == 0 else x, add_special_tokens=False).ids
+                for i, x in enumerate((prompt, answer, after))
+            )
+            ids += p + a + e
+            labels += [-100] * len(p) + a + [-100] * len(e)
         out.append((ids, labels))
     return out

@@ -11,8 +11,9 @@ Training examples are drawn fresh for every window of batches and never repeat: 
 model memorised its examples instead of learning to retrieve.
 The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
 them a ``--recall`` share of each window is recall drills in the prompt format (both in ``drills``),
-``--mix`` weighs the workloads, and a first ``--curriculum`` share of the steps uses smaller examples. The README gives
-the chain of runs (each ``--init`` from the last) that made the bundled model. Every
+a ``--sentences`` share is dense relation-sentence drills, ``--mix`` weighs the workloads, and a
+first ``--curriculum`` share of the steps uses smaller examples. The README gives the chain of runs
+(each ``--init`` from the last) that made the bundled model. Every
 ``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
 decoding yields the answer exactly when every answer token is the argmax) and writes an HF
 checkpoint (``config.json``, ``model.safetensors``, ``tokenizer.json``, ``generation_config.json``,
@@ -41,7 +42,7 @@ from hypic_rag.prompt_format import ANSWER, END, bundled_template
 from hypic_rag.segments import KINDS
 
 from ..data.workloads import WORKLOADS, Example, make, render
-from .drills import SKILL_DRILLS, kv_drills, recall_examples
+from .drills import SKILL_DRILLS, kv_drills, recall_examples, sentence_drills
 from .grow import grow
 
 TRAIN_MIX = (*WORKLOADS, "agent")
@@ -303,6 +304,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.phrase_recall:
         held["phrase_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, phrases=True)
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
+    if args.sentences:
+        held_enc["sentences"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1)
     if args.drills:
         held_enc["kv"] = kv_drills(tok, args.eval_examples, HELD_OUT_SEED, spaced=args.drill_spaces)
     augment = random.Random(f"augment:{args.seed}")
@@ -312,10 +315,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if step < args.drills:
             return kv_drills(tok, args.batch * 32, (args.seed + 1) * 100_000_000 + k, spaced=args.drill_spaces)
         small = step < args.drills + small_steps
-        exs = fresh_window(
-            k, args.batch * 32, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
-        )
-        return [e for e in (encode(tok, ex, args.questions, augment) for ex in exs) if len(e[0]) <= args.max_len]
+        dense = round(args.sentences * args.batch * 32)
+        out = sentence_drills(tok, dense, (args.seed + 1) * 100_000_000 + k) if dense else []
+        if dense < args.batch * 32:
+            exs = fresh_window(
+                k, args.batch * 32 - dense, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
+            )
+            out += (encode(tok, ex, args.questions, augment) for ex in exs)
+        return [e for e in out if len(e[0]) <= args.max_len]
 
     params = sum(p.numel() for p in model.parameters())
     previous = lineage(args.init)
@@ -393,9 +400,7 @@ def main() -> None:
         help="workloads and skill drills (hops, lists, keys, relations, company_relations); repeat to weigh",
     )
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
-    parser.add_argument(
-        "--phrase-recall", action="store_true", help="a third of the drills on values of several words"
-    )
+    parser.add_argument("--phrase-recall", action="store_true", help="a third of the drills on values of several words")
     parser.add_argument("--recall", type=float, default=0.25, help="share of each window that is recall drills")
     parser.add_argument("--init", default=None, help="checkpoint to continue from (its tokenizer and config)")
     parser.add_argument(
@@ -420,6 +425,9 @@ def main() -> None:
         "--curriculum", type=float, default=0.0, help="fraction of steps on small examples (fewer pieces) first"
     )
     parser.add_argument("--drills", type=int, default=0, help="first steps on dense key-value drills")
+    parser.add_argument(
+        "--sentences", type=float, default=0.0, help="share of each window that is dense relation-sentence drills"
+    )
     parser.add_argument("--drill-spaces", action="store_true", help="a space token between drilled names")
     parser.add_argument("--attn-head-dim", type=int, default=64)
     parser.add_argument("--context-loss", type=float, default=0.0, help="loss weight of non-answer tokens")

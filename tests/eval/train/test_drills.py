@@ -14,6 +14,7 @@ from hypic_rag.eval.train.drills import (
     list_examples,
     recall_examples,
     relation_examples,
+    sentence_drills,
 )
 
 
@@ -144,9 +145,7 @@ def test_relation_drills_are_answered_only_by_the_key_read_across_its_relation()
             assert len({k.split()[1] for k in keys}) == 1  # only the first word tells the keys apart
             expected_forward = {forward.format(k=k): v for (forward, k), (v, _) in facts.items()}
             values = [v for v, _ in facts.values()]
-            expected_back = {
-                back.format(v=v): k for (_, k), (v, back) in facts.items() if values.count(v) == 1
-            }
+            expected_back = {back.format(v=v): k for (_, k), (v, back) in facts.items() if values.count(v) == 1}
             assert dict(ex.meta["qa"]) == expected_forward | expected_back  # every sentence asked
             assert ex.answers[0] == dict(ex.meta["qa"])[ex.query]
             backwards += bool(expected_back)
@@ -226,3 +225,38 @@ def test_the_second_hop_probe_writes_the_first_hop_and_sorts_the_city_read():
         org = ex.meta["reasoning"][ex.query].split(" is headquartered in ")[0]
         assert ex.query in query
         assert query.endswith(f"<think>{org} is headquartered in ") and ex.answers[0] not in query
+
+
+def test_sentence_drills_recall_each_value_forwards_and_each_unique_value_back():
+    from tokenizers import Tokenizer
+
+    from hypic_rag.engine import default_model_path
+
+    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    backs = [
+        (re.escape(b).replace(re.escape("{v}"), "(.+)") + " $", s) for rel in RELATIONS.values() for s, _, b, _ in rel
+    ]
+    for ids, labels in sentence_drills(tok, 30, seed=3):
+        text = tok.decode(ids)
+        assert tok.encode(text, add_special_tokens=False).ids == ids  # tokenized as the whole text is
+        facts = [f + "." for f in text.split("\n")[0][:-1].split(". ")]
+        assert len({f.split()[1] for f in facts}) == 1  # the keys share their last word
+        spans = [i for i, lab in enumerate(labels) if lab != -100 and labels[i - 1] == -100]
+        forwards = 0
+        for start in spans:
+            end = next((i for i in range(start, len(labels)) if labels[i] == -100), len(labels))
+            answer = tok.decode(ids[start:end])
+            query = re.split(r"(?<=\.) ", tok.decode(ids[:start]).split("\n")[1])[-1].lstrip()
+            if query.endswith("? "):  # a back question: its value names one fact, whose key is the answer
+                ((value, sentence),) = ((m.group(1), s) for b, s in backs if (m := re.fullmatch(b, query)))
+                assert sum(f.endswith(f" {value}.") for f in facts) == 1
+                assert sentence.format(k=answer, v=value) in facts
+            else:
+                assert query + answer + "." in facts
+                forwards += 1
+        assert forwards == len(facts)
+    for (held, held_labels), (ids, _) in zip(
+        sentence_drills(tok, 5, 3, asked=1), sentence_drills(tok, 5, 3), strict=True
+    ):
+        assert ids[: len(held)] == held and sum(lab != -100 for lab in held_labels) > 0  # the first recall alone
+        assert len(held) < len(ids)

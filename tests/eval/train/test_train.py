@@ -48,13 +48,14 @@ def test_training_is_reproducible_and_the_checkpoint_loads_everywhere(tmp_path, 
 def test_training_continues_from_a_checkpoint(tmp_path, train_args):
     run(train_args(tmp_path / "a"))
     args = train_args(tmp_path / "b")
-    args.init, args.steps, args.eval_every = str(tmp_path / "a"), 1, 1
+    args.init, args.steps, args.eval_every, args.sentences = str(tmp_path / "a"), 1, 1, 0.5
     run(args)
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # one more step was taken
     assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
     report = json.loads((tmp_path / "b" / "curves.json").read_text())
     assert [r["args"]["out"] for r in report["previous"]] == [str(tmp_path / "a")]  # the lineage is kept
+    assert "sentences" in report["curves"][-1]  # the dense sentence drills are scored held out
 
 
 def test_the_special_tokens_are_the_templates_tags_in_the_bundled_tokenizers_order():
