@@ -254,6 +254,7 @@ PAIR_METRICS: dict[str, Pair] = {
     "code_sim": code_line_similarity,
 }
 
+
 def _metric(name: str, pair: Pair) -> Callable[..., float]:
     """The metric of a pair scorer: its best score over the references, x 100."""
 

@@ -254,7 +254,9 @@ def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) 
     return out
 
 
-def sentence_drills(tok, n: int, seed: int, asked: int | None = None) -> list[tuple[list[int], list[int]]]:
+def sentence_drills(
+    tok, n: int, seed: int, asked: int | None = None, lists: bool = False
+) -> list[tuple[list[int], list[int]]]:
     """Recall across a relation, densely: ``RELATIONS``' sentences run together ("B K is headquartered in
     C. ..."), keys sharing their last word, then each sentence again up to its value (the value
     recalled, as ``multi_hop``'s reasoning reads its second hop) and each back question followed by its
@@ -263,7 +265,10 @@ def sentence_drills(tok, n: int, seed: int, asked: int | None = None) -> list[tu
     found the right HQ city 12 times in 60, the rest another company's, so a city's sentence did not
     carry its subject 8 tokens back. Dense drills are where its first retrieval circuit formed
     (``kv_drills``). Half the prompts use one relation for every key, as ``multi_hop``'s HQ documents
-    do, so only the key tells the sentences apart. ``asked`` keeps that many recalls (held-out scoring)."""
+    do, so only the key tells the sentences apart. ``asked`` keeps that many recalls (held-out scoring).
+    ``lists``: half the prompts draw every value from two or three, in one relation, and a back question
+    ("... List every name.") lists every key of its value in order, as ``aggregate`` asks: drilled
+    without them, the second hop rose to 59 of 60 but ``aggregate``'s F1 fell from 40.8 to 34.5."""
     rng = random.Random(f"sentences:{seed}")
     out = []
     for _ in range(n):
@@ -275,10 +280,17 @@ def sentence_drills(tok, n: int, seed: int, asked: int | None = None) -> list[tu
         one = rng.choice(RELATIONS[kind]) if rng.random() < 0.5 else None
         values = {"city": w.city, "org": w.org, "person": w.person}
         years = iter(rng.sample(range(1850, 2021), count))
+        pooled = lists and rng.random() < 0.5
+        if pooled:
+            one = one or rng.choice(RELATIONS[kind])
+            pool = [str(next(years)) if one[3] == "year" else values[one[3]]() for _ in range(rng.randint(2, 3))]
         facts = []
         for key in keys:
             sentence, _, back, value_kind = one or rng.choice(RELATIONS[kind])
-            value = str(next(years)) if value_kind == "year" else values[value_kind]()
+            if pooled:
+                value, back = rng.choice(pool), back + " List every name."
+            else:
+                value = str(next(years)) if value_kind == "year" else values[value_kind]()
             facts.append((sentence, back, key, value))
         text = " ".join(sentence.format(k=key, v=value) for sentence, _, key, value in facts)
         recalls = []
@@ -287,6 +299,8 @@ def sentence_drills(tok, n: int, seed: int, asked: int | None = None) -> list[tu
             recalls.append((before.format(k=key), value, after))
             if sum(v == value for *_, v in facts) == 1:  # a shared value would have two keys
                 recalls.append((back.format(v=value) + " ", key, "."))
+            elif pooled and key == (sharing := [k for _, _, k, v in facts if v == value])[0]:
+                recalls.append((back.format(v=value) + " ", ", ".join(sharing), "."))
         rng.shuffle(recalls)
         ids = tok.encode(text + "\n", add_special_tokens=False).ids
         labels = [-100] * len(ids)

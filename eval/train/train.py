@@ -306,6 +306,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     if args.sentences:
         held_enc["sentences"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1)
+    if args.sentences and args.sentence_lists:
+        held_enc["sentence_lists"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1, lists=True)
     if args.drills:
         held_enc["kv"] = kv_drills(tok, args.eval_examples, HELD_OUT_SEED, spaced=args.drill_spaces)
     augment = random.Random(f"augment:{args.seed}")
@@ -316,7 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return kv_drills(tok, args.batch * 32, (args.seed + 1) * 100_000_000 + k, spaced=args.drill_spaces)
         small = step < args.drills + small_steps
         dense = round(args.sentences * args.batch * 32)
-        out = sentence_drills(tok, dense, (args.seed + 1) * 100_000_000 + k) if dense else []
+        out = sentence_drills(tok, dense, (args.seed + 1) * 100_000_000 + k, lists=args.sentence_lists) if dense else []
         if dense < args.batch * 32:
             exs = fresh_window(
                 k, args.batch * 32 - dense, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
@@ -427,6 +429,9 @@ def main() -> None:
     parser.add_argument("--drills", type=int, default=0, help="first steps on dense key-value drills")
     parser.add_argument(
         "--sentences", type=float, default=0.0, help="share of each window that is dense relation-sentence drills"
+    )
+    parser.add_argument(
+        "--sentence-lists", action="store_true", help="half the sentence drills list every key of a shared value"
     )
     parser.add_argument("--drill-spaces", action="store_true", help="a space token between drilled names")
     parser.add_argument("--attn-head-dim", type=int, default=64)
