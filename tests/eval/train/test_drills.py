@@ -4,6 +4,7 @@ that only the chain answers; lists that are every name and no other."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from hypic_rag.eval.data.pools import BRANDS, PLACES
 from hypic_rag.eval.train.drills import (
@@ -227,34 +228,43 @@ def test_the_second_hop_probe_writes_the_first_hop_and_sorts_the_city_read():
         assert query.endswith(f"<think>{org} is headquartered in ") and ex.answers[0] not in query
 
 
-def test_sentence_drills_recall_each_value_forwards_and_each_unique_value_back():
+def test_sentence_drills_recall_each_value_forwards_and_each_value_back_with_every_key_it_has():
     from tokenizers import Tokenizer
 
     from hypic_rag.engine import default_model_path
 
     tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
     backs = [
-        (re.escape(b).replace(re.escape("{v}"), "(.+)") + " $", s) for rel in RELATIONS.values() for s, _, b, _ in rel
+        (re.escape(b).replace(re.escape("{v}"), "(.+)") + "( List every name\\.)? $", s)
+        for rel in RELATIONS.values()
+        for s, _, b, _ in rel
     ]
-    for ids, labels in sentence_drills(tok, 30, seed=3):
-        text = tok.decode(ids)
-        assert tok.encode(text, add_special_tokens=False).ids == ids  # tokenized as the whole text is
-        facts = [f + "." for f in text.split("\n")[0][:-1].split(". ")]
-        assert len({f.split()[1] for f in facts}) == 1  # the keys share their last word
-        spans = [i for i, lab in enumerate(labels) if lab != -100 and labels[i - 1] == -100]
-        forwards = 0
-        for start in spans:
-            end = next((i for i in range(start, len(labels)) if labels[i] == -100), len(labels))
-            answer = tok.decode(ids[start:end])
-            query = re.split(r"(?<=\.) ", tok.decode(ids[:start]).split("\n")[1])[-1].lstrip()
-            if query.endswith("? "):  # a back question: its value names one fact, whose key is the answer
-                ((value, sentence),) = ((m.group(1), s) for b, s in backs if (m := re.fullmatch(b, query)))
-                assert sum(f.endswith(f" {value}.") for f in facts) == 1
-                assert sentence.format(k=answer, v=value) in facts
-            else:
-                assert query + answer + "." in facts
-                forwards += 1
-        assert forwards == len(facts)
+    listed = Counter()
+    for lists in (False, True):
+        for ids, labels in sentence_drills(tok, 40, seed=3, lists=lists):
+            text = tok.decode(ids)
+            assert tok.encode(text, add_special_tokens=False).ids == ids  # tokenized as the whole text is
+            facts = [f + "." for f in text.split("\n")[0][:-1].split(". ")]
+            assert len({f.split()[1] for f in facts}) == 1  # the keys share their last word
+            spans = [i for i, lab in enumerate(labels) if lab != -100 and labels[i - 1] == -100]
+            forwards = 0
+            for start in spans:
+                end = next((i for i in range(start, len(labels)) if labels[i] == -100), len(labels))
+                answer = tok.decode(ids[start:end])
+                query = re.split(r"(?<=\.)(?<!name\.) (?!List)", tok.decode(ids[:start]).split("\n")[1])[-1].lstrip()
+                if query.endswith("? ") or query.endswith("name. "):  # a back question: every key of its value
+                    ((value, sentence, many),) = (
+                        (m.group(1), s, m.group(2)) for b, s in backs if (m := re.fullmatch(b, query))
+                    )
+                    keys = [f[: -len(sentence.format(k="", v=value))] for f in facts if f.endswith(f" {value}.")]
+                    assert answer.split(", ") == keys and all(sentence.format(k=k, v=value) in facts for k in keys)
+                    assert lists or (len(keys) == 1 and not many)  # without lists, unique values only
+                    listed[len(keys) > 1] += 1
+                else:
+                    assert query + answer + "." in facts
+                    forwards += 1
+            assert forwards == len(facts)
+    assert listed[True] > 10  # lists drill values shared by several keys
     for (held, held_labels), (ids, _) in zip(
         sentence_drills(tok, 5, 3, asked=1), sentence_drills(tok, 5, 3), strict=True
     ):
