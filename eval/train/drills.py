@@ -283,7 +283,9 @@ def sentence_drills(
         pooled = lists and rng.random() < 0.5
         if pooled:
             one = one or rng.choice(RELATIONS[kind])
-            pool = [str(next(years)) if one[3] == "year" else values[one[3]]() for _ in range(rng.randint(2, 3))]
+            size = rng.randint(2, 3)
+            years_pool = [str(y) for y in rng.sample(range(1850, 2021), size)]
+            pool = years_pool if one[3] == "year" else [values[one[3]]() for _ in range(size)]
         facts = []
         for key in keys:
             sentence, _, back, value_kind = one or rng.choice(RELATIONS[kind])

@@ -241,7 +241,7 @@ def test_sentence_drills_recall_each_value_forwards_and_each_value_back_with_eve
     ]
     listed = Counter()
     for lists in (False, True):
-        for ids, labels in sentence_drills(tok, 40, seed=3, lists=lists):
+        for ids, labels in sentence_drills(tok, 200, seed=3, lists=lists):
             text = tok.decode(ids)
             assert tok.encode(text, add_special_tokens=False).ids == ids  # tokenized as the whole text is
             facts = [f + "." for f in text.split("\n")[0][:-1].split(". ")]
