@@ -270,3 +270,13 @@ def test_sentence_drills_recall_each_value_forwards_and_each_value_back_with_eve
     ):
         assert ids[: len(held)] == held and sum(lab != -100 for lab in held_labels) > 0  # the first recall alone
         assert len(held) < len(ids)
+
+
+def test_sentence_drills_with_lists_draw_enough_values_for_every_shape():
+    from tokenizers import Tokenizer
+
+    from hypic_rag.engine import default_model_path
+
+    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    drills = sentence_drills(tok, 3000, seed=0, lists=True)  # two keys sharing three years broke a run
+    assert len(drills) == 3000 and all(any(lab != -100 for lab in labels) for _, labels in drills)
