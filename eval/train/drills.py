@@ -28,7 +28,19 @@ from ..data.pools import (
     ROLES,
     World,
 )
-from ..data.workloads import Example, ask, headquarters, hop_qa, list_qa, part, person_doc, person_facts
+from ..data.workloads import (
+    SIZES,
+    SMALL_SIZES,
+    Example,
+    _agent,
+    ask,
+    headquarters,
+    hop_qa,
+    list_qa,
+    part,
+    person_doc,
+    person_facts,
+)
 
 
 def recall_examples(n: int, seed: int, broad: bool = False, phrases: bool = False) -> list[Example]:
@@ -220,6 +232,33 @@ def relation_examples(
     return out
 
 
+MEMORY_NOTES = (
+    "The user's manager is {name}.",
+    "The user's colleague {name} lives in {city}.",
+    "{name} works at {org}.",
+    "The user prefers short answers.",
+)
+
+
+def agent_memory_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+    """Agent steps with memory entries before the task, about other people: the agent loop puts its
+    memory there (``ToolAgent(memory=...)``), and the agent workload has none. After the sentence
+    drills the model looked up the manager a memory entry named instead of the task's person."""
+    rng = random.Random(f"agent-memory:{seed}" + (":small" if small else ""))
+    out = []
+    for _ in range(n):
+        ex = _agent(rng, SMALL_SIZES if small else SIZES)
+        w = World(rng)
+        notes = [
+            rng.choice(MEMORY_NOTES).format(name=w.person(), city=w.city(), org=w.org())
+            for _ in range(rng.randint(1, 2))
+        ]
+        first = ex.messages[0]
+        ex.messages[0] = {**first, "content": [*(part("memory", t) for t in notes), *first["content"]]}
+        out.append(ex)
+    return out
+
+
 # Drills that a training mix can name beside the workloads (``--mix``).
 SKILL_DRILLS = {
     "hops": hop_examples,
@@ -227,6 +266,7 @@ SKILL_DRILLS = {
     "keys": key_examples,
     "relations": relation_examples,
     "company_relations": partial(relation_examples, kinds=("org",)),
+    "agent_memory": agent_memory_examples,
 }
 
 
