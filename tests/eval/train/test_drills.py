@@ -280,3 +280,20 @@ def test_sentence_drills_with_lists_draw_enough_values_for_every_shape():
     tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
     drills = sentence_drills(tok, 3000, seed=0, lists=True)  # two keys sharing three years broke a run
     assert len(drills) == 3000 and all(any(lab != -100 for lab in labels) for _, labels in drills)
+
+
+def test_agent_memory_drills_put_other_peoples_notes_before_the_task():
+    from hypic_rag.eval.train.drills import agent_memory_examples
+    from hypic_rag.eval.train.train import parse_mix
+
+    assert parse_mix("agent_memory") == ("agent_memory",)
+    examples = agent_memory_examples(40, seed=2)
+    for ex in examples:
+        kinds = [s.kind for s in ex.segments]
+        last = len(kinds) - 1 - kinds[::-1].index("memory")
+        assert kinds.count("memory") in (1, 2) and "turn" not in kinds[:last]  # the notes come before the steps
+        notes = [s.text for s in ex.segments if s.kind == "memory"]
+        task = ex.messages[0]["content"][-1]["text"]
+        named = [w for n in notes for w in re.findall(r"[A-Z][a-z]+ [A-Z][a-z]+", n)]
+        assert not any(n in task or n in ex.answers[0] for n in named)  # the notes never name the task's person
+    assert any("manager" in s.text for ex in examples for s in ex.segments)
