@@ -7,6 +7,7 @@
   sentence per document, so most of the tokens trained on are the skill's.
 - ``relation_examples``: recall across a relation's words, keys sharing their last word.
 - ``sentence_drills``: ``relation_examples``' sentences as dense token drills, every value and key recalled.
+- ``agent_memory_examples``: agent steps with memory entries about other people before the task.
 """
 
 from __future__ import annotations

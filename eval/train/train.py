@@ -289,6 +289,10 @@ def _device(name: str) -> torch.device:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     device = _device(args.device)
+    if not 0.0 <= args.sentences <= 1.0:
+        raise ValueError(f"--sentences is a share of each window, from 0 to 1; got {args.sentences}")
+    if args.sentence_lists and not args.sentences:
+        raise ValueError("--sentence-lists shapes the sentence drills: give --sentences a share above 0")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -106,6 +106,15 @@ def test_a_missing_device_is_a_clear_error(tmp_path, train_args):
         run(args)
 
 
+@pytest.mark.parametrize(("sentences", "lists", "match"), [(1.5, False, "from 0 to 1"), (0.0, True, "--sentences")])
+def test_sentence_drill_options_out_of_range_are_clear_errors(tmp_path, train_args, sentences, lists, match):
+    args = train_args(tmp_path / "a")
+    args.sentences, args.sentence_lists = sentences, lists
+    with pytest.raises(ValueError, match=match):
+        run(args)
+    assert not (tmp_path / "a").exists()  # refused before any work
+
+
 def test_an_init_that_is_no_checkpoint_is_a_clear_error(tmp_path, train_args):
     args = train_args(tmp_path / "a")
     (tmp_path / "half").mkdir()
