@@ -340,9 +340,9 @@ def sentence_drills(
         for sentence, back, key, value in facts:
             before, after = sentence.split("{v}")
             recalls.append((before.format(k=key), value, after))
-            if sum(v == value for *_, v in facts) == 1:  # a shared value would have two keys
-                recalls.append((back.format(v=value) + " ", key, "."))
-            elif pooled and key == (sharing := [k for _, _, k, v in facts if v == value])[0]:
+            sharing = [k for _, _, k, v in facts if v == value]
+            # a shared value has several keys: asked once, by its first, and only where lists are drilled
+            if len(sharing) == 1 or (pooled and key == sharing[0]):
                 recalls.append((back.format(v=value) + " ", ", ".join(sharing), "."))
         rng.shuffle(recalls)
         ids = tok.encode(text + "\n", add_special_tokens=False).ids

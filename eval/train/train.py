@@ -310,7 +310,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     if args.sentences:
         held_enc["sentences"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1)
-    if args.sentences and args.sentence_lists:
+    if args.sentence_lists:  # only with --sentences (checked above)
         held_enc["sentence_lists"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1, lists=True)
     if args.drills:
         held_enc["kv"] = kv_drills(tok, args.eval_examples, HELD_OUT_SEED, spaced=args.drill_spaces)
@@ -318,11 +318,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     small_steps = int(args.curriculum * args.steps)
 
     def window(k: int, step: int) -> list[tuple[list[int], list[int]]]:
+        drill_seed = (args.seed + 1) * 100_000_000 + k
         if step < args.drills:
-            return kv_drills(tok, args.batch * 32, (args.seed + 1) * 100_000_000 + k, spaced=args.drill_spaces)
+            return kv_drills(tok, args.batch * 32, drill_seed, spaced=args.drill_spaces)
         small = step < args.drills + small_steps
         dense = round(args.sentences * args.batch * 32)
-        out = sentence_drills(tok, dense, (args.seed + 1) * 100_000_000 + k, lists=args.sentence_lists) if dense else []
+        out = sentence_drills(tok, dense, drill_seed, lists=args.sentence_lists) if dense else []
         if dense < args.batch * 32:
             exs = fresh_window(
                 k, args.batch * 32 - dense, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
