@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
+from tokenizers import Tokenizer
+
+from hypic_rag.engine import default_model_path
 from hypic_rag.eval.data.pools import BRANDS, PLACES
 from hypic_rag.eval.train.drills import (
     RELATIONS,
@@ -19,12 +23,13 @@ from hypic_rag.eval.train.drills import (
 )
 
 
-def test_kv_drills_ask_each_key_again_and_label_only_its_value():
-    from tokenizers import Tokenizer
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    """The bundled tokenizer, which the token-level drills encode with."""
+    return Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
 
-    from hypic_rag.engine import default_model_path
 
-    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+def test_kv_drills_ask_each_key_again_and_label_only_its_value(tok):
     space = tok.encode(" ", add_special_tokens=False).ids
     for spaced in (False, True):
         for ids, labels in kv_drills(tok, 20, seed=5, spaced=spaced):
@@ -228,12 +233,7 @@ def test_the_second_hop_probe_writes_the_first_hop_and_sorts_the_city_read():
         assert query.endswith(f"<think>{org} is headquartered in ") and ex.answers[0] not in query
 
 
-def test_sentence_drills_recall_each_value_forwards_and_each_value_back_with_every_key_it_has():
-    from tokenizers import Tokenizer
-
-    from hypic_rag.engine import default_model_path
-
-    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+def test_sentence_drills_recall_each_value_forwards_and_each_value_back_with_every_key_it_has(tok):
     backs = [
         (re.escape(b).replace(re.escape("{v}"), "(.+)") + "( List every name\\.)? $", s)
         for rel in RELATIONS.values()
@@ -272,12 +272,7 @@ def test_sentence_drills_recall_each_value_forwards_and_each_value_back_with_eve
         assert len(held) < len(ids)
 
 
-def test_sentence_drills_with_lists_draw_enough_values_for_every_shape():
-    from tokenizers import Tokenizer
-
-    from hypic_rag.engine import default_model_path
-
-    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+def test_sentence_drills_with_lists_draw_enough_values_for_every_shape(tok):
     drills = sentence_drills(tok, 3000, seed=0, lists=True)  # two keys sharing three years broke a run
     assert len(drills) == 3000 and all(any(lab != -100 for lab in labels) for _, labels in drills)
 
