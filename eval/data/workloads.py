@@ -161,23 +161,12 @@ def headquarters(org: str, city: str) -> str:
     return f"{org} is headquartered in {city}."
 
 
-def list_qa(people: list[dict]) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """``aggregate``'s question for each city the people live in, and every name there, in their order;
-    and the reasoning that answers each, keyed by question: every person's city, in document order
-    (``roll_call``)."""
-    qa = [
+def list_qa(people: list[dict]) -> list[tuple[str, str]]:
+    """``aggregate``'s question for each city the people live in, and every name there, in their order."""
+    return [
         (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
         for city in dict.fromkeys(p["city"] for p in people)
     ]
-    return qa, {q: roll_call(people) for q, _ in qa}
-
-
-def roll_call(people: list[dict]) -> str:
-    """Each person's city as one short sentence, in document order: the worked step before a list. In one
-    forward pass the bundled model named about half of a city's people and as many others (``aggregate``
-    F1 near 40 through four models); written out, each step is a single-document lookup, and the list is
-    picked from sentences of one shape, as the ``lists`` drill trains."""
-    return " ".join(person_facts(p)["city"] for p in people)
 
 
 def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
@@ -201,10 +190,10 @@ def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
         p = person_doc(w, rng)
         p["city"] = rng.choice(cities)
         people.append(p)
-    qa, reasoning = list_qa(people)
+    qa = list_qa(people)
     rng.shuffle(qa)
     docs = [part("document", _describe_person(p, rng)) for p in people]
-    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning})
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _tool(name: str, description: str, params: dict[str, str]) -> dict:

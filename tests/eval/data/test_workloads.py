@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import pytest
 
@@ -170,20 +169,3 @@ def test_multi_hop_reasoning_is_the_second_hop_with_its_answer():
             assert company != thought and sum(thought in d for d in docs) == 1
             name = question.removeprefix("In which city is the company that employs ").removesuffix(" headquartered?")
             assert any(name in d and company in d for d in docs)  # the first hop: the person's document
-
-
-def test_aggregate_reasoning_is_a_roll_call_of_every_document_the_list_is_read_from():
-    """The worked step before an ``aggregate`` list: each person's city as one sentence, in document order,
-    each read from that person's document; the answer is the roll call's names in the asked city."""
-    for ex in make("aggregate", 30, 2) + make("aggregate", 10, 2, small=True):
-        docs = [s.text for s in ex.segments if s.kind == "document"]
-        assert set(ex.meta["reasoning"]) == {q for q, _ in ex.meta["qa"]}
-        for question, answer in ex.meta["qa"]:
-            roll_call = ex.meta["reasoning"][question]
-            calls = re.findall(r" ?([^.]+) lives in ([^.]+)\.", roll_call)
-            assert "".join(f" {n} lives in {c}." for n, c in calls) == " " + roll_call  # nothing else in it
-            assert len(calls) == len(docs)
-            for (name, city), doc in zip(calls, docs, strict=True):  # document order, one person each
-                assert name in doc and city in doc
-            city = question.removeprefix("Who lives in ").removesuffix("? List every name.")
-            assert answer == ", ".join(n for n, c in calls if c == city)
