@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -169,3 +170,26 @@ def test_multi_hop_reasoning_is_the_second_hop_with_its_answer():
             assert company != thought and sum(thought in d for d in docs) == 1
             name = question.removeprefix("In which city is the company that employs ").removesuffix(" headquartered?")
             assert any(name in d and company in d for d in docs)  # the first hop: the person's document
+
+
+def test_aggregate_reasoning_marks_each_document_and_ends_in_the_answer():
+    """The worked step before an ``aggregate`` list: each person, in document order, marked with whether
+    they live in the asked city (read from their own document), the list so far after each "yes"; the
+    last list written is the answer."""
+    for ex in make("aggregate", 30, 2) + make("aggregate", 10, 2, small=True):
+        docs = [s.text for s in ex.segments if s.kind == "document"]
+        assert set(ex.meta["reasoning"]) == {q for q, _ in ex.meta["qa"]}
+        for question, answer in ex.meta["qa"]:
+            city = question.removeprefix("Who lives in ").removesuffix("? List every name.")
+            roll_call = ex.meta["reasoning"][question]
+            calls = re.findall(r" ?([^.:]+): (no|yes, so [^.]+)\.", roll_call)
+            assert " ".join(f"{n}: {m}." for n, m in calls) == roll_call  # nothing else in it
+            assert len(calls) == len(docs)
+            found = []
+            for (name, mark), doc in zip(calls, docs, strict=True):  # document order, one person each
+                assert name in doc
+                assert (city in doc) == mark.startswith("yes")
+                if mark.startswith("yes"):
+                    found.append(name)
+                    assert mark == "yes, so " + ", ".join(found)
+            assert answer == ", ".join(found) and answer in roll_call.rsplit("so ", 1)[1]
