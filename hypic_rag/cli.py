@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-new-tokens",
         type=int,
         default=None,
-        help="tokens each answer may take, reasoning included (default: 48; aggregate 320, for its marked roll call)",
+        help="tokens each answer may take, reasoning included (default: 48; aggregate 336, for its roll call)",
     )
     ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")

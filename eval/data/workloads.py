@@ -173,18 +173,19 @@ def list_qa(people: list[dict]) -> tuple[list[tuple[str, str]], dict[str, str]]:
 
 
 def roll_call(people: list[dict], city: str) -> str:
-    """Every person, in document order, marked with whether they live in ``city``; at each "yes" the list so
-    far is written again with the new name added, so the answer is a copy of the last one. In one forward
-    pass the bundled model named about half of a city's people and as many others (``aggregate`` F1 near
-    40 through four models). A roll call of each person's city read right but the list picked from it
-    failed (run 22); here each step is one lookup and one comparison, and each list a copy and a name."""
+    """Every person's city, in document order, and at each one in ``city`` the list so far with the new name
+    added, so the answer is a copy of the last list. In one forward pass the bundled model named about half
+    of a city's people and as many others (``aggregate`` F1 near 40 through four models). Written out as a
+    roll call of cities the lookups came out right but the list picked from them did not (run 22), and
+    marking each person yes or no without writing the city stayed all "no" (run 23); here each step is one
+    lookup, one comparison of the city just written with the asked one, and a copy."""
     steps, found = [], []
     for p in people:
+        step = person_facts(p)["city"]
         if p["city"] == city:
             found.append(p["name"])
-            steps.append(f"{p['name']}: yes, so {', '.join(found)}.")
-        else:
-            steps.append(f"{p['name']}: no.")
+            step = f"{step[:-1]}, so {', '.join(found)}."
+        steps.append(step)
     return " ".join(steps)
 
 

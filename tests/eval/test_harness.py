@@ -132,7 +132,7 @@ def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
 
 def test_each_workload_gets_its_token_budget_unless_one_is_given():
     assert new_token_budget("memory", None) == 48
-    assert new_token_budget("aggregate", None) == 320  # the marked roll call before the list
+    assert new_token_budget("aggregate", None) == 336  # the roll call before the list
     assert new_token_budget("aggregate", 7) == 7
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         new_token_budget("memory", 0)
