@@ -52,22 +52,6 @@ def _variants(modes: Sequence[str], seams: Sequence[int | float]) -> list[tuple[
     return out + [(f"hypic@w{w:g}", "hypic", w) for w in seams]
 
 
-# Tokens each workload may write, reasoning included (LongBench likewise gives each dataset its own
-# ``max_gen``): 48 holds any answer here; ``aggregate``'s roll call and its lists take up to 382
-# on the bundled tokenizer (seed 7, 200 examples; 197 on average).
-MAX_NEW_TOKENS = 48
-WORKLOAD_MAX_NEW_TOKENS = {"aggregate": 400}
-
-
-def new_token_budget(workload: str, max_new_tokens: int | None) -> int:
-    """``max_new_tokens`` where given, else the workload's budget."""
-    if max_new_tokens is None:
-        return WORKLOAD_MAX_NEW_TOKENS.get(workload, MAX_NEW_TOKENS)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    return max_new_tokens
-
-
 def prediction(engine: Engine, out: GenerationOutput) -> str:
     """The answer to score: ``out.text``, or where the model wrote a tool call, the call as it wrote it (the
     tool-call metric parses it; exact match and ROUGE read what the model wrote)."""
@@ -80,7 +64,7 @@ def evaluate(
     modes: Sequence[str],
     n: int = 100,
     seed: int = 0,
-    max_new_tokens: int | None = None,
+    max_new_tokens: int = 48,
     log: Callable[[str], None] = print,
     seams: Sequence[int | float] = (),
 ) -> dict[str, Any]:
@@ -90,7 +74,6 @@ def evaluate(
             f"evaluation needs a checkpoint with a tokenizer and a chat template; {engine.name!r} lacks one"
         )
     name, examples = load_examples(workload, n, seed)
-    max_new_tokens = new_token_budget(name, max_new_tokens)
     labels = [v[0] for v in variants]
     scores: dict[str, list[float]] = {m: [] for m in labels}
     extra: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SECONDARY} for m in labels}
@@ -140,13 +123,7 @@ def evaluate(
             f"  {label:<10} {metric} {row['score']:6.1f}"
             + (f"  KL {row['kl']:.2e}  top-1 {row['top1']:.2f}" if "kl" in row else "")
         )
-    report: dict[str, Any] = {
-        "workload": name,
-        "n": len(examples),
-        "seed": seed,
-        "max_new_tokens": max_new_tokens,
-        "results": results,
-    }
+    report: dict[str, Any] = {"workload": name, "n": len(examples), "seed": seed, "results": results}
     if "full" in results:
         report["gap_points"] = {m: results["full"]["score"] - r["score"] for m, r in results.items() if m != "full"}
     return report
@@ -165,7 +142,7 @@ def evaluate_many(
     modes: Sequence[str],
     n: int = 100,
     seed: int = 0,
-    max_new_tokens: int | None = None,
+    max_new_tokens: int = 48,
     log: Callable[[str], None] = print,
     seams: Sequence[int | float] = (),
 ) -> dict[str, Any]:

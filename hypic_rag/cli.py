@@ -90,12 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--n", type=int, default=100, help="examples")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: the bundled model)")
-    ev.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help="tokens each answer may take, reasoning included (default: 48; aggregate 400, for its roll call)",
-    )
+    ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
     ev.add_argument("--seams", type=_lengths, default=[], help="also run hypic at each of these seam widths")

@@ -161,34 +161,12 @@ def headquarters(org: str, city: str) -> str:
     return f"{org} is headquartered in {city}."
 
 
-def list_qa(people: list[dict]) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """``aggregate``'s question for each city the people live in, and every name there, in their order;
-    and the reasoning that answers each, keyed by question (``roll_call``)."""
-    cities = list(dict.fromkeys(p["city"] for p in people))
-    qa = [
+def list_qa(people: list[dict]) -> list[tuple[str, str]]:
+    """``aggregate``'s question for each city the people live in, and every name there, in their order."""
+    return [
         (f"Who lives in {city}? List every name.", ", ".join(p["name"] for p in people if p["city"] == city))
-        for city in cities
+        for city in dict.fromkeys(p["city"] for p in people)
     ]
-    return qa, {q: roll_call(people, city) for (q, _), city in zip(qa, cities, strict=True)}
-
-
-def roll_call(people: list[dict], city: str) -> str:
-    """Every person's city, in document order, and at each one in ``city`` the list so far with the new name
-    added, so the answer is a copy of the last list. In one forward pass the bundled model named about half
-    of a city's people and as many others (``aggregate`` F1 near 40 through four models). Written out as a
-    roll call of cities the lookups came out right but the list picked from them did not (run 22), and
-    marking each person yes or no without writing the city stayed all "no" (run 23); here each step is one
-    lookup, one comparison of the city just written with the asked one, and a copy."""
-    steps, found = [], []
-    for p in people:
-        step = f"{person_facts(p)['city']} {city}? "
-        if p["city"] == city:
-            found.append(p["name"])
-            step += f"Yes, so {', '.join(found)}."
-        else:
-            step += "No."
-        steps.append(step)
-    return " ".join(steps)
 
 
 def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
@@ -212,10 +190,10 @@ def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
         p = person_doc(w, rng)
         p["city"] = rng.choice(cities)
         people.append(p)
-    qa, reasoning = list_qa(people)
+    qa = list_qa(people)
     rng.shuffle(qa)
     docs = [part("document", _describe_person(p, rng)) for p in people]
-    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning})
+    return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
 def _tool(name: str, description: str, params: dict[str, str]) -> dict:

@@ -147,8 +147,7 @@ def list_examples(n: int, seed: int, small: bool = False) -> list[Example]:
         people = [person_doc(w, rng) for _ in range(rng.randint(3, 5) if small else rng.randint(5, 10))]
         for p in people:
             p["city"] = rng.choice(cities)
-        qa, reasoning = list_qa(people)
-        out.append(_asking([part("document", person_facts(p)["city"]) for p in people], qa, rng, reasoning=reasoning))
+        out.append(_asking([part("document", person_facts(p)["city"]) for p in people], list_qa(people), rng))
     return out
 
 

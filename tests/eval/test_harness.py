@@ -8,7 +8,7 @@ from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cli import main
 from hypic_rag.eval.data.longbench import write_longbench_jsonl
 from hypic_rag.eval.data.workloads import make
-from hypic_rag.eval.harness import evaluate, load_examples, new_token_budget, prediction
+from hypic_rag.eval.harness import evaluate, load_examples, prediction
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def trained(tmp_path_factory, train_args):
 def test_eval_report_follows_the_api(trained):
     engine = Engine.from_pretrained(trained, min_cached_tokens=0)
     report = evaluate(engine, "memory", ["full", "pic", "hypic"], n=3, seed=5, max_new_tokens=4, log=lambda _: None)
-    assert report["workload"] == "memory" and report["n"] == 3 and report["max_new_tokens"] == 4
+    assert report["workload"] == "memory" and report["n"] == 3
     assert set(report["results"]) == {"full", "pic", "hypic"}
     for mode, row in report["results"].items():
         assert 0.0 <= row["score"] <= 100.0 and row["metric"] == "f1"
@@ -128,11 +128,3 @@ def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
     md, png = write_report(report, tmp_path / "rep", "hypic-rag eval ...")
     assert "| memory | f1 |" in md.read_text() and "hypic@w2" in md.read_text()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_each_workload_gets_its_token_budget_unless_one_is_given():
-    assert new_token_budget("memory", None) == 48
-    assert new_token_budget("aggregate", None) == 400  # the roll call before the list
-    assert new_token_budget("aggregate", 7) == 7
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
-        new_token_budget("memory", 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import pytest
 
@@ -170,28 +169,3 @@ def test_multi_hop_reasoning_is_the_second_hop_with_its_answer():
             assert company != thought and sum(thought in d for d in docs) == 1
             name = question.removeprefix("In which city is the company that employs ").removesuffix(" headquartered?")
             assert any(name in d and company in d for d in docs)  # the first hop: the person's document
-
-
-def test_aggregate_reasoning_is_a_roll_call_that_ends_in_the_answer():
-    """The worked step before an ``aggregate`` list: each person's city, in document order (read from their
-    own document), and after each one in the asked city the list so far; the last list is the answer."""
-    for ex in make("aggregate", 30, 2) + make("aggregate", 10, 2, small=True):
-        docs = [s.text for s in ex.segments if s.kind == "document"]
-        assert set(ex.meta["reasoning"]) == {q for q, _ in ex.meta["qa"]}
-        for question, answer in ex.meta["qa"]:
-            asked = question.removeprefix("Who lives in ").removesuffix("? List every name.")
-            roll_call = ex.meta["reasoning"][question]
-            calls = re.findall(r" ?([^.]+) lives in ([^.]+)\. ([^.?]+)\? (?:No|Yes, so ([^.]+))\.", roll_call)
-            assert all(q == asked for _, _, q, _ in calls)
-            calls = [(n, c, so) for n, c, _, so in calls]
-            assert " ".join(
-                f"{n} lives in {c}. {asked}? " + (f"Yes, so {so}." if so else "No.") for n, c, so in calls
-            ) == roll_call
-            assert len(calls) == len(docs)
-            found = []
-            for (name, city, so_far), doc in zip(calls, docs, strict=True):  # document order, one person each
-                assert name in doc and city in doc
-                if city == asked:
-                    found.append(name)
-                assert so_far == (", ".join(found) if city == asked else "")
-            assert answer == ", ".join(found) == [s for _, _, s in calls if s][-1]
