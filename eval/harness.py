@@ -5,7 +5,7 @@ chat template makes the prompt and every mode gets the same segments and token i
 what the model writes up to its end of answer (a tool call as it wrote it), scored with the
 workload's metric. For
 modes other than ``full`` it also reports KL(full ‖ mode) and top-1 agreement of the first answer
-token. The JSON follows API.md: ``{"workload", "n", "results": {mode: {"score", "metric", "kl",
+token. The JSON (docs/benchmarks.md): ``{"workload", "n", "results": {mode: {"score", "metric", "kl",
 "top1"}}, "gap_points": {mode: full - mode}}``; ``report.write_report`` turns it into a table and plots.
 """
 

@@ -1,4 +1,4 @@
-"""The state algebra of HYPIC (HYPIC.md §3): each operation's torch reference with its Triton kernel.
+"""The state algebra of HYPIC (docs/design.md §3): each operation's torch reference with its Triton kernel.
 
 - ``transition``: a segment's end state and transition operator ``P`` per value head, with
   ``state = P @ S0 + B`` (``B`` the zero-start end state). One pass of the chunked (UT/WY) delta rule
@@ -8,7 +8,7 @@
   row's remainder after its seam as well (seam variant B), for the cost of one pass.
 - ``compose``: chain cached segments left to right, ``S <- P_i S + B_i``.
 - ``rerotate``: move RoPE-rotated keys to new positions, ``R(p + d) = R(d) R(p)``.
-- Operator forms (issue 17): every linear mixer's segment map is ``S <- P S + B``, but ``P`` takes the
+- Operator forms: every linear mixer's segment map is ``S <- P S + B``, but ``P`` takes the
   form its recurrence allows — ``dense`` (``[H, K, K]``: Gated DeltaNet, KDA), ``diagonal`` (``[H, K]``:
   per-channel decay without a delta rule), ``scalar`` (``[H]``: Mamba2, Lightning) or ``none`` (a conv-only
   mixer, whose only carried state is its conv tail). ``apply_operator`` and ``compose_forms`` take each

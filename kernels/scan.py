@@ -1,8 +1,8 @@
 """The gated delta rule over a request's fresh tokens, with the state jumping over cached segments.
 
-Why (issue 14): a request recomputes only some of its tokens (seams, in-context stretches, the
+Why: a request recomputes only some of its tokens (seams, in-context stretches, the
 query); between them sit cached segments, whose effect on a linear layer's state is the affine map
-``S <- P @ S_src + B`` (HYPIC.md §3: ``P`` the segment's transition operator, ``B`` its zero-start
+``S <- P @ S_src + B`` (docs/design.md §3: ``P`` the segment's transition operator, ``B`` its zero-start
 end state). Running every fresh stretch in its own forward reads all of the model's weights once
 per stretch; ``scan_with_jumps`` lets the fresh tokens go through ONE forward, as one sequence, each
 linear layer scanning them once and applying the cached segments' maps where they sit.

@@ -6,7 +6,7 @@ Per head ``h`` the state ``S [P, N]`` follows
 
 (transformers' ``mamba2_chunk_scan`` convention; the ``D`` skip and the gate are the mixer's). The decay is
 one number per head and token, so a segment's transition operator is the scalar ``exp(a_h sum dt)``
-(HYPIC.md §3 with ``P = p I``): a cached entry keeps one number per head where Gated DeltaNet keeps a
+(docs/design.md §3 with ``P = p I``): a cached entry keeps one number per head where Gated DeltaNet keeps a
 ``K x K`` matrix.
 
 Written here rather than taken from transformers: its torch path has no initial-state-per-row split, no

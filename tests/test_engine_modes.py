@@ -1,4 +1,4 @@
-"""HYPIC.md §6: the modes and the invariants that pin them, on tiny random checkpoints."""
+"""docs/design.md §6: the modes and the invariants that pin them, on tiny random checkpoints."""
 
 from __future__ import annotations
 

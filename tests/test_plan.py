@@ -1,4 +1,4 @@
-"""The request plan: the one home of the seam rule (HYPIC.md §4)."""
+"""The request plan: the one home of the seam rule (docs/design.md §4)."""
 
 from __future__ import annotations
 

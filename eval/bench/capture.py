@@ -1,4 +1,4 @@
-"""CPU benchmark of operator capture against the plain delta rule (issue 14, items 2 and 4):
+"""CPU benchmark of operator capture against the plain delta rule, the cold path's extra cost:
 
     python -m hypic_rag.eval.bench.capture [--baseline REV] [--threads 1] [--repeats 3] [--json out.json]
 

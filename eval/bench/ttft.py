@@ -27,7 +27,7 @@ def run(
     log: Callable[[str], None] = print,
     shapes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """API.md's bench JSON; ``shapes`` replaces the Qwen3.5-0.8B layer shapes (tests use tiny ones)."""
+    """The bench JSON (docs/benchmarks.md); ``shapes`` replaces the Qwen3.5-0.8B layer shapes (tests use tiny ones)."""
     check_modes(modes)
     if min(segments, segment_tokens, query_tokens, repeats, layers) < 1:
         raise ValueError("segments, segment_tokens, query_tokens, repeats and layers must be >= 1")

@@ -1,6 +1,6 @@
 """Growing a trained checkpoint wider and deeper without changing what it computes.
 
-The bundled model's retrieval circuit took most of its training to form (the README's drills); a
+The bundled model's retrieval circuit took most of its training to form (docs/training-log.md's drills); a
 bigger model trained from scratch would have to form it again. So a grown model starts as the old one:
 old weights sit in the first rows and columns of the new ones, every new residual dimension starts at
 zero (the embedding's new columns, every output projection's new rows), every new head or MLP unit and
@@ -18,7 +18,7 @@ The linear layers' causal conv may grow longer: the old taps stay on the newest 
 older taps start at zero. With the tokenizer's spaces as tokens of their own, a four-tap conv sees a
 word and a half; a key two words before the value it names ("K is headquartered in V") is out of the
 reach of even three stacked convs. (Lengthened to eight taps, the bundled model's second hop did not
-move in 300 steps: the README's run 16.)
+move in 300 steps: run 16 in docs/training-log.md.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ model memorised its examples instead of learning to retrieve.
 The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
 them a ``--recall`` share of each window is recall drills in the prompt format (both in ``drills``),
 a ``--sentences`` share is dense relation-sentence drills, ``--mix`` weighs the workloads, and a
-first ``--curriculum`` share of the steps uses smaller examples. The README gives the chain of runs
+first ``--curriculum`` share of the steps uses smaller examples. docs/training-log.md gives the chain of runs
 (each ``--init`` from the last) that made the bundled model. Every
 ``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
 decoding yields the answer exactly when every answer token is the argmax) and writes an HF

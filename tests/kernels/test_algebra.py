@@ -1,4 +1,4 @@
-"""The state algebra against the token recurrence it stands for (HYPIC.md §3), on both backends.
+"""The state algebra against the token recurrence it stands for (docs/design.md §3), on both backends.
 
 Triton runs under TRITON_INTERPRET=1 on CPU tensors (set in conftest before the kernels load)."""
 

@@ -1,4 +1,4 @@
-"""The scan with jumps against the token recurrence it stands for (issue 14), on both backends.
+"""The scan with jumps against the token recurrence it stands for, on both backends.
 
 Triton runs under TRITON_INTERPRET=1 on CPU tensors (set in conftest before the kernels load), so the
 cases stay small."""

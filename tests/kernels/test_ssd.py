@@ -46,7 +46,7 @@ def test_chunked_scan_equals_recurrence(t, chunk):
 
 
 def test_scalar_operator_moves_a_segment_to_any_start():
-    """HYPIC.md §3 with P = p I: the state from S0 is p S0 + B, B the zero-start end state."""
+    """docs/design.md §3 with P = p I: the state from S0 is p S0 + B, B the zero-start end state."""
     x, dt, a, b, c = _inputs(2, 40)
     split = ssd_split_transition(x, dt, a, b, c, torch.tensor([40, 40]))
     assert split.p.shape == (2, H) and split.rest_p is None

@@ -1,5 +1,5 @@
 """The reliability suite's oracle: whatever the cache holds or the disk does, an answer equals the one a
-cache-less engine gives for the same prompt (cold and warm composed answers are equal, HYPIC.md §6)."""
+cache-less engine gives for the same prompt (cold and warm composed answers are equal, docs/design.md §6)."""
 
 from __future__ import annotations
 
