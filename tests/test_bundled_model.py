@@ -11,7 +11,7 @@ import torch
 from hypic_rag import Engine
 from hypic_rag.engine import default_model_path
 from hypic_rag.eval.data import make
-from hypic_rag.testing.parity import load_reference, logits_max_diff
+from hypic_rag.testing.parity import assert_matches_transformers
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -26,10 +26,9 @@ def test_checkpoint_matches_the_readme_hash_and_size_budget():
 
 def test_loads_in_both_runtimes_with_matching_logits():
     engine = Engine.from_pretrained()
-    reference = load_reference(default_model_path())
     ex = make("single_doc", 1, 4)[0]
     ids = [i for s in ex.segments for i in engine.encode(s.text)]
-    assert logits_max_diff(engine.model, reference, torch.tensor([ids])) < 1e-4
+    assert_matches_transformers(engine.model, default_model_path(), torch.tensor([ids]))
     assert engine.eos_token_ids == (engine.tokenizer.token_to_id("</a>"),)
     layers = engine.config.layer_types
     assert layers.count("linear_attention") == 3 * layers.count("full_attention") > 0  # real hybrids' 3 : 1

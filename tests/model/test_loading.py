@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hypic_rag.model import load_model
-from hypic_rag.testing.parity import load_reference
+from hypic_rag.testing.parity import assert_matches_transformers, load_reference, well_conditioned_ids
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -96,9 +96,8 @@ def test_sharded_checkpoint_matches_transformers(checkpoint, tmp_path):
     reference.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
     assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
     ours = load_model(tmp_path / "sharded")
-    ids = torch.randint(0, ours.config.vocab_size, (1, 50), generator=torch.Generator().manual_seed(2))
-    with torch.inference_mode():
-        assert (ours(ids) - reference(ids).logits).abs().max() < 1e-4
+    ids = well_conditioned_ids(ours, (1, 50), seed=2)
+    assert_matches_transformers(ours, tmp_path / "sharded", ids)
 
 
 def test_tied_embeddings_share_one_tensor(checkpoint):

@@ -7,7 +7,13 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.model import load_model
-from hypic_rag.testing.parity import load_reference, logits_max_diff, reference_greedy, split_prefill_max_diff
+from hypic_rag.testing.parity import (
+    assert_matches_transformers,
+    load_reference,
+    reference_greedy,
+    split_prefill_max_diff,
+    well_conditioned_ids,
+)
 from hypic_rag.testing.synthetic import KINDS, build_checkpoint
 
 
@@ -17,10 +23,11 @@ def _ids(shape: tuple[int, int], vocab: int, seed: int = 1) -> torch.Tensor:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_full_forward_matches_transformers(checkpoint, kind):
+    """Within a few times transformers' own fp32 rounding against float64 on this CPU (the bound's why is in
+    ``hypic_rag.testing.parity``), on an input with no routing near-tie."""
     path = checkpoint(kind)
     ours = load_model(path)
-    ids = _ids((2, 512), ours.config.vocab_size)
-    assert logits_max_diff(ours, load_reference(path), ids) < 1e-4
+    assert_matches_transformers(ours, path, well_conditioned_ids(ours, (2, 512)))
 
 
 @pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "bamba"])
@@ -92,7 +99,7 @@ def test_falcon_h1_variants_match_transformers(tmp_path, overrides):
     μP multiplier folded into the weights."""
     path = build_checkpoint("falcon_h1", tmp_path, overrides)
     ours = load_model(path)
-    assert logits_max_diff(ours, load_reference(path), _ids((2, 200), ours.config.vocab_size)) < 1e-4
+    assert_matches_transformers(ours, path, _ids((2, 200), ours.config.vocab_size))
 
 
 @pytest.mark.parametrize(
@@ -107,4 +114,4 @@ def test_falcon_h1_variants_match_transformers(tmp_path, overrides):
 def test_family_variants_match_transformers(tmp_path, kind, overrides):
     path = build_checkpoint(kind, tmp_path, overrides)
     ours = load_model(path)
-    assert logits_max_diff(ours, load_reference(path), _ids((2, 200), ours.config.vocab_size)) < 1e-4
+    assert_matches_transformers(ours, path, well_conditioned_ids(ours, (2, 200)))

@@ -10,7 +10,7 @@ from hypic_rag import Engine
 from hypic_rag.eval.train.grow import grow
 from hypic_rag.eval.train.train import model_config
 from hypic_rag.model.loading import default_model_path
-from hypic_rag.testing.parity import load_reference, logits_max_diff
+from hypic_rag.testing.parity import assert_matches_transformers
 
 L, F = "linear_attention", "full_attention"
 
@@ -87,7 +87,7 @@ def test_growth_is_seeded_and_serves_in_both_runtimes(old, tmp_path, conv_kernel
         (tmp_path / name).write_bytes((default_model_path() / name).read_bytes())
     engine = Engine.from_pretrained(tmp_path)
     ids = torch.randint(0, engine.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(0))
-    assert logits_max_diff(engine.model, load_reference(tmp_path), ids) < 1e-4
+    assert_matches_transformers(engine.model, tmp_path, ids)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from hypic_rag.eval.train.drills import recall_examples
 from hypic_rag.eval.train.train import HELD_OUT_SEED, encode, fresh_window, parse_mix, run, special_tokens
 from hypic_rag.model.loading import default_model_path
 from hypic_rag.prompt_format import bundled_template
-from hypic_rag.testing.parity import load_reference, logits_max_diff
+from hypic_rag.testing.parity import assert_matches_transformers
 
 # sha256 of training ids and labels (``test_training_ids_are_todays``) and of the tokenizer's training
 # texts, first computed on the code that wrapped each segment by hand, before the examples became messages;
@@ -42,7 +42,7 @@ def test_training_is_reproducible_and_the_checkpoint_loads_everywhere(tmp_path, 
     ex = make("tool_call", 1, 3)[0]
     assert engine.render(ex.messages, ex.tools).segments == render(ex).segments
     ids = torch.randint(0, engine.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(0))
-    assert logits_max_diff(engine.model, load_reference(tmp_path / "a"), ids) < 1e-4
+    assert_matches_transformers(engine.model, tmp_path / "a", ids)
 
 
 def test_training_continues_from_a_checkpoint(tmp_path, train_args):
