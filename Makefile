@@ -1,19 +1,29 @@
 # Each target creates or reuses the local venv. torch==2.13.0 (a CPU wheel) goes in first when no
-# torch is present, so that pip never resolves a multi-GB CUDA build.
+# torch is present, so that pip never resolves a multi-GB CUDA build. Everything else installs at the
+# versions pinned in constraints.txt; `make lock` resolves pyproject.toml's ranges anew and rewrites it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hypic-installed
 
-.PHONY: demo test bench lint clean redis-server
+.PHONY: demo test bench lint clean redis-server lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[all]"
+	$(PY) -m pip install -c constraints.txt -e ".[all]"
 	touch $@
+
+# Resolve the extras afresh in a scratch venv and pin what came out (torch aside: the line above installs
+# it). Run `make test` on the new pins before committing them.
+LOCK_VENV := .venv-lock
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q "torch==2.13.0" && $(LOCK_VENV)/bin/pip install -q -e ".[all]"
+	{ grep '^#' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf $(LOCK_VENV)
 
 demo: $(STAMP)
 	$(VENV)/bin/hypic-rag demo
@@ -38,4 +48,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(LOCK_VENV) build *.egg-info
