@@ -59,19 +59,22 @@ def broken_links(path: Path, root: Path) -> list[str]:
     """What is wrong with each relative link of ``path``: a missing file, a missing anchor, a way out of
     ``root``."""
     problems = []
-    for number, line in prose_lines(path.read_text()):
-        for target in LINK.findall(CODE_SPAN.sub("", line)):
-            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto: ...
-                continue
-            where = f"{path.relative_to(root)}:{number}: {target}"
-            file_part, _, fragment = target.partition("#")
-            dest = (path.parent / file_part).resolve() if file_part else path
-            if not dest.is_relative_to(root):
-                problems.append(f"{where}: points outside the repository")
-            elif not dest.exists():
-                problems.append(f"{where}: no such file")
-            elif fragment and (dest.suffix != ".md" or fragment not in anchors(dest)):
-                problems.append(f"{where}: no heading #{fragment} in {dest.relative_to(root)}")
+    lines = dict(prose_lines(path.read_text()))
+    prose = "\n".join(lines.get(n, "") for n in range(1, max(lines, default=0) + 1))
+    prose = CODE_SPAN.sub(lambda m: " " * len(m.group(0)), prose)  # blanked in place: offsets keep their lines
+    for link in LINK.finditer(prose):  # a link's text may run over a line break
+        target = link.group(1)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto: ...
+            continue
+        where = f"{path.relative_to(root)}:{prose.count(chr(10), 0, link.start()) + 1}: {target}"
+        file_part, _, fragment = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if not dest.is_relative_to(root):
+            problems.append(f"{where}: points outside the repository")
+        elif not dest.exists():
+            problems.append(f"{where}: no such file")
+        elif fragment and (dest.suffix != ".md" or fragment not in anchors(dest)):
+            problems.append(f"{where}: no heading #{fragment} in {dest.relative_to(root)}")
     return problems
 
 
@@ -92,12 +95,14 @@ def test_the_checker_finds_broken_links(tmp_path):
         "# Top\n"
         "[gone](docs/b.md) [no anchor](docs/a.md#nope) [out](../elsewhere.md) [web](https://example.com/x)\n"
         "`[in code](docs/c.md)`\n```\n[in a fence](docs/d.md)\n```\n"
+        "a link over [two\nlines](docs/e.md)\n"
     )
     found = broken_links(page, tmp_path)
     assert found == [
         "README.md:3: docs/b.md: no such file",
         "README.md:3: docs/a.md#nope: no heading #nope in docs/a.md",
         "README.md:3: ../elsewhere.md: points outside the repository",
+        "README.md:8: docs/e.md: no such file",
     ]
 
 
