@@ -95,6 +95,19 @@ def assert_matches_transformers(ours: HybridModel, path, ids: torch.Tensor) -> P
     return parity
 
 
+@torch.inference_mode()
+def rounding_bound(model: HybridModel, ids: torch.Tensor) -> float:
+    """How far two fp32 paths through ``model`` to the same logits may differ on this CPU.
+
+    A float64 copy of ``model`` stands in for the exact value; parts of the runtime keep fp32 on
+    purpose (recurrent states), so the copy is not exact either, but its distance from the fp32 model is
+    the size of the rounding that a split prefill, a token-by-token decode or a fused forward re-orders.
+    """
+    got = model(ids).double()
+    exact = copy.deepcopy(model).double()(ids)
+    return ROUNDING_FACTOR * max(float((got - exact).abs().max()), RELATIVE_FLOOR * float(exact.abs().max()))
+
+
 class _TopkRecorder(TorchFunctionMode):
     """Records the scores and ``k`` of every top-k call: the routing decisions of any router."""
 

@@ -11,6 +11,7 @@ from hypic_rag.testing.parity import (
     assert_matches_transformers,
     load_reference,
     reference_greedy,
+    rounding_bound,
     split_prefill_max_diff,
     well_conditioned_ids,
 )
@@ -32,8 +33,10 @@ def test_full_forward_matches_transformers(checkpoint, kind):
 
 @pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text", "nemotron_h_moe", "granitemoehybrid", "bamba"])
 def test_split_prefill_equals_one_shot(checkpoint, kind):
+    """Equal up to the fp32 rounding the split re-orders (chunks fall elsewhere), measured on this CPU."""
     model = load_model(checkpoint(kind))
-    assert split_prefill_max_diff(model, _ids((2, 500), model.config.vocab_size), 300) < 1e-4
+    ids = well_conditioned_ids(model, (2, 500))
+    assert split_prefill_max_diff(model, ids, 300) <= rounding_bound(model, ids)
 
 
 @pytest.mark.parametrize("kind", ["qwen3_next", "nemotron_h"])
@@ -46,7 +49,7 @@ def test_token_by_token_decode_equals_prefill(checkpoint, kind):
         state = model.new_state()
         steps = torch.cat([model(ids[:, i : i + 1], state=state) for i in range(ids.shape[1])], dim=1)
     assert state.seq_len == 40
-    assert (steps - whole).abs().max() < 1e-4
+    assert (steps - whole).abs().max() <= rounding_bound(model, ids)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -83,7 +86,7 @@ def test_left_padded_rows_equal_their_own_forward(checkpoint, kind):
         batched = model(ids, state=state, pad_mask=pad)
         alone_state = model.new_state()
         alone = model(ids[1:, 12:], state=alone_state)
-    assert (batched[1, 12:] - alone[0]).abs().max() < 1e-4
+    assert (batched[1, 12:] - alone[0]).abs().max() <= rounding_bound(model, ids[1:, 12:])
     for i in state.linear_layer_ids:
         for part in ("recurrent", "conv"):  # LFM2's recurrent state is empty: its conv tail is all it carries
             got, want = getattr(state.linear(i), part)[1], getattr(alone_state.linear(i), part)[0]
