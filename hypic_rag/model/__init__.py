@@ -1,6 +1,7 @@
 """The hybrid-model runtime: configuration, layers, request state and checkpoint loading."""
 
-from .config import FULL, LINEAR, SUPPORTED_MODEL_TYPES, HybridConfig
+from .config import FULL, LINEAR, HybridConfig
+from .families import SUPPORTED_MODEL_TYPES
 from .loading import load_model
 from .model import HybridModel
 from .state import AttentionLayerKV, LinearLayerState, RequestState, SegmentJumps, TransitionCapture

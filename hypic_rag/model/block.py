@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .config import LINEAR, HybridConfig
-from .layers import MLP, GroupRoutedMoE, PlainRMSNorm
+from .layers import Experts, GroupRouter, MoE, PlainRMSNorm, SwiGLU
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -36,6 +36,11 @@ class PreNormLayer(nn.Module):
         for name, module in (mixer, ffn or ("", None), norm_in, norm_ffn):
             if module is not None:
                 self.add_module(name, module)
+
+    @property
+    def linear_mixer(self) -> nn.Module:
+        """The token mixer of a linear layer (``is_linear``)."""
+        return getattr(self, self._parts[0])
 
     def ffn(self, x: torch.Tensor) -> torch.Tensor:
         """The named feed-forward; a family whose feed-forward is several modules overrides this."""
@@ -65,7 +70,8 @@ class PreNormLayer(nn.Module):
 
 class GroupRoutedLayer(PreNormLayer):
     """Kimi Linear's, Ling 3.0's and Ring-linear's layer: its mixer (``linear`` or ``attention``, built for the
-    layer, under ``mixer_name``), then a dense SwiGLU in ``mlp_only_layers`` and a ``GroupRoutedMoE`` after."""
+    layer, under ``mixer_name``), then a dense SwiGLU in ``mlp_only_layers`` and, after, experts chosen by a
+    ``GroupRouter`` plus a shared SwiGLU expert."""
 
     def __init__(
         self,
@@ -80,7 +86,12 @@ class GroupRoutedLayer(PreNormLayer):
         super().__init__(
             is_linear,
             (mixer_name, linear(config, idx) if is_linear else attention(config, idx)),
-            ("mlp", MLP(config.hidden_size, config.intermediate_size) if dense else GroupRoutedMoE(config)),
+            ("mlp", SwiGLU(config.hidden_size, config.intermediate_size) if dense else _group_routed_moe(config)),
             ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
             ("post_attention_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
         )
+
+
+def _group_routed_moe(config: HybridConfig) -> MoE:
+    shared = SwiGLU(config.hidden_size, config.shared_expert_intermediate_size)
+    return MoE(GroupRouter(config), Experts(config), shared=("shared_experts", shared))

@@ -1,6 +1,8 @@
-"""Norms and MLPs shared by every layer of the hybrid."""
+"""The norms, the feed-forward and the mixture of experts that families compose their layers from."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -53,17 +55,35 @@ class GatedRMSNorm(nn.Module):
         return (out * F.silu(gate.float())).to(dtype)
 
 
-class MLP(nn.Module):
-    """SwiGLU feed-forward."""
+# SwiGLU projection names: transformers' usual ones, LFM2's, and Granite's fused gate-and-up.
+GATE_UP_DOWN = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+W1_W2_W3 = {"gate": "w1", "down": "w2", "up": "w3"}
+FUSED_GATE_UP = {"gate_up": "input_linear", "down": "output_linear"}
 
-    def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))``, every family's gated feed-forward. ``names`` maps the roles ``gate``,
+    ``up`` and ``down`` (or ``gate_up``, one fused projection with the gate's rows first, and ``down``) to the
+    names the family's checkpoints give them; they are registered in that order, so weights load by name and
+    a random initialisation draws them in the order it always has."""
+
+    def __init__(self, hidden: int, size: int, bias: bool = False, names: Mapping[str, str] = GATE_UP_DOWN) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        if set(names) not in ({"gate", "up", "down"}, {"gate_up", "down"}):
+            raise ValueError(f"SwiGLU names must map gate, up, down (or gate_up, down), got {sorted(names)}")
+        self.fused = "gate_up" in names
+        self.names = dict(names)
+        for role, name in names.items():
+            rows = 2 * size if role == "gate_up" else size
+            shape = (size, hidden) if role == "down" else (hidden, rows)
+            self.add_module(name, nn.Linear(*shape, bias=bias))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused:
+            gate, up = getattr(self, self.names["gate_up"])(x).chunk(2, dim=-1)
+        else:
+            gate, up = getattr(self, self.names["gate"])(x), getattr(self, self.names["up"])(x)
+        return getattr(self, self.names["down"])(F.silu(gate) * up)
 
 
 class Router(nn.Module):
@@ -80,6 +100,20 @@ class Router(nn.Module):
         if self.norm_topk_prob:
             top = top / top.sum(dim=-1, keepdim=True)
         return top.to(logits.dtype), idx
+
+
+class TopKSoftmaxRouter(nn.Module):
+    """The top-k router logits, softmaxed among themselves (Granite's)."""
+
+    def __init__(self, config: HybridConfig) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = F.linear(x, self.weight).float()
+        top, idx = torch.topk(logits, self.top_k, dim=-1)
+        return torch.softmax(top, dim=-1).to(x.dtype), idx
 
 
 class Experts(nn.Module):
@@ -101,23 +135,40 @@ class Experts(nn.Module):
         return out
 
 
-class SparseMoE(nn.Module):
-    """Top-k routed experts plus a sigmoid-gated shared expert."""
+class MoE(nn.Module):
+    """Routed experts plus, optionally, a shared expert, each part under the name the family's checkpoints
+    give it: the router as ``gate`` (Qwen, MiniMax, Kimi Linear, Ring-linear) or ``router`` (Jamba,
+    Granite); the shared expert as ``shared=(name, module)``, with ``shared_gate`` a sigmoid gate on it
+    (Qwen's ``shared_expert`` behind ``shared_expert_gate``) or none (``shared_experts``)."""
 
-    def __init__(self, config: HybridConfig) -> None:
+    def __init__(
+        self,
+        router: nn.Module,
+        experts: nn.Module,
+        router_name: str = "gate",
+        shared: tuple[str, nn.Module] | None = None,
+        shared_gate: nn.Module | None = None,
+    ) -> None:
         super().__init__()
-        self.gate = Router(config)
-        self.experts = Experts(config)
-        self.shared_expert = MLP(config.hidden_size, config.shared_expert_intermediate_size)
-        self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
+        self.router_name = router_name
+        self.add_module(router_name, router)
+        self.experts = experts
+        self.shared_name = shared[0] if shared is not None else None
+        if shared is not None:
+            self.add_module(*shared)
+        if shared_gate is not None:
+            self.shared_expert_gate = shared_gate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        flat = x.reshape(-1, shape[-1])
-        weights, idx = self.gate(flat)
-        routed = self.experts(flat, weights, idx)
-        shared = torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
-        return (routed + shared).reshape(shape)
+        flat = x.reshape(-1, x.shape[-1])
+        weights, idx = getattr(self, self.router_name)(flat)
+        out = self.experts(flat, weights.to(flat.dtype), idx)
+        if self.shared_name is not None:
+            shared = getattr(self, self.shared_name)(flat)
+            if hasattr(self, "shared_expert_gate"):
+                shared = torch.sigmoid(self.shared_expert_gate(flat)) * shared
+            out = out + shared
+        return out.reshape(x.shape)
 
 
 class GroupRouter(nn.Module):
@@ -145,18 +196,3 @@ class GroupRouter(nn.Module):
         if self.norm_topk_prob:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return weights * self.scale, idx
-
-
-class GroupRoutedMoE(nn.Module):
-    """Gated experts chosen by ``GroupRouter``, plus a shared SwiGLU expert (Kimi Linear, Ring-linear-2.0)."""
-
-    def __init__(self, config: HybridConfig) -> None:
-        super().__init__()
-        self.gate = GroupRouter(config)
-        self.experts = Experts(config)
-        self.shared_experts = MLP(config.hidden_size, config.shared_expert_intermediate_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        weights, idx = self.gate(flat)
-        return self.experts(flat, weights.to(x.dtype), idx).reshape(x.shape) + self.shared_experts(x)

@@ -1,4 +1,4 @@
-"""The hybrid decoder stack: embeddings, alternating Gated DeltaNet and gated-attention layers, LM head."""
+"""The hybrid decoder stack: embeddings, the family's decoder layers (linear mixers and attention), LM head."""
 
 from __future__ import annotations
 
@@ -7,45 +7,20 @@ from torch import nn
 
 from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 
-from .attention import GatedAttention
-from .block import PreNormLayer
-from .config import LINEAR, HybridConfig
-from .deltanet import GatedDeltaNet
-from .layers import MLP, RMSNorm, SparseMoE
+from .config import HybridConfig
+from .family import Family
 from .state import RequestState, SegmentJumps, TransitionCapture
-
-# Where an input embedding is not ``model.embed_tokens``.
-_EMBEDDINGS = {
-    "nemotron_h": "backbone.embeddings.weight",
-    "bailing_moe_linear": "model.word_embeddings.weight",
-    "bailing_hybrid": "model.word_embeddings.weight",
-}
-# What each family calls its linear layers' token mixer (Qwen, Granite/Bamba, LFM2, Nemotron-H, MiniMax).
-_MIXER_NAMES = ("linear_attn", "mamba", "conv", "mixer", "self_attn", "attention")
-
-
-class DecoderLayer(PreNormLayer):
-    """Qwen3-Next's and Qwen3.5's layer: Gated DeltaNet or gated attention, then a SwiGLU or a MoE."""
-
-    def __init__(self, config: HybridConfig, idx: int) -> None:
-        linear = config.layer_types[idx] == LINEAR
-        mixer = ("linear_attn", GatedDeltaNet(config, idx)) if linear else ("self_attn", GatedAttention(config, idx))
-        ffn = SparseMoE(config) if config.is_moe_layer(idx) else MLP(config.hidden_size, config.intermediate_size)
-        super().__init__(
-            linear,
-            mixer,
-            ("mlp", ffn),
-            ("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps)),
-            ("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps)),
-        )
 
 
 class Backbone(nn.Module):
-    def __init__(self, config: HybridConfig) -> None:
+    """The stack every family shares: the input embedding, the decoder layers and the final norm, under
+    the names the family's checkpoints give them."""
+
+    def __init__(self, config: HybridConfig, family: Family) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.add_module(family.embeddings, nn.Embedding(config.vocab_size, config.hidden_size))
+        self.layers = nn.ModuleList(family.layer(config, i) for i in range(config.num_hidden_layers))
+        self.add_module(family.final_norm, family.norm(config.hidden_size, config.rms_norm_eps))
 
 
 class HybridModel(nn.Module):
@@ -58,63 +33,12 @@ class HybridModel(nn.Module):
     def __init__(self, config: HybridConfig) -> None:
         super().__init__()
         self.config = config
-        if config.model_type == "nemotron_h":
-            from .nemotron_h import NemotronBackbone
-
-            self.backbone = NemotronBackbone(config)
-            self._stack = (self.backbone.embeddings, self.backbone.layers, self.backbone.norm_f)
-        elif config.model_type == "jamba":
-            from .jamba import JambaBackbone
-
-            self.model = JambaBackbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.final_layernorm)
-        elif config.model_type == "bailing_moe_linear":
-            from .bailing_linear import RingBackbone
-
-            self.model = RingBackbone(config)
-            self._stack = (self.model.word_embeddings, self.model.layers, self.model.norm)
-        elif config.model_type == "falcon_h1":
-            from .mamba_hybrids import FalconH1Backbone
-
-            self.model = FalconH1Backbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.final_layernorm)
-        elif config.model_type == "olmo_hybrid":
-            from .olmo_hybrid import OlmoHybridBackbone
-
-            self.model = OlmoHybridBackbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
-        elif config.model_type == "bailing_hybrid":
-            from .kimi_linear import BailingHybridBackbone
-
-            self.model = BailingHybridBackbone(config)
-            self._stack = (self.model.word_embeddings, self.model.layers, self.model.norm)
-        elif config.model_type == "kimi_linear":
-            from .kimi_linear import KimiBackbone
-
-            self.model = KimiBackbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
-        elif config.model_type == "minimax":
-            from .minimax import MiniMaxBackbone
-
-            self.model = MiniMaxBackbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
-        elif config.model_type == "lfm2":
-            from .lfm2 import Lfm2Backbone
-
-            self.model = Lfm2Backbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.embedding_norm)
-        elif config.model_type in ("granitemoehybrid", "bamba"):
-            from .mamba_hybrids import MambaHybridBackbone
-
-            self.model = MambaHybridBackbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.final_norm)
-        else:
-            self.model = Backbone(config)
-            self._stack = (self.model.embed_tokens, self.model.layers, self.model.norm)
+        self.family = family = config.family
+        backbone = Backbone(config, family)
+        self.add_module(family.root, backbone)  # ``model`` (``backbone`` for Nemotron-H), as checkpoints name it
+        self._stack = (getattr(backbone, family.embeddings), backbone.layers, getattr(backbone, family.final_norm))
         self._mixers: dict[int, nn.Module] = {
-            i: next(getattr(layer, n) for n in _MIXER_NAMES if hasattr(layer, n))
-            for i, layer in enumerate(self._stack[1])
-            if layer.is_linear
+            i: layer.linear_mixer for i, layer in enumerate(backbone.layers) if layer.is_linear
         }
         self._forms = {i: mixer.operator_form for i, mixer in self._mixers.items()}
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -131,7 +55,7 @@ class HybridModel(nn.Module):
     @property
     def embedding_name(self) -> str:
         """The input embedding's parameter name (an LM head tied to it loads from it)."""
-        return _EMBEDDINGS.get(self.config.model_type, "model.embed_tokens.weight")
+        return self.family.embedding_weight
 
     def linear_mixers(self) -> dict[int, nn.Module]:
         """Each linear layer's token mixer (``operator_form``, ``state_shapes()``), found once at build."""

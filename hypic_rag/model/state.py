@@ -7,7 +7,7 @@ length: the model through ``set_linear``, ``append_kv`` and ``advance``, the eng
 ``restore`` (a cached prefix) and ``extend`` (a cached segment placed after what is there).
 
 ``TransitionCapture`` is the forward's explicit request, for an isolated zero-start prefill, to
-record each linear layer's segment operators (HYPIC.md §3-§4).
+record each linear layer's segment operators (docs/design.md §3-§4).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from hypic_rag import Engine, Segment
 from hypic_rag.model import HybridConfig, load_model
-from hypic_rag.model.family_configs import ring_layer_types
+from hypic_rag.model.families.bailing_moe_linear import ring_layer_types
 
 
 def _rms(x, w, eps):

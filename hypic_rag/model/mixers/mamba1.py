@@ -1,9 +1,9 @@
-"""Jamba (``jamba``): Mamba1 and attention layers (no position encoding), each followed by a SwiGLU or, every
-``expert_layer_period``-th layer, a softmax-routed MoE.
+"""The Mamba1 token mixer (Jamba): projections, causal conv with a carried tail, the selective scan with dt,
+B and C RMS-normed, the D skip and a SiLU gate.
 
 Mamba1's decay differs per channel and state index, so its operator is diagonal (``kernels.algebra.
 DIAGONAL``): the state is held as ``[D, S, 1]`` and a segment's operator is ``exp(A * sum dt)`` ``[D, S]``.
-Module names follow transformers' ``JambaForCausalLM``.
+Weight names are transformers' ``JambaMambaMixer``'s.
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from torch import nn
 from hypic_rag.kernels.algebra import DIAGONAL, selective_split_transition
 from hypic_rag.kernels.selective_scan import selective_scan
 
-from .attention import PlainAttention
-from .block import PreNormLayer
-from .config import LINEAR, HybridConfig
+from ..config import HybridConfig
+from ..layers import PlainRMSNorm
+from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
-from .layers import MLP, Experts, PlainRMSNorm, Router
 from .recurrence import run_recurrence
-from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class Mamba1Mixer(nn.Module):
@@ -97,38 +95,3 @@ class Mamba1Mixer(nn.Module):
             state.set_linear(self.layer_idx, tail, s_end)
         y = (y + xs.float() * self.D.float()) * F.silu(gate.float())
         return self.out_proj(y.to(x.dtype))
-
-
-class JambaMoE(nn.Module):
-    """Softmax router whose top-k weights are not renormalised; gated experts."""
-
-    def __init__(self, config: HybridConfig) -> None:
-        super().__init__()
-        self.router = Router(config)
-        self.experts = Experts(config)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        weights, idx = self.router(flat)
-        return self.experts(flat, weights, idx).reshape(x.shape)
-
-
-class JambaLayer(PreNormLayer):
-    def __init__(self, config: HybridConfig, idx: int) -> None:
-        linear = config.layer_types[idx] == LINEAR
-        dense = idx in config.mlp_only_layers
-        super().__init__(
-            linear,
-            ("mamba", Mamba1Mixer(config, idx)) if linear else ("self_attn", PlainAttention(config, idx)),
-            ("feed_forward", MLP(config.hidden_size, config.intermediate_size) if dense else JambaMoE(config)),
-            ("input_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-            ("pre_ff_layernorm", PlainRMSNorm(config.hidden_size, config.rms_norm_eps)),
-        )
-
-
-class JambaBackbone(nn.Module):
-    def __init__(self, config: HybridConfig) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(JambaLayer(config, i) for i in range(config.num_hidden_layers))
-        self.final_layernorm = PlainRMSNorm(config.hidden_size, config.rms_norm_eps)

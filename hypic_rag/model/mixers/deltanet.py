@@ -17,10 +17,10 @@ from hypic_rag.kernels.algebra import DENSE, split_transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 
-from .config import HybridConfig
+from ..config import HybridConfig
+from ..layers import GatedRMSNorm
+from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
-from .layers import GatedRMSNorm
-from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class GatedDeltaNet(nn.Module):

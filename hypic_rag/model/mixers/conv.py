@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .state import SegmentJumps
+    from ..state import SegmentJumps
 
 
 def causal_conv(

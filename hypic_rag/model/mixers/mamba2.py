@@ -15,10 +15,10 @@ from torch import nn
 from hypic_rag.kernels.algebra import SCALAR, ssd_split_transition
 from hypic_rag.kernels.ssd import ssd_scan
 
-from .config import HybridConfig
+from ..config import HybridConfig
+from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 from .recurrence import run_recurrence
-from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class GroupedGatedRMSNorm(nn.Module):

@@ -20,7 +20,7 @@ import torch
 from hypic_rag.kernels.algebra import SplitTransition, apply_operator
 from hypic_rag.kernels.scan import scan_pieces
 
-from .state import SegmentJumps, TransitionCapture
+from ..state import SegmentJumps, TransitionCapture
 
 Scan = Callable[[slice, "torch.Tensor | None"], tuple[torch.Tensor, torch.Tensor]]
 
