@@ -3,13 +3,13 @@ decode loop that continues a prefilled request state one token at a time."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from .model import HybridModel, RequestState
+from .options import RequestOptions, check_sampling
 from .outputs import GenerationOutput, RequestStats
 
 TokenCallback = Callable[[int, "str | None"], None]
@@ -26,22 +26,14 @@ class Sampler:
     top_k: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
-        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
-            raise ValueError(f"seed must fit in 64 bits, got {self.seed}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)):
-            raise ValueError(f"top_k must be an integer or None, got {self.top_k!r}")
-        if self.top_k is not None and self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 or None: off), got {self.top_k}")
+        check_sampling(self.temperature, self.top_p, self.top_k, self.seed)
+        if self.temperature is None or self.top_p is None:
+            raise ValueError("a Sampler needs a temperature and a top_p (RequestOptions.with_defaults fills them)")
+
+    @classmethod
+    def of(cls, options: RequestOptions) -> Sampler:
+        """The sampler of a request whose defaults are filled (``RequestOptions.with_defaults``)."""
+        return cls(temperature=options.temperature, top_p=options.top_p, seed=options.seed, top_k=options.top_k)
 
     def generator(self, device: torch.device) -> torch.Generator | None:
         if self.temperature == 0:

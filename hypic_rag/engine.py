@@ -40,15 +40,24 @@ from .hub import resolve_checkpoint
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
+from .options import MODES, RequestOptions, check_mode
 from .outputs import GenerationOutput, RequestStats
 from .plan import VARIANTS, Prompt, RequestPlan, SegmentPlan, plan_request, resolve_seam
 from .segments import Segment, as_query, check_unicode
 from .tokenizer import load_tokenizer
 
-MODES = ("full", "prefix", "pic", "hypic")
 COLD_POLICIES = ("parallel", "exact")
 
-__all__ = ["COLD_POLICIES", "MODES", "Engine", "GenerationOutput", "Prompt", "default_model_path", "resolve_dtype"]
+__all__ = [
+    "COLD_POLICIES",
+    "MODES",
+    "Engine",
+    "GenerationOutput",
+    "Prompt",
+    "RequestOptions",
+    "default_model_path",
+    "resolve_dtype",
+]
 
 
 @dataclass
@@ -109,19 +118,19 @@ class Engine:
         prefill_pool: Any = None,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
-        ``hypic`` mode; ``seam_variant`` is HYPIC.md §4's A or B; ``cold_policy`` is how misses are
+        ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
         filled: ``parallel`` prefills them in isolation at once, ``exact`` in context (and makes
         their entries after the first token); segments under ``min_cached_tokens`` skip the cache
         and run in context (the default 12 is where composing stopped losing to recomputing in the
-        fused forward, measured on CPU with an 8-token seam; see the README). ``generation_defaults``
+        fused forward, on CPU with an 8-token seam). ``generation_defaults``
         are the checkpoint's own sampling settings, for requests that leave theirs unset (``generate``
         keeps its fixed defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
         ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward
         (``False``: a forward per stretch and seam, then the query: the reference path);
         ``memory_bytes`` bounds all the engine's in-memory caches together, ``disk_bytes`` the disk tier;
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
-        long decays leave subnormal floats in its state, and CPU matmuls on them ran about 10x slower
-        (measured on the standard case); values below 1.2e-38 become 0."""
+        long decays leave subnormal floats in its state, and CPU matmuls on them are many times slower;
+        values below 1.2e-38 become 0."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -264,7 +273,7 @@ class Engine:
 
     def plan(self, prompt: Prompt, mode: str = "hypic", seam: int | float | None = None) -> RequestPlan:
         """How a composed request (``pic`` or ``hypic``) will serve each segment of ``prompt``."""
-        self._check_mode(mode)
+        check_mode(mode)
         seam = 0 if mode == "pic" else self.seam if seam is None else seam
         return plan_request(
             prompt,
@@ -274,10 +283,6 @@ class Engine:
             min_cached_tokens=self.min_cached_tokens,
             key=lambda ids: segment_key(ids, self.fingerprint, self.model.dtype),
         )
-
-    def _check_mode(self, mode: str) -> None:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
     @torch.inference_mode()
     def _prefill(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
@@ -419,7 +424,7 @@ class Engine:
         seam: int | float | None = None,
     ) -> tuple[torch.Tensor, RequestState]:
         """The next-token logits ``[V]`` and the request state after the prompt, to continue from."""
-        self._check_mode(mode)
+        check_mode(mode)
         done = self._prefill(self.build_prompt(segments, query), mode, seam)
         self._fill(done.owed)
         return done.logits, done.state
@@ -439,102 +444,77 @@ class Engine:
         self,
         segments: Sequence[Segment],
         query: str | Segment,
+        options: RequestOptions | None = None,
         *,
-        mode: str = "hypic",
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        seam: int | float | None = None,
-        top_p: float = 1.0,
-        top_k: int | None = None,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        stop: Sequence[str] | None = None,
         on_token: TokenCallback | None = None,
+        **overrides: Any,
     ) -> GenerationOutput:
         """Answer a prompt of segments and a query.
 
-        Stops at ``max_new_tokens``, at an EOS or stop id (not included in the output), at a ``stop``
-        string (the text is cut before it), or at the model's context. ``on_token(id, text_delta)``
-        streams each token as it is chosen (``decoding.FLUSH`` ends held-back text).
+        ``options`` (a ``RequestOptions``) and keyword arguments naming its fields (``mode=``,
+        ``max_new_tokens=``, ``temperature=``, ``seam=``, ...; the keywords win) set the request; unset sampling
+        settings are greedy and 64 tokens, whatever the checkpoint's ``generation_config.json`` says.
+
+        Stops at ``max_new_tokens``, at an EOS or stop id (not included in the output), at a ``stop`` string (the
+        text is cut before it), or at the model's context. ``on_token(id, text_delta)`` streams each token as it is
+        chosen (``decoding.FLUSH`` ends held-back text).
         """
-        return self.start(
-            segments,
-            query,
-            mode=mode,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seam=seam,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            stop_token_ids=stop_token_ids,
-            stop=stop,
-            on_token=on_token,
-        ).run()
+        return self.start(segments, query, options, on_token=on_token, **overrides).run()
 
     def start(
         self,
         segments: Sequence[Segment],
         query: str | Segment,
+        options: RequestOptions | None = None,
         *,
-        mode: str = "hypic",
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        seam: int | float | None = None,
-        top_p: float = 1.0,
-        top_k: int | None = None,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        stop: Sequence[str] | None = None,
         on_token: TokenCallback | None = None,
         cancelled: Callable[[], bool] | None = None,
+        **overrides: Any,
     ) -> Generation:
         """``generate`` up to its first token: the rest is decoded by ``step``/``run`` on the result, so
         that a server can interleave requests; ``cancelled()`` is asked before each further token."""
-        self._check_mode(mode)
-        sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, top_k=top_k)
+        options = RequestOptions.from_mapping(overrides, base=options)
+        chat_only = options.chat_only()
+        if chat_only:
+            raise ValueError(f"{', '.join(chat_only)} apply to chat requests (Engine.chat), not to segments")
         prompt = self.build_prompt(segments, query)
-        return self._start(prompt, mode, seam, sampler, max_new_tokens, stop_token_ids, stop, on_token, cancelled)
+        return self._start(prompt, options.with_defaults(None), (), on_token, cancelled)
 
     def _start(
         self,
         prompt: Prompt,
-        mode: str,
-        seam: int | float | None,
-        sampler: Sampler,
-        max_new_tokens: int,
-        stop_token_ids: Sequence[int] | None,
-        stop: Sequence[str] | None,
+        options: RequestOptions,
+        stop_ids: Sequence[int],
         on_token: TokenCallback | None,
         cancelled: Callable[[], bool] | None,
         finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
     ) -> Generation:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if stop is not None and (not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop)):
-            raise ValueError("stop must be a list of strings")
-        if stop and self.tokenizer is None:
+        """Prefill ``prompt`` and choose its first token, under ``options`` with their defaults filled; the
+        request also stops at ``stop_ids`` (the template's end of turn) and every EOS id."""
+        if options.stop and self.tokenizer is None:
             raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")
+        sampler = Sampler.of(options)
         generator = sampler.generator(self.model.device)
 
         begin = time.perf_counter()
-        done = self._prefill(prompt, mode, seam)
+        done = self._prefill(prompt, options.mode, options.seam)
         first = sampler.pick(done.logits, generator)
         ttft = time.perf_counter() - begin
         self._fill(done.owed)
 
         detokenize = self.decode if self.tokenizer is not None else None
+        assert options.max_new_tokens is not None  # with_defaults filled it
         decoder = Decoder(
             self.model,
             done.state,
             first,
             sampler,
             generator,
-            stops=set(self.eos_token_ids) | set(stop_token_ids or ()),
-            max_new_tokens=max_new_tokens,
+            stops=set(self.eos_token_ids) | set(stop_ids) | set(options.stop_token_ids or ()),
+            max_new_tokens=options.max_new_tokens,
             on_token=on_token,
             detokenize=detokenize,
-            stop_strings=list(stop or ()),
+            stop_strings=list(options.stop or ()),
             cancelled=cancelled,
         )
         return Generation(decoder, done.stats, ttft, done.logits, finalize)
@@ -595,77 +575,48 @@ class Engine:
     def chat(
         self,
         messages: Sequence[Mapping[str, Any]],
+        options: RequestOptions | None = None,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
-        mode: str = "hypic",
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        seam: int | float | None = None,
-        stop: Sequence[str] | None = None,
-        segmentation: str = "auto",
-        chat_template_kwargs: Mapping[str, Any] | None = None,
         on_token: TokenCallback | None = None,
+        **overrides: Any,
     ) -> GenerationOutput:
         """Answer OpenAI-style ``messages`` with the checkpoint's own template: its documents, tool schemas
-        and turns served as cached segments, settings left unset taken from ``generation_config.json``,
-        stopping at every EOS id and the template's end-of-turn token; ``text`` is the answer, with the
-        reasoning and the tool calls (parsed in the template's own format) split off.
+        and turns served as cached segments, stopping at every EOS id and the template's end-of-turn token;
+        ``text`` is the answer, with the reasoning and the tool calls (parsed in the template's own format)
+        split off.
+
+        ``options`` (a ``RequestOptions``) and keyword arguments naming its fields (``mode=``,
+        ``max_new_tokens=``, ``segmentation=``, ``chat_template_kwargs=``, ...; the keywords win) set the
+        request; sampling settings left unset are ``generation_config.json``'s, else greedy and 64 tokens.
 
         ``tool_choice`` is OpenAI's: ``"none"`` renders the prompt without the tools; ``"required"`` and a
         named function (``{"type": "function", "function": {"name": ...}}``) make the answer begin with the
         opening of a call (of that function) in the template's format, which the model then completes."""
-        return self.start_chat(
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            mode=mode,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            seam=seam,
-            stop=stop,
-            segmentation=segmentation,
-            chat_template_kwargs=chat_template_kwargs,
-            on_token=on_token,
-        ).run()
+        run = self.start_chat(messages, options, tools=tools, tool_choice=tool_choice, on_token=on_token, **overrides)
+        return run.run()
 
     def start_chat(
         self,
         messages: Sequence[Mapping[str, Any]],
+        options: RequestOptions | None = None,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
-        mode: str = "hypic",
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        seam: int | float | None = None,
-        stop: Sequence[str] | None = None,
-        segmentation: str = "auto",
-        chat_template_kwargs: Mapping[str, Any] | None = None,
         on_token: TokenCallback | None = None,
         cancelled: Callable[[], bool] | None = None,
+        **overrides: Any,
     ) -> Generation:
         """``chat`` up to its first token (see ``start``); ``output()`` of the finished result is ``chat``'s.
         A forced call opening (``tool_choice``) is not streamed through ``on_token``; it is in the parsed
         output."""
-        self._check_mode(mode)
+        options = RequestOptions.from_mapping(overrides, base=options).with_defaults(self.generation_defaults)
         setup = self._require_chat()
         choice = chosen_tool(tool_choice, tools)
         if choice == "none":
             tools = None
-        settings = self.generation_defaults.resolve(max_new_tokens, temperature, top_p, top_k)
-        max_new = settings.pop("max_new_tokens")
-        sampler = Sampler(seed=seed, **settings)  # temperature, top_p, top_k
-        rendered, prompt = self._render(messages, tools, chat_template_kwargs, segmentation)
+        rendered, prompt = self._render(messages, tools, options.chat_template_kwargs, options.segmentation)
         thinking = thinking_opened(rendered.text)
         rendered, prompt = self._force_call(rendered, prompt, choice, thinking)
         forced = rendered.answer_prefix
@@ -677,8 +628,6 @@ class Engine:
             parsed = parse_output(written, setup.tool_format, tools, thinking_open=thinking, id_seed=seed_text)
             return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)
 
-        run = self._start(
-            prompt, mode, seam, sampler, max_new, setup.end_of_turn_ids, stop, on_token, cancelled, finalize
-        )
+        run = self._start(prompt, options, setup.end_of_turn_ids, on_token, cancelled, finalize)
         run.thinking_open, run.answer_prefix = thinking, forced
         return run

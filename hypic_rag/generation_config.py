@@ -25,7 +25,8 @@ class GenerationDefaults:
     ``do_sample=False`` means greedy whatever ``temperature`` says, as in transformers: whoever applies
     these treats the temperature as 0 then (``effective_temperature`` does). ``top_k`` 0 means off.
     Fields the file leaves out stay ``None`` rather than taking transformers' defaults (top_k 50,
-    temperature 1.0): the caller's own defaults apply there.
+    temperature 1.0): the caller's own defaults apply there. ``options.RequestOptions.with_defaults``
+    applies them to a request.
     """
 
     temperature: float | None = None
@@ -38,21 +39,6 @@ class GenerationDefaults:
     def effective_temperature(self) -> float | None:
         """The temperature to sample with: 0 (greedy) when ``do_sample`` is false, else ``temperature``."""
         return 0.0 if self.do_sample is False else self.temperature
-
-    def resolve(
-        self, max_new_tokens: int | None, temperature: float | None, top_p: float | None, top_k: int | None
-    ) -> dict[str, Any]:
-        """A request's settings: what it sets, else these defaults, else greedy and 64 tokens."""
-
-        def pick(given: Any, default: Any, fallback: Any) -> Any:
-            return given if given is not None else default if default is not None else fallback
-
-        return {
-            "max_new_tokens": pick(max_new_tokens, self.max_new_tokens, 64),
-            "temperature": pick(temperature, self.effective_temperature, 0.0),
-            "top_p": pick(top_p, self.top_p, 1.0),
-            "top_k": pick(top_k, self.top_k, None),
-        }
 
 
 def _read(path: Path) -> dict[str, Any] | None:

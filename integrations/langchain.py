@@ -47,25 +47,26 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cache.remote import check_url
 from hypic_rag.chat.conversation import thinking_opened
-from hypic_rag.chat.segmentation import SEGMENTATIONS
 from hypic_rag.chat.tool_calls import format_tool_result, split_reasoning
-from hypic_rag.engine import MODES
+from hypic_rag.options import RequestOptions
 from hypic_rag.segments import KINDS
 
 from . import embeddings
 from .prompting import (
-    CHAT_OPTIONS,
     DEFAULT_MODEL,
     HYPIC_KEY,
     REGISTRY,
     TextRegistry,
     cache_ahead,
     load_engine,
+    option_fields,
+    request_options,
     stream_tokens,
     text_part,
     token_usage,
     tool_names,
     uses_bundled_format,
+    with_request_options,
 )
 
 _ROLES = {SystemMessage: "system", HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool"}
@@ -73,8 +74,8 @@ _CHAT_ROLES = {"system": "system", "user": "user", "human": "user", "assistant":
 # Blocks of an AIMessage's content that repeat its tool calls (``message.tool_calls`` carries them).
 _CALL_BLOCKS = ("tool_call", "tool_call_chunk", "tool_use", "function_call")
 _REASONING_BLOCKS = ("reasoning", "thinking")
-# What a call may set besides the constructor's own fields (``stream`` and ``model`` come from langchain-core).
-_CALL_OPTIONS = frozenset({*CHAT_OPTIONS, "tools", "tool_choice", "stream", "model"})
+# What a call may pass besides the request options (``stream`` and ``model`` come from langchain-core).
+_CALL_ARGUMENTS = frozenset({"tools", "tool_choice", "stream", "model"})
 _TOOL_TAGS = ("<tool_call>", "<function=")
 
 
@@ -276,15 +277,17 @@ def _tool_choice(choice: Any, names: Sequence[str]) -> str | None:
     raise ValueError(f"tool_choice {choice!r} is not one of the bound tools ({', '.join(names) or 'none bound'})")
 
 
-class ChatHypic(BaseChatModel):
+class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_sequences"})):
     """A chat model served by hypic-rag through ``Engine.chat``.
 
     ``model`` is a local checkpoint directory or a hub id ``org/name`` (``"hypic-default"``, the default, is the
     bundled model), loaded once per (model, cache_dir, cache_url) per process on first use; ``cache_dir`` adds a
     persistent segment tier, ``cache_url`` (``redis://host:port/db``) a shared one. Or pass a ready ``engine``.
-    Sampling settings left ``None`` come from the checkpoint's
-    ``generation_config.json``, else greedy and 64 tokens. ``timeout`` and ``max_retries`` are LangChain's standard
-    parameters, accepted for compatibility: a local engine has nothing to time out or retry.
+    Every request option (``hypic_rag.options.RequestOptions``, ``max_new_tokens`` spelled ``max_tokens``) is a
+    field, and a call may set any of them again.
+    Sampling settings left ``None`` come from the checkpoint's ``generation_config.json``, else greedy and 64
+    tokens. ``timeout`` and ``max_retries`` are LangChain's standard parameters, accepted for compatibility: a
+    local engine has nothing to time out or retry.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True, extra="forbid")
@@ -293,17 +296,7 @@ class ChatHypic(BaseChatModel):
     model: str = Field(default=DEFAULT_MODEL, alias="model_name")
     cache_dir: str | None = None
     cache_url: str | None = None
-    mode: str = "hypic"
-    seam: int | float | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    stop: list[str] | None = Field(default=None, alias="stop_sequences")
     streaming: bool = False
-    segmentation: str = "auto"
-    chat_template_kwargs: dict[str, Any] | None = None
     timeout: float | None = None
     max_retries: int = 0
     registry: Any = Field(default=REGISTRY, exclude=True)
@@ -315,30 +308,7 @@ class ChatHypic(BaseChatModel):
             raise ValueError(
                 "cache_dir and cache_url apply when ChatHypic loads the model; the engine you passed has its own"
             )
-        self._check_options(
-            {
-                "mode": self.mode,
-                "max_tokens": self.max_tokens,
-                "segmentation": self.segmentation,
-                "temperature": self.temperature,
-                "top_p": self.top_p,
-            }
-        )
-
-    @staticmethod
-    def _check_options(options: Mapping[str, Any]) -> None:
-        mode, tokens, seg = options.get("mode"), options.get("max_tokens"), options.get("segmentation")
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        if tokens is not None and tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {tokens}")
-        if seg is not None and seg not in SEGMENTATIONS:
-            raise ValueError(f"segmentation must be one of {', '.join(SEGMENTATIONS)}, got {seg!r}")
-        if (options.get("temperature") or 0) < 0:
-            raise ValueError(f"temperature must be >= 0, got {options['temperature']}")
-        top_p = options.get("top_p")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        request_options(self)  # a bad option fails here, not at the first call
 
     @property
     def _llm_type(self) -> str:
@@ -346,8 +316,7 @@ class ChatHypic(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        names = ("model", "cache_dir", "mode", "seam", "max_tokens", "temperature", "top_p", "top_k", "segmentation")
-        return {name: getattr(self, name) for name in names}
+        return {"model": self.model, "cache_dir": self.cache_dir, **request_options(self).as_dict()}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
         params = super()._get_ls_params(stop=stop, **kwargs)
@@ -413,25 +382,28 @@ class ChatHypic(BaseChatModel):
 
     # -- requests ----------------------------------------------------------------------------------------------------
 
-    def _settings(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(kwargs) - _CALL_OPTIONS)
+    def _options(self, kwargs: dict[str, Any], stop: list[str] | None = None) -> RequestOptions:
+        """This call's options: the fields, with what the call sets (its ``stop`` included) on top."""
+        options = set(option_fields(self))
+        unknown = sorted(set(kwargs) - options - _CALL_ARGUMENTS)
         if unknown:
             raise ValueError(f"ChatHypic does not take {', '.join(map(repr, unknown))}")
         if kwargs.get("model", self.model) != self.model:
             raise ValueError(f"this ChatHypic serves {self.model!r}; make another one for {kwargs['model']!r}")
-        self._check_options(kwargs)
         _tool_choice(kwargs.get("tool_choice"), tool_names(kwargs.get("tools") or []))
-        names = ("mode", "seam", "temperature", "top_p", "top_k", "seed", "segmentation", "chat_template_kwargs")
-        settings = {name: kwargs.get(name, getattr(self, name)) for name in names}
-        settings["max_new_tokens"] = kwargs.get("max_tokens", self.max_tokens)
-        settings["tools"] = kwargs.get("tools") or None
-        return settings
+        given = {name: value for name, value in kwargs.items() if name in options}
+        if stop:
+            given["stop"] = stop
+        return request_options(self, given)
 
-    def _request(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> tuple[Engine, list[dict], dict]:
-        settings = self._settings(kwargs)
+    def _request(
+        self, messages: list[BaseMessage], kwargs: dict[str, Any], stop: list[str] | None
+    ) -> tuple[Engine, list[dict], dict[str, Any]]:
+        """The engine, the messages as it takes them, and ``Engine.chat``'s other arguments for this call."""
+        arguments = {"options": self._options(kwargs, stop), "tools": kwargs.get("tools") or None}
         engine = self.get_engine()
         chat = to_chat_messages(messages, bundled=uses_bundled_format(engine), registry=self.registry)
-        return engine, chat, settings
+        return engine, chat, arguments
 
     def cache_documents(
         self,
@@ -445,11 +417,11 @@ class ChatHypic(BaseChatModel):
         (``Engine.cache_segments``, ``progress(done, total)``). The number of segments computed (cached ones,
         and the template's own pieces after the first time, are skipped)."""
         to_messages = documents_to_messages(system)
-        engine, settings = self.get_engine(), self._settings({})
+        engine = self.get_engine()
         bundled = uses_bundled_format(engine)
         messages = (to_messages.invoke({"context": [doc], "question": "?"}) for doc in documents)
         chats = (to_chat_messages(m, bundled=bundled, registry=self.registry) for m in messages)
-        return cache_ahead(engine, chats, settings, progress)
+        return cache_ahead(engine, chats, request_options(self), progress)
 
     def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
         meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}
@@ -473,8 +445,8 @@ class ChatHypic(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        engine, chat, settings = self._request(messages, kwargs)
-        out = engine.chat(chat, **settings)
+        engine, chat, arguments = self._request(messages, kwargs, stop)
+        out = engine.chat(chat, **arguments)
         return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
 
     def _stream(
@@ -486,16 +458,17 @@ class ChatHypic(BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         """Content as the engine picks tokens; what may still turn out to be a tool call or a stop sequence is held
         back, and the last chunk carries the rest, the tool calls, the reasoning and the metadata."""
-        engine, chat, settings = self._request(messages, kwargs)
-        rendered = engine.render(chat, settings["tools"], settings["chat_template_kwargs"], settings["segmentation"])
+        engine, chat, arguments = self._request(messages, kwargs, stop)
+        options = arguments["options"]
+        rendered = engine.render(chat, arguments["tools"], options.chat_template_kwargs, options.segmentation)
         visible = _Visible(
             engine.chat_setup.tool_format if engine.chat_setup else "none",
             thinking_opened(rendered.text),
-            stop or self.stop,
+            options.stop,
         )
         sent = ""
         raw = ""
-        for item in stream_tokens(lambda cb: engine.chat(chat, on_token=cb, **settings)):
+        for item in stream_tokens(lambda cb: engine.chat(chat, on_token=cb, **arguments)):
             if isinstance(item, GenerationOutput):
                 final = self._message(item, stop)
                 text = str(final.content)

@@ -60,12 +60,19 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from pydantic import AliasChoices, ConfigDict, Field
 
 from hypic_rag import Engine, GenerationOutput
-from hypic_rag.chat.segmentation import SEGMENTATIONS
 from hypic_rag.chat.tool_calls import call_id, format_tool_result
-from hypic_rag.engine import MODES
 
 from . import embeddings
-from .prompting import CHAT_OPTIONS, HYPIC_KEY, REGISTRY, cache_ahead, load_engine, stream_tokens
+from .prompting import (
+    HYPIC_KEY,
+    REGISTRY,
+    cache_ahead,
+    load_engine,
+    option_fields,
+    request_options,
+    stream_tokens,
+    with_request_options,
+)
 
 # -- engines ---------------------------------------------------------------------------------------
 
@@ -393,18 +400,20 @@ def _completion(response: ChatResponse) -> CompletionResponse:
 
 # -- the LLM -----------------------------------------------------------------------------------------
 
-_CALL_OPTIONS = CHAT_OPTIONS
 _TOOL_CHOICES = (None, "auto", "none", "required", "any")
 
 
-class HypicLLM(FunctionCallingLLM):
+# LlamaIndex's LLM interface has no stop sequences.
+class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_token_ids"))):
     """A chat, function-calling LLM served by hypic-rag: every call is one ``Engine.chat``.
 
     ``model`` (alias ``model_name``) is a checkpoint directory or a hub id, loaded once per process for each
-    (model, ``cache_dir``); with neither ``model`` nor ``engine`` it is the bundled model. ``max_tokens``,
-    ``temperature``, ``top_p``, ``top_k`` left at None take the checkpoint's ``generation_config.json``
-    (else greedy, 64 tokens). ``segmentation="auto"`` cuts flat prompts (the compact synthesizer's, the chat
-    engines' system prompt) back into the node texts. Unknown options raise, at construction and per call.
+    (model, ``cache_dir``); with neither ``model`` nor ``engine`` it is the bundled model. Every request
+    option (``hypic_rag.options.RequestOptions``, ``max_new_tokens`` spelled ``max_tokens``) but ``stop`` is a
+    field, and each call may set them again; sampling settings left at None take the checkpoint's
+    ``generation_config.json`` (else greedy, 64 tokens). ``segmentation="auto"`` cuts flat prompts (the compact
+    synthesizer's, the chat engines' system prompt) back into the node texts. Unknown options raise, at
+    construction and per call.
 
     Tools: ``chat_with_tools``/``predict_and_call``/``FunctionAgent`` send OpenAI schemas (each one a ``tool``
     segment); calls come back as ``ToolCallBlock``s, parsed in the template's own format. The engine does not
@@ -419,29 +428,15 @@ class HypicLLM(FunctionCallingLLM):
     model: str | None = Field(default=None, validation_alias=AliasChoices("model", "model_name"))
     cache_dir: str | None = None
     engine: Any = Field(default=None, exclude=True)
-    mode: str = "hypic"
-    seam: int | float | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    segmentation: str = "auto"
-    chat_template_kwargs: dict[str, Any] | None = None
     context_window: int | None = None
 
     def model_post_init(self, __context: Any) -> None:
         super().model_post_init(__context)
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
-        if self.segmentation not in SEGMENTATIONS:
-            raise ValueError(f"unknown segmentation {self.segmentation!r}; expected one of {', '.join(SEGMENTATIONS)}")
+        request_options(self)  # a bad option fails here, not at the first call
         if self.engine is not None and (self.model is not None or self.cache_dir is not None):
             raise ValueError("give an engine or a model (and cache_dir), not both")
         if self.engine is not None and not isinstance(self.engine, Engine):
             raise ValueError(f"engine must be a hypic_rag Engine, got {type(self.engine).__name__}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         install_stats_handler()
 
     @classmethod
@@ -456,7 +451,7 @@ class HypicLLM(FunctionCallingLLM):
     @property
     def metadata(self) -> LLMMetadata:
         engine = self.get_engine()
-        num_output = self.max_tokens or engine.generation_defaults.max_new_tokens or 64
+        num_output = request_options(self).with_defaults(engine.generation_defaults).max_new_tokens
         return LLMMetadata(
             context_window=self.context_window or engine.config.max_position_embeddings,
             num_output=num_output,
@@ -469,23 +464,21 @@ class HypicLLM(FunctionCallingLLM):
     # -- one request -------------------------------------------------------------------------------
 
     def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``Engine.chat``'s arguments for a call: the instance's settings, overridden per call."""
+        """``Engine.chat``'s arguments for a call: the messages, the tools, and the instance's options with the
+        call's on top."""
         kwargs = dict(kwargs)
         tools = kwargs.pop("tools", None)
         choice = kwargs.pop("tool_choice", None)
         kwargs.pop("tool_required", None)
-        unknown = sorted(set(kwargs) - set(_CALL_OPTIONS))
+        names = option_fields(self)
+        unknown = sorted(set(kwargs) - set(names))
         if unknown:
-            raise ValueError(
-                f"HypicLLM does not take {', '.join(unknown)}; per-call options: {', '.join(_CALL_OPTIONS)}"
-            )
+            raise ValueError(f"HypicLLM does not take {', '.join(unknown)}; per-call options: {', '.join(names)}")
         if not (choice in _TOOL_CHOICES or isinstance(choice, str | Mapping)):
             raise ValueError(
                 f"tool_choice must be 'auto', 'none', 'required', a tool name or an OpenAI dict, got {choice!r}"
             )
-        o = {k: getattr(self, k) for k in _CALL_OPTIONS} | kwargs
-        if o["mode"] not in MODES:
-            raise ValueError(f"unknown mode {o['mode']!r}; expected one of {', '.join(MODES)}")
+        options = request_options(self, kwargs)
         engine = self.get_engine()
         if engine.chat_setup is None:
             raise ValueError(f"checkpoint {engine.name!r} has no chat template; HypicLLM needs one")
@@ -493,22 +486,14 @@ class HypicLLM(FunctionCallingLLM):
         return {
             "messages": to_openai_messages(messages, bundled=bundled),
             "tools": list(tools) if tools and choice != "none" else None,
-            "mode": o["mode"],
-            "seam": o["seam"],
-            "max_new_tokens": o["max_tokens"],
-            "temperature": o["temperature"],
-            "top_p": o["top_p"],
-            "top_k": o["top_k"],
-            "seed": o["seed"],
-            "segmentation": o["segmentation"],
-            "chat_template_kwargs": o["chat_template_kwargs"],
+            "options": options,
         }
 
     def _run(self, request: dict[str, Any], on_token: Any = None) -> GenerationOutput:
         engine = self.get_engine()
-        options = {k: v for k, v in request.items() if k != "messages"}
+        arguments = {k: v for k, v in request.items() if k != "messages"}
         with _run_lock(engine):
-            return engine.chat(request["messages"], **options, on_token=on_token)
+            return engine.chat(request["messages"], **arguments, on_token=on_token)
 
     # -- chat --------------------------------------------------------------------------------------
     # The public methods carry LlamaIndex's callbacks and events; each calls the undecorated ``_chat`` or
@@ -693,11 +678,11 @@ class HypicSynthesizer(BaseSynthesizer):
         filled in chunks (``Engine.cache_segments``, ``progress(done, total)``). The number of segments
         computed (cached ones, and the template's own pieces after the first time, are skipped)."""
         engine = self._hypic.get_engine()
-        settings = self._hypic._request([], {})
+        options = request_options(self._hypic)
         scored = (n if isinstance(n, NodeWithScore) else NodeWithScore(node=n) for n in nodes)
         chats = (self._hypic._request(self._messages("?", self._texts([n])), {})["messages"] for n in scored)
         with _run_lock(engine):
-            return cache_ahead(engine, chats, settings, progress)
+            return cache_ahead(engine, chats, options, progress)
 
     def get_response(self, query_str: str, text_chunks: Sequence[str], **kwargs: Any) -> str:
         return self._answer(query_str, [(str(i), t) for i, t in enumerate(text_chunks)]).message.content or ""

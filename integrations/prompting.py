@@ -9,15 +9,20 @@ join documents into one string before the model sees them (``TextRegistry.parts`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import queue
 import threading
+import typing
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hypic_rag import Engine, GenerationOutput
+from hypic_rag.options import OPTIONS, SPELLINGS, RequestOptions
+
+M = TypeVar("M")
 
 # The key under which integrations put the engine's stats and read a content block's segment kind.
 HYPIC_KEY = "hypic"
@@ -25,18 +30,8 @@ HYPIC_KEY = "hypic"
 # The name the integrations give the bundled model; ``None`` means it too.
 DEFAULT_MODEL = "hypic-default"
 
-# The request options an integration forwards to ``Engine.chat`` (``max_tokens`` as ``max_new_tokens``).
-CHAT_OPTIONS = (
-    "mode",
-    "seam",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "segmentation",
-    "chat_template_kwargs",
-)
+# How the frameworks' fields spell a request option, where it differs from the engine's name.
+FIELD_NAMES = {"max_new_tokens": "max_tokens"}
 
 _ENGINE_LOCK = threading.Lock()
 _ENGINES: dict[tuple[str | None, str | None, str | None], Engine] = {}
@@ -61,6 +56,38 @@ def load_engine(
 def default_engine() -> Engine:
     """The bundled model, loaded once per process and shared by every integration."""
     return load_engine()
+
+
+def with_request_options(
+    base: type[M], *, exclude: Collection[str] = (), aliases: Mapping[str, str] | None = None
+) -> type[M]:
+    """``base`` (a framework's pydantic model class) with every request option (``hypic_rag.options``) but
+    ``exclude`` as a field of its own, spelled as the frameworks spell it (``FIELD_NAMES``: ``max_tokens``), with
+    the option's default and help; ``aliases`` adds another name a field is also known by. So a chat model's
+    constructor takes the options without the integration listing them."""
+    from pydantic import Field, create_model  # the frameworks' dependency, not the engine's
+
+    hints = typing.get_type_hints(RequestOptions)
+    fields: dict[str, Any] = {}
+    for option in dataclasses.fields(RequestOptions):
+        if option.name in exclude:
+            continue
+        name = FIELD_NAMES.get(option.name, option.name)
+        field = Field(default=option.default, description=option.metadata.get("help"), alias=(aliases or {}).get(name))
+        fields[name] = (hints[option.name], field)
+    return create_model(f"{base.__name__}Options", __base__=base, __module__=base.__module__, **fields)
+
+
+def option_fields(model: Any) -> list[str]:
+    """The request-option fields of a model class made by ``with_request_options``, by their field names."""
+    return [name for name in type(model).model_fields if SPELLINGS.get(name, name) in OPTIONS]
+
+
+def request_options(model: Any, overrides: Mapping[str, Any] | None = None) -> RequestOptions:
+    """The options a framework model's fields set, with a call's ``overrides`` (by the same names) on top;
+    a bad value is a ``ValueError`` that names the field."""
+    own = {name: getattr(model, name) for name in option_fields(model)}
+    return RequestOptions.from_mapping({**own, **(overrides or {})})
 
 
 def uses_bundled_format(engine: Engine) -> bool:
@@ -144,15 +171,15 @@ REGISTRY = TextRegistry()
 def cache_ahead(
     engine: Engine,
     chats: Iterable[list[dict[str, Any]]],
-    settings: dict[str, Any],
+    options: RequestOptions,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Cache the segments of ``chats`` (each one document's request, rendered on its own so a corpus may be
-    far past the context) as requests with ``settings`` will find them: the home of every integration's
+    far past the context) as requests with ``options`` will find them: the home of every integration's
     index-time caching. The number of segments computed."""
-    options = settings["chat_template_kwargs"], settings["segmentation"]
-    segments = [s for chat in chats for s in engine.render(chat, None, *options).segments]
-    return engine.cache_segments(segments, settings["seam"], progress) if segments else 0
+    rendering = options.chat_template_kwargs, options.segmentation
+    segments = [s for chat in chats for s in engine.render(chat, None, *rendering).segments]
+    return engine.cache_segments(segments, options.seam, progress) if segments else 0
 
 
 def text_part(text: str, kind: str | None = None) -> dict[str, Any]:

@@ -43,6 +43,7 @@ BOUNDARY = "\ue000|\ue001"
 _MARK = re.compile("\ue000(\\d+)\ue001|\ue000\\|\ue001")
 _STRUCTURAL = re.compile(r"^[^\w]{3,}$|^.{0,80}:$")  # a rule of punctuation, or a header ending in ':'
 MAX_PARAGRAPH_CHARS = 2000  # a paragraph longer than this is cut at its lines
+RESERVED_TEMPLATE_VARIABLES = ("messages", "tools", "add_generation_prompt", "hypic_boundary")  # set by the rendering
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,24 @@ def segment_units(units: list[tuple[str, str]]) -> tuple[list[Segment], Segment]
     return segments, query
 
 
+def check_segmentation(segmentation: Any) -> None:
+    if segmentation not in SEGMENTATIONS:
+        raise ValueError(f"segmentation must be one of {', '.join(SEGMENTATIONS)}, got {segmentation!r}")
+
+
+def check_template_kwargs(chat_template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Extra template variables as a dict; the ones the rendering sets itself are refused."""
+    if chat_template_kwargs is not None and (
+        not isinstance(chat_template_kwargs, Mapping) or not all(isinstance(k, str) for k in chat_template_kwargs)
+    ):
+        raise ValueError(f"chat_template_kwargs must be a dict of names to values, got {chat_template_kwargs!r:.80}")
+    kwargs = dict(chat_template_kwargs or {})
+    reserved = set(RESERVED_TEMPLATE_VARIABLES) & kwargs.keys()
+    if reserved:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(sorted(reserved))}")
+    return kwargs
+
+
 def segment_prompt(
     template: Any,
     messages: Sequence[Mapping[str, Any]],
@@ -329,14 +348,10 @@ def segment_prompt(
     segmentation: str = "auto",
 ) -> RenderedPrompt:
     """Render ``messages`` with ``template`` (a ``ChatTemplate``) and cut the text into segments."""
-    if segmentation not in SEGMENTATIONS:
-        raise ValueError(f"segmentation must be one of {', '.join(SEGMENTATIONS)}, got {segmentation!r}")
+    check_segmentation(segmentation)
     if tools is not None and (isinstance(tools, Mapping) or not all(isinstance(t, Mapping) for t in tools)):
         raise ValueError("tools must be a list of OpenAI function schemas (dicts)")
-    kwargs = dict(chat_template_kwargs or {})
-    reserved = {"messages", "tools", "add_generation_prompt", "hypic_boundary"} & kwargs.keys()
-    if reserved:
-        raise ValueError(f"chat_template_kwargs may not set {', '.join(sorted(reserved))}")
+    kwargs = check_template_kwargs(chat_template_kwargs)
     plain = plain_messages(messages)
     text = template.render(plain, tools=tools or None, add_generation_prompt=True, **kwargs)
     if not text:

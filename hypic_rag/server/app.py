@@ -23,7 +23,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat.streaming import CONTENT, AnswerStream
 from ..chat.tool_calls import ParsedOutput
-from ..engine import MODES, Engine
+from ..engine import Engine
+from ..options import check_mode
 from ..outputs import GenerationOutput
 from .metrics import ServerMetrics
 from .protocol import (
@@ -103,8 +104,7 @@ def create_app(
 ) -> FastAPI:
     """The app serving ``engine`` under ``model_names`` (the first is the one listed; the engine's own name
     is always accepted). The engine worker starts and stops with the app."""
-    if default_mode not in MODES:
-        raise ValueError(f"unknown mode {default_mode!r}; expected one of {', '.join(MODES)}")
+    check_mode(default_mode)
     if engine.chat_setup is None:
         raise ValueError(f"checkpoint {engine.name!r} has no chat template; the chat API needs one")
     names = list(dict.fromkeys([*model_names, engine.name]))
@@ -116,7 +116,7 @@ def create_app(
         assert job.started is not None
         ttft = job.started - job.enqueued + out.ttft_s
         reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
-        metrics.record(job.arguments["mode"], out.stats, ttft, now - job.enqueued, reason)
+        metrics.record(job.arguments["options"].mode, out.stats, ttft, now - job.enqueued, reason)
         state["service_s"] = 0.8 * state["service_s"] + 0.2 * (now - job.started)
 
     def retry_after() -> int:

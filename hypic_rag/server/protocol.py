@@ -1,5 +1,6 @@
-"""The OpenAI chat-completions wire format: requests checked (pydantic) and turned into ``Engine.start_chat``'s
-arguments, answers and stream chunks built from its output, and the OpenAI error body.
+"""The OpenAI chat-completions wire format: requests checked (pydantic) and turned into what ``Engine.start_chat``
+takes (messages, tools, ``RequestOptions``), answers and stream chunks built from its output, and the OpenAI error
+body.
 
 The request models allow fields they do not name (clients send ``user``, ``metadata``, ``store`` ...), but a field
 that asks for what the engine cannot do (``n > 1``, log-probabilities, penalties, a JSON response format) is
@@ -14,8 +15,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..chat.tool_calls import TOOL_CHOICES
+from ..options import OPTIONS, SPELLINGS, OptionError, RequestOptions
 from ..outputs import GenerationOutput
 from ..segments import KINDS
 
@@ -57,15 +60,6 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class HypicOptions(BaseModel):
-    """The body's ``hypic`` extension."""
-
-    model_config = ConfigDict(extra="forbid")
-    mode: Literal["full", "prefix", "pic", "hypic"] | None = None
-    seam: int | float | None = Field(default=None, ge=0)
-    segmentation: Literal["explicit", "auto", "none"] | None = None
-
-
 class Message(_Open):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
@@ -79,30 +73,17 @@ class StreamOptions(_Open):
 
 
 class ChatCompletionRequest(_Open):
+    """What a request asks, besides its options: those (``temperature``, ``max_tokens``, ...) are the body's other
+    fields, read by ``request_options``."""
+
     model: str
     messages: list[Message] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
     n: int | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    hypic: HypicOptions | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, value: str | list[str] | None) -> list[str] | None:
-        stops = [value] if isinstance(value, str) else value
-        if stops is not None and (len(stops) > 4 or not all(stops)):
-            raise ValueError("stop takes up to 4 non-empty strings")
-        return stops
+    hypic: dict[str, Any] | None = None  # the extension: request options by name, e.g. {"mode": "full", "seam": 4}
 
 
 def parse_request(data: Any) -> ChatCompletionRequest:
@@ -129,10 +110,32 @@ def parse_request(data: Any) -> ChatCompletionRequest:
     response_format = extra.get("response_format")
     if response_format not in (None, {"type": "text"}):
         raise APIError(400, "response_format other than text is not supported", param="response_format")
-    if request.max_tokens is not None and request.max_completion_tokens is not None:
-        if request.max_tokens != request.max_completion_tokens:
-            raise APIError(400, "max_tokens and max_completion_tokens disagree", param="max_completion_tokens")
     return request
+
+
+def request_options(request: ChatCompletionRequest, default_mode: str) -> RequestOptions:
+    """The request's options: each body field that names one (``max_tokens`` and ``max_completion_tokens``, as
+    OpenAI spells it, included), then the ``hypic`` extension's, over the server's ``default_mode``. A field the
+    body leaves ``null`` is unset. A bad value is a 400 that names the field."""
+    body = {k: v for k, v in (request.model_extra or {}).items() if SPELLINGS.get(k, k) in OPTIONS}
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        body["stop"] = [stop]
+    if isinstance(body.get("stop"), list) and (len(body["stop"]) > 4 or not all(body["stop"])):
+        raise APIError(400, "stop takes up to 4 non-empty strings", param="stop")
+    temperature = body.get("temperature")
+    if isinstance(temperature, int | float) and not isinstance(temperature, bool) and temperature > 2:
+        raise APIError(400, f"temperature must be in [0, 2] (OpenAI's range), got {temperature}", param="temperature")
+    try:
+        options = RequestOptions.from_mapping(body, base=RequestOptions(mode=default_mode), ignore_none=True)
+    except OptionError as exc:
+        raise APIError(400, str(exc), param=exc.option) from None
+    if request.hypic is None:
+        return options
+    try:
+        return RequestOptions.from_mapping(request.hypic, base=options, ignore_none=True)
+    except OptionError as exc:
+        raise APIError(400, f"hypic.{exc.option}: {exc}", param=f"hypic.{exc.option}") from None
 
 
 def _part(part: dict[str, Any], where: str) -> dict[str, Any]:
@@ -208,26 +211,15 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
 
 
 def engine_arguments(request: ChatCompletionRequest, default_mode: str) -> dict[str, Any]:
-    """``Engine.start_chat``'s keyword arguments for this request."""
-    options = request.hypic or HypicOptions()
-    mode = options.mode or default_mode  # HypicOptions' Literal and create_app checked both
-    tool_choice = request.tool_choice
-    if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
+    """``Engine.start_chat``'s arguments for this request: its messages, tools, tool choice and options."""
+    choice = request.tool_choice
+    if isinstance(choice, str) and choice not in TOOL_CHOICES:
         raise APIError(400, "tool_choice must be auto, none, required or a named function", param="tool_choice")
     return {
         "messages": engine_messages(request),
         "tools": _tools(request.tools),
-        "tool_choice": tool_choice,
-        "mode": mode,
-        "seam": options.seam,
-        "segmentation": options.segmentation or "auto",
-        "max_new_tokens": request.max_completion_tokens or request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "top_k": request.top_k or None,
-        "seed": request.seed,
-        "stop": request.stop,
-        "chat_template_kwargs": request.chat_template_kwargs,
+        "tool_choice": choice,
+        "options": request_options(request, default_mode),
     }
 
 

@@ -36,7 +36,7 @@ class QueueFull(Exception):
 class Job:
     """One request on its way through the worker."""
 
-    arguments: dict[str, Any]  # Engine.start_chat's
+    arguments: dict[str, Any]  # Engine.start_chat's: messages, tools, tool_choice, options
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)

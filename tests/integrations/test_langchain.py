@@ -193,7 +193,7 @@ def test_options_are_checked_and_honoured(chat_checkpoint, tmp_path, monkeypatch
 
     monkeypatch.setattr(engine, "chat", spy)
     reply = llm.invoke("Where does Ana live?", temperature=0.7)
-    assert {k: seen[k] for k in ("top_p", "top_k", "seed", "temperature", "max_new_tokens")} == {
+    assert {k: getattr(seen["options"], k) for k in ("top_p", "top_k", "seed", "temperature", "max_new_tokens")} == {
         "top_p": 0.5,
         "top_k": 3,
         "seed": 7,

@@ -67,8 +67,9 @@ def calls(qwen, monkeypatch) -> list[Call]:
     real = qwen.chat
 
     def chat(messages, **kw):
-        rendered = qwen.render(messages, kw.get("tools"), kw.get("chat_template_kwargs"), kw["segmentation"])
-        plan = qwen.plan(qwen.build_prompt(rendered.segments, rendered.query), kw["mode"], kw["seam"])
+        options = kw["options"]
+        rendered = qwen.render(messages, kw.get("tools"), options.chat_template_kwargs, options.segmentation)
+        plan = qwen.plan(qwen.build_prompt(rendered.segments, rendered.query), options.mode, options.seam)
         before = [
             (s.text, p.key in qwen.segment_store)
             for s, p in zip(rendered.segments, plan.segments, strict=True)

@@ -1,4 +1,5 @@
-"""What the integrations share: the engines they load, call parsing, the registry of retrieved texts, streaming."""
+"""What the integrations share: the engines they load, the registry of retrieved texts, streaming, and the request
+options as the frameworks' fields."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import pytest
 
 from hypic_rag import GenerationOutput
 from hypic_rag.integrations.prompting import (
+    FIELD_NAMES,
     TextRegistry,
     default_engine,
     load_engine,
+    option_fields,
+    request_options,
     stream_tokens,
     uses_bundled_format,
 )
@@ -59,3 +63,20 @@ def test_stream_tokens_yields_deltas_then_the_output_and_reraises():
 
     with pytest.raises(ValueError, match="boom"):
         list(stream_tokens(fail))
+
+
+def test_the_frameworks_fields_are_the_request_options():
+    from hypic_rag.integrations.langchain import ChatHypic
+    from hypic_rag.integrations.llamaindex import HypicLLM
+    from hypic_rag.options import OPTIONS, RequestOptions
+
+    spelled = [FIELD_NAMES.get(name, name) for name in OPTIONS]
+    assert option_fields(ChatHypic()) == spelled
+    assert option_fields(HypicLLM()) == [n for n in spelled if n not in ("stop", "stop_token_ids")]
+    assert ChatHypic.model_fields["max_tokens"].default is None and ChatHypic().mode == "hypic"
+    llm = ChatHypic(max_tokens=3, seam=4, stop_sequences=["x"])  # LangChain's other name for stop
+    assert request_options(llm, {"seed": 1}) == RequestOptions(max_new_tokens=3, seam=4, stop=("x",), seed=1)
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1"):
+        ChatHypic(max_tokens=0)
+    with pytest.raises(ValueError, match="top_p must be a number in"):
+        request_options(llm, {"top_p": 2})

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from hypic_rag import Engine, Segment
 from hypic_rag.integrations.agent import Tool, ToolAgent
+from hypic_rag.options import FALLBACK
 
 from .conftest import QUESTION, engine, segments
 
@@ -39,7 +40,9 @@ def test_generate_answers_or_raises_value_error(bundled, kwargs):
         out = bundled.generate(segments()[:1], QUESTION, **{"max_new_tokens": 2, **kwargs})
     except ValueError:
         return
-    assert isinstance(out.token_ids, list) and 1 <= len(out.token_ids) <= max(2, kwargs.get("max_new_tokens") or 2)
+    limit = kwargs.get("max_new_tokens", 2)  # None: unset, so the default
+    limit = FALLBACK["max_new_tokens"] if limit is None else limit
+    assert isinstance(out.token_ids, list) and 1 <= len(out.token_ids) <= limit
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
