@@ -14,9 +14,11 @@ Adding a family is one new file and its test entry:
    checkpoints do), ``map_weights`` where its checkpoints' names differ from its modules', and at the end
    ``FAMILIES = (Family(model_types=("<model_type>",), mixer=..., read_config=..., layer=..., ...),)``.
    A field the runtime lacks goes on ``config.HybridConfig`` with a default that means "unused".
-2. Its test entry: a tiny checkpoint in ``testing/synthetic.py`` (``KINDS`` and ``build_reference_model``,
-   built with transformers' own class); ``tests/model`` then checks its logits and greedy decoding against
-   transformers, and ``tests/model/test_families.py`` that every family has such an entry.
+2. Its test entry: a tiny checkpoint in ``testing/synthetic.py`` (its name in ``KINDS``, its tiny config and
+   transformers' class in ``build_reference_model``, and its model type in ``_PLAIN_NORM_FAMILIES`` when its
+   norms apply the weight as stored); ``tests/model`` then checks its logits and greedy decoding against
+   transformers, and ``tests/model/test_families.py`` that every family has such an entry and builds what it
+   declares.
 """
 
 from __future__ import annotations
