@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from hypic_rag import Engine, Segment
 from hypic_rag.model import HybridConfig, load_model
 from hypic_rag.model.families.bailing_moe_linear import ring_layer_types
+from hypic_rag.testing.parity import rounding_bound
 
 
 def _rms(x, w, eps):
@@ -106,7 +107,8 @@ def test_runtime_equals_the_oracle(checkpoint):
     want = oracle_logits(path, ids)
     with torch.inference_mode():
         got = model(torch.tensor([ids]))[0]
-    assert (got - want).abs().max() < 1e-4
+    # the oracle sums token by token, the runtime in chunks: equal up to this CPU's fp32 rounding
+    assert (got - want).abs().max() <= rounding_bound(model, torch.tensor([ids]))
     assert want.abs().max() > 0.5  # logits of a meaningful size
 
 
