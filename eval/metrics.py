@@ -70,7 +70,7 @@ import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from hypic_rag.prompt_format import parse_call
+from hypic_rag.chat.formats.bundled import parse_call
 
 Pair = Callable[..., float]
 

@@ -562,7 +562,7 @@ class Engine:
     ) -> tuple[RenderedPrompt, Prompt]:
         """``force_call`` (``"required"`` or a tool's name) ends the prompt with the opening of a call
         (``answer_prefix``), after closing the reasoning block the template opened (``thinking``)."""
-        forced = forced_call_prefix(self._require_chat().tool_format, force_call)
+        forced = forced_call_prefix(self._require_chat().format, force_call)
         if not forced:
             return rendered, prompt
         # Tokenized on its own, as the model writes it after the prompt: across the boundary BPE would merge
@@ -625,7 +625,7 @@ class Engine:
 
         def finalize(out: GenerationOutput) -> GenerationOutput:
             written = forced + (out.text or "")
-            parsed = parse_output(written, setup.tool_format, tools, thinking_open=thinking, id_seed=seed_text)
+            parsed = parse_output(written, setup.format, tools, thinking_open=thinking, id_seed=seed_text)
             return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)
 
         run = self._start(prompt, options, setup.end_of_turn_ids, on_token, cancelled, finalize)

@@ -9,7 +9,7 @@ only its seams, the newest step and the task.
 Written here rather than on LangChain's agent runtime (which pulls in langgraph) because the loop is a
 dozen lines and each step's messages must keep the form the model was trained on: the task as the
 user's question after the memory entries, each step an assistant ``tool_calls`` message and a ``tool``
-message (``prompt_format.tool_step``).
+message (``chat.formats.bundled.tool_step``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypic_rag import Engine
-from hypic_rag.prompt_format import tool_step
+from hypic_rag.chat.formats.bundled import tool_step
 
 from .prompting import default_engine
 

@@ -10,9 +10,8 @@ them; ``engine.chat`` cuts the prompt into cached segments. Where segments come 
 - the rest is the engine's ``segmentation`` (default ``"auto"``): tool schemas, earlier turns, and flat
   content cut at paragraphs, so a recurring document is found again on templates that allow it.
 
-On the bundled model the messages are first normalised as its prompt format was trained (whitespace collapsed,
-a tool call with its result one turn, ASCII-escaped JSON), so its segments are the ones the integrations have
-always built.
+The engine's chat format then writes the messages as its model reads them (``ChatFormat.prepare_messages``: on
+the bundled model, the normalised form it was trained on); nothing here depends on which format that is.
 """
 
 from __future__ import annotations
@@ -47,7 +46,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cache.remote import check_url
 from hypic_rag.chat.conversation import thinking_opened
-from hypic_rag.chat.tool_calls import format_tool_result, split_reasoning
+from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result, get_format
+from hypic_rag.chat.tool_calls import split_reasoning
 from hypic_rag.options import RequestOptions
 from hypic_rag.segments import KINDS
 
@@ -58,6 +58,7 @@ from .prompting import (
     REGISTRY,
     TextRegistry,
     cache_ahead,
+    format_of,
     load_engine,
     option_fields,
     request_options,
@@ -65,7 +66,6 @@ from .prompting import (
     text_part,
     token_usage,
     tool_names,
-    uses_bundled_format,
     with_request_options,
 )
 
@@ -76,7 +76,6 @@ _CALL_BLOCKS = ("tool_call", "tool_call_chunk", "tool_use", "function_call")
 _REASONING_BLOCKS = ("reasoning", "thinking")
 # What a call may pass besides the request options (``stream`` and ``model`` come from langchain-core).
 _CALL_ARGUMENTS = frozenset({"tools", "tool_choice", "stream", "model"})
-_TOOL_TAGS = ("<tool_call>", "<function=")
 
 
 # -- messages ----------------------------------------------------------------------------------------------------
@@ -135,15 +134,6 @@ def _content(message: BaseMessage, where: str) -> tuple[list[tuple[str | None, s
     return parts, reasoning
 
 
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _plain_text(parts: list[tuple[str | None, str]]) -> str:
-    """The bundled format's text of a message's plain blocks: the non-blank ones, a line each."""
-    return "\n".join(t for k, t in parts if k is None and t.strip())
-
-
 def _message(role: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     """A chat message; content is a string unless some part carries a kind."""
     if any(HYPIC_KEY in p for p in parts):
@@ -162,56 +152,30 @@ def _generic(role: str, parts: list[tuple[str | None, str]], registry: TextRegis
     return [_message(role, out)]
 
 
-def _bundled(
-    role: str, parts: list[tuple[str | None, str]], last_user: bool, registry: TextRegistry | None, where: str
-) -> list[dict[str, Any]]:
-    """The message as the bundled model's prompt format was trained: kinded blocks stripped, plain text
-    collapsed (assistant text right-stripped), registered texts as documents after the text they were found in."""
-    kinded = [text_part(t.strip(), k) for k, t in parts if k is not None and k != "query"]
-    queries = [_collapse(t) for k, t in parts if k == "query"]
-    text = _plain_text(parts)
-    docs: list[str] = []
-    if role == "assistant":
-        text = text.rstrip()  # inside "assistant: {text}", stripped whole as it always was
-    elif registry is not None:
-        docs, text = registry.split(text)
-    else:
-        text = _collapse(text)
-    doc_parts = [text_part(d, "document") for d in docs]
-    if queries and (text or len(queries) > 1):
-        raise ValueError(f"{where}: a message with a 'query' block can hold no other question text")
-    own = kinded + ([text_part(text)] if text else []) + [text_part(q, "query") for q in queries]
-    if last_user:  # its documents come before the question, as the template puts every kinded part first
-        return [_message(role, kinded + doc_parts + own[len(kinded) :])]
-    out = [_message(role, own)]
-    if doc_parts:  # after the message's own text: a message of their own, which the template renders as documents
-        out.append(_message(role, doc_parts))
-    return out
-
-
-def _tool_call(call: Mapping[str, Any], bundled: bool) -> dict[str, Any]:
+def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     args = call.get("args") or {}
-    if bundled:  # the bundled model's calls: compact JSON, sorted keys, ASCII-escaped
-        args = json.dumps(args, separators=(",", ":"), sort_keys=True)
     return {"id": call.get("id") or "", "type": "function", "function": {"name": call["name"], "arguments": args}}
 
 
 def to_chat_messages(
-    messages: Sequence[BaseMessage], *, bundled: bool = False, registry: TextRegistry | None = REGISTRY
+    messages: Sequence[BaseMessage],
+    *,
+    chat_format: ChatFormat = NONE,
+    registry: TextRegistry | None = REGISTRY,
 ) -> list[dict[str, Any]]:
     """LangChain messages as ``engine.chat``'s OpenAI-style dicts.
 
     System → ``system``, human → ``user`` (blocks with a hypic kind become parts of that kind), AI →
     ``assistant`` with ``tool_calls`` in OpenAI form, tool → ``tool`` with ``format_tool_result``'s canonical
-    text. Registered texts inside flat system and user text become ``document`` parts. ``bundled`` normalises
-    as the bundled model was trained. Content that cannot be rendered (a non-text block, a text block without
+    text. Registered texts inside flat system and user text become ``document`` parts. ``chat_format`` (the
+    engine's, ``prompting.format_of``) then writes them as its model reads them
+    (``ChatFormat.prepare_messages``). Content that cannot be rendered (a non-text block, a text block without
     text, a tool result with no earlier call) is a ValueError, never dropped.
     """
     if not messages:
         raise ValueError("no messages")
     where = [f"message {i} ({type(m).__name__})" for i, m in enumerate(messages)]
     roles = [_role(m, w) for m, w in zip(messages, where, strict=True)]
-    last_user = max((i for i, r in enumerate(roles) if r == "user"), default=-1)
     calls: set[str] = set()
     out: list[dict[str, Any]] = []
     for i, (msg, role) in enumerate(zip(messages, roles, strict=True)):
@@ -224,38 +188,20 @@ def to_chat_messages(
                 raise ValueError(
                     f"{where[i]}: tool_call_id {msg.tool_call_id!r} matches no earlier AIMessage tool call"
                 )
-            text = _plain_text(parts) if bundled else "".join(t for _, t in parts)
-            result = format_tool_result(text, ensure_ascii=bundled)
-            out.append(
-                {"role": "tool", "tool_call_id": msg.tool_call_id, "content": result.strip() if bundled else result}
-            )
+            text = format_tool_result("".join(t for _, t in parts))
+            out.append({"role": "tool", "tool_call_id": msg.tool_call_id, "content": text})
             continue
-        if bundled:
-            out.extend(_bundled(role, parts, i == last_user, registry, where[i]))
-        else:
-            out.extend(_generic(role, parts, registry))
+        out.extend(_generic(role, parts, registry))
         if isinstance(msg, AIMessage):
             if msg.invalid_tool_calls:
                 raise ValueError(f"{where[i]}: it holds invalid tool calls, which no chat template can render")
             if msg.tool_calls:
-                out[-1]["tool_calls"] = [_tool_call(c, bundled) for c in msg.tool_calls]
+                out[-1]["tool_calls"] = [_tool_call(c) for c in msg.tool_calls]
                 calls.update(c.get("id") or "" for c in msg.tool_calls)
             thought = msg.additional_kwargs.get("reasoning_content") or "".join(reasoning)
             if thought:
                 out[-1]["reasoning_content"] = thought
-    if bundled and not _has_question(out):
-        raise ValueError("the prompt has no question: the last user message has no text outside its documents")
-    return out
-
-
-def _has_question(messages: list[dict[str, Any]]) -> bool:
-    users = [m for m in messages if m["role"] == "user"]
-    if not users:
-        return False
-    content = users[-1]["content"]
-    if isinstance(content, str):
-        return bool(content.strip())
-    return any(p.get(HYPIC_KEY, {"kind": "query"})["kind"] == "query" and p["text"].strip() for p in content)
+    return chat_format.prepare_messages(out)
 
 
 # -- the chat model ----------------------------------------------------------------------------------------------
@@ -402,7 +348,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         """The engine, the messages as it takes them, and ``Engine.chat``'s other arguments for this call."""
         arguments = {"options": self._options(kwargs, stop), "tools": kwargs.get("tools") or None}
         engine = self.get_engine()
-        chat = to_chat_messages(messages, bundled=uses_bundled_format(engine), registry=self.registry)
+        chat = to_chat_messages(messages, chat_format=format_of(engine), registry=self.registry)
         return engine, chat, arguments
 
     def cache_documents(
@@ -418,9 +364,9 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         and the template's own pieces after the first time, are skipped)."""
         to_messages = documents_to_messages(system)
         engine = self.get_engine()
-        bundled = uses_bundled_format(engine)
+        fmt = format_of(engine)
         messages = (to_messages.invoke({"context": [doc], "question": "?"}) for doc in documents)
-        chats = (to_chat_messages(m, bundled=bundled, registry=self.registry) for m in messages)
+        chats = (to_chat_messages(m, chat_format=fmt, registry=self.registry) for m in messages)
         return cache_ahead(engine, chats, request_options(self), progress)
 
     def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
@@ -461,11 +407,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         engine, chat, arguments = self._request(messages, kwargs, stop)
         options = arguments["options"]
         rendered = engine.render(chat, arguments["tools"], options.chat_template_kwargs, options.segmentation)
-        visible = _Visible(
-            engine.chat_setup.tool_format if engine.chat_setup else "none",
-            thinking_opened(rendered.text),
-            options.stop,
-        )
+        visible = _Visible(format_of(engine), thinking_opened(rendered.text), options.stop)
         sent = ""
         raw = ""
         for item in stream_tokens(lambda cb: engine.chat(chat, on_token=cb, **arguments)):
@@ -498,17 +440,17 @@ class _Visible:
     """The part of a partial answer that can no longer change: the content after the reasoning and before any
     tool call, less a tail that could still become a stop sequence or a tool-call tag."""
 
-    def __init__(self, tool_format: str, thinking_open: bool, stop: Sequence[str] | None) -> None:
-        self.tool_format = tool_format
+    def __init__(self, chat_format: ChatFormat | str, thinking_open: bool, stop: Sequence[str] | None) -> None:
+        self.format = get_format(chat_format)
         self.thinking_open = thinking_open
         self.stop = [s for s in stop or () if s]
-        self.tags = _TOOL_TAGS if tool_format in ("qwen3_json", "qwen3_5_xml") else ()
+        self.tags = self.format.call_tags
         self.stop_hold = max((len(s) for s in self.stop), default=0)
         self.hold = max([self.stop_hold] + [len(t) for t in self.tags])
 
     def __call__(self, raw: str) -> str:
         _, text = split_reasoning(raw, thinking_open=self.thinking_open)
-        if self.tool_format == "bundled" and text.startswith("{"):
+        if self.format.may_become_call(text):
             return ""  # the whole answer may be a call
         hold = self.hold
         cuts = [text.index(tag) for tag in self.tags if tag in text]

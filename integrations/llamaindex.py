@@ -60,13 +60,15 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from pydantic import AliasChoices, ConfigDict, Field
 
 from hypic_rag import Engine, GenerationOutput
-from hypic_rag.chat.tool_calls import call_id, format_tool_result
+from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result
+from hypic_rag.chat.tool_calls import call_id
 
 from . import embeddings
 from .prompting import (
     HYPIC_KEY,
     REGISTRY,
     cache_ahead,
+    format_of,
     load_engine,
     option_fields,
     request_options,
@@ -270,22 +272,10 @@ def _openai_call(call: Any) -> dict:
 
 def _registered(text: str) -> list[tuple[str, str | None]]:
     """``text`` as parts, with the texts a retriever registered (``prompting.REGISTRY``) as documents."""
-    if not len(REGISTRY):
-        return [(text, None)]
-    docs, _ = REGISTRY.split(text)
-    parts: list[tuple[str, str | None]] = []
-    at = 0
-    for doc in docs:
-        found = text.find(doc, at)
-        if found < 0:
-            continue
-        parts += [(text[at:found], None), (doc, "document")]
-        at = found + len(doc)
-    parts.append((text[at:], None))
-    return [p for p in parts if p[0]]
+    return [(run, "document" if found else None) for found, run in REGISTRY.spans(text)]
 
 
-def to_openai_messages(messages: Sequence[ChatMessage], bundled: bool = False) -> list[dict[str, Any]]:
+def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat = NONE) -> list[dict[str, Any]]:
     """LlamaIndex ``ChatMessage``s as the OpenAI-style dicts ``Engine.chat`` takes.
 
     - Roles: system/developer → system; user; assistant/chatbot/model → assistant; tool/function → tool.
@@ -297,9 +287,8 @@ def to_openai_messages(messages: Sequence[ChatMessage], bundled: bool = False) -
     - In user and system text, texts registered in ``prompting.REGISTRY`` become ``document`` parts.
     - A tool message's text goes through ``tool_result_text``; its ``tool_call_id`` (and ``name``) come
       from ``additional_kwargs``.
-    - ``bundled``: the bundled model's template wraps each part itself, so, as it was trained, the blank
-      text between parts is dropped, documents are stripped and the rest of the text has its whitespace
-      collapsed.
+    - ``chat_format`` (the engine's, ``prompting.format_of``) then writes them as its model reads them
+      (``ChatFormat.prepare_messages``).
     """
     out = []
     for i, message in enumerate(messages):
@@ -340,9 +329,6 @@ def to_openai_messages(messages: Sequence[ChatMessage], bundled: bool = False) -
             calls = [_openai_call(c) for c in message.additional_kwargs["tool_calls"]]
         if role in ("user", "system"):
             parts = [p for text, kind in parts for p in (_registered(text) if kind is None else [(text, kind)])]
-            if bundled:
-                parts = [(" ".join(t.split()), None) if k is None else (t.strip(), k) for t, k in parts]
-                parts = [p for p in parts if p[0]]
         if role == "tool":
             text = tool_result_text("".join(t for t, _ in parts))
             parts = [(text, None)]
@@ -366,7 +352,7 @@ def to_openai_messages(messages: Sequence[ChatMessage], bundled: bool = False) -
                 if message.additional_kwargs.get(key) is not None:
                     entry[key] = message.additional_kwargs[key]
         out.append(entry)
-    return out
+    return chat_format.prepare_messages(out)
 
 
 def to_chat_response(out: GenerationOutput, delta: str | None = None) -> ChatResponse:
@@ -482,9 +468,8 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         engine = self.get_engine()
         if engine.chat_setup is None:
             raise ValueError(f"checkpoint {engine.name!r} has no chat template; HypicLLM needs one")
-        bundled = engine.chat_setup.tool_format == "bundled"
         return {
-            "messages": to_openai_messages(messages, bundled=bundled),
+            "messages": to_openai_messages(messages, format_of(engine)),
             "tools": list(tools) if tools and choice != "none" else None,
             "options": options,
         }
@@ -656,7 +641,7 @@ class HypicSynthesizer(BaseSynthesizer):
         """The prompt format is the model's own; there are no templates to update."""
 
     def _messages(self, query_str: str, texts: Sequence[tuple[str, str]]) -> list[ChatMessage]:
-        question = " ".join(query_str.split())
+        question = query_str.strip()
         if not question:
             raise ValueError("the query is empty")
         docs = [

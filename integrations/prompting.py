@@ -1,6 +1,7 @@
-"""What the integrations share: the engines they load, the registry of retrieved texts, text parts
-and streaming. Every integration sends OpenAI-style messages to ``Engine.chat``, whose checkpoint
-template renders the prompt; none of them writes a prompt format of its own.
+"""What the integrations share: the engines they load, the request options as their fields, the registry of
+retrieved texts, text parts and streaming. Every integration sends OpenAI-style messages to ``Engine.chat``,
+written as the engine's chat format reads them (``format_of``), whose checkpoint template renders the prompt;
+none of them writes a prompt format of its own.
 
 Texts that a retriever wrapper registered are found again inside flat strings, because LCEL chains
 join documents into one string before the model sees them (``TextRegistry.parts`` gives them as
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hypic_rag import Engine, GenerationOutput
+from hypic_rag.chat.formats import NONE, ChatFormat
+from hypic_rag.chat.formats.bundled import collapse_space
 from hypic_rag.options import OPTIONS, SPELLINGS, RequestOptions
 
 M = TypeVar("M")
@@ -90,10 +93,10 @@ def request_options(model: Any, overrides: Mapping[str, Any] | None = None) -> R
     return RequestOptions.from_mapping({**own, **(overrides or {})})
 
 
-def uses_bundled_format(engine: Engine) -> bool:
-    """True when the engine's chat template is the bundled model's own prompt format."""
-    setup = engine.chat_setup
-    return setup is not None and setup.tool_format == "bundled"
+def format_of(engine: Engine) -> ChatFormat:
+    """The chat format of the engine's template (``NONE`` without one): what writes a framework's messages as
+    its model reads them (``ChatFormat.prepare_messages``)."""
+    return engine.chat_setup.format if engine.chat_setup is not None else NONE
 
 
 class TextRegistry:
@@ -156,7 +159,7 @@ class TextRegistry:
         """The registered texts found in ``text`` (in order of appearance) and what is left around them,
         its whitespace collapsed."""
         runs = self.spans(text)
-        leftover = " ".join(" ".join(run for found, run in runs if not found).split())
+        leftover = collapse_space(" ".join(run for found, run in runs if not found))
         return [run for found, run in runs if found], leftover
 
     def parts(self, text: str) -> list[dict[str, Any]]:

@@ -103,7 +103,7 @@ def test_generation_settings_come_from_generation_config(chat_checkpoint, tmp_pa
 def test_chat_stops_on_every_eos_and_the_end_of_turn_token(engine):
     im_end = engine.tokenizer.token_to_id("<|im_end|>")
     assert engine.chat_setup.end_of_turn_ids == (im_end,)
-    assert engine.chat_setup.tool_format == "qwen3_json"
+    assert engine.chat_setup.format.name == "qwen3_json"
     out = engine.chat(_ask(DOCS), max_new_tokens=40, temperature=0.0)
     stops = set(engine.eos_token_ids) | {im_end}
     assert not stops & set(out.token_ids)

@@ -26,9 +26,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hypic_rag.chat.formats.bundled import bundled_template, format_call, tool_step
 from hypic_rag.chat.segmentation import RenderedPrompt, segment_prompt
 from hypic_rag.chat.template import ChatTemplate
-from hypic_rag.prompt_format import bundled_template, format_call, tool_step
 from hypic_rag.segments import Segment
 
 from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World

@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
+from hypic_rag.chat.formats.bundled import ANSWER, END, bundled_template
 from hypic_rag.chat.segmentation import plain_messages
 from hypic_rag.chat.tool_calls import THINK_CLOSE, THINK_OPEN
-from hypic_rag.prompt_format import ANSWER, END, bundled_template
 from hypic_rag.segments import KINDS
 
 from ..data.workloads import WORKLOADS, Example, make, render

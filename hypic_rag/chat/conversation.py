@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .formats import ChatFormat, detect
 from .template import ChatTemplate
-from .tool_calls import detect_format
 
 _PROBE = "\ue000answer\ue001"
 
@@ -33,7 +33,7 @@ class ChatSetup:
     """A checkpoint's template with what generation needs from it."""
 
     template: ChatTemplate
-    tool_format: str  # a ``tool_calls.FORMATS`` name
+    format: ChatFormat  # how its answers write tool calls (``formats``)
     end_of_turn_ids: tuple[int, ...]  # the special token that closes an assistant turn, if any
 
     @classmethod
@@ -45,7 +45,7 @@ class ChatSetup:
         if tokenizer is not None and after:
             first = tokenizer.encode(after, add_special_tokens=False).ids[:1]
             ids = tuple(i for i in first if i in special_ids(tokenizer))
-        return cls(template, detect_format(source), ids)
+        return cls(template, detect(source), ids)
 
 
 def thinking_opened(prompt_text: str) -> bool:

@@ -17,24 +17,28 @@ Written here because the split follows our own parser (``tool_calls``), which no
 from __future__ import annotations
 
 from ..decoding import partial_suffix
-from .tool_calls import FUNCTION_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_OPEN, ParsedOutput
+from .formats import ChatFormat, get_format
+from .tool_calls import THINK_CLOSE, THINK_OPEN, ParsedOutput
 
 REASONING, CONTENT = "reasoning", "content"
 Delta = tuple[str, str]  # (REASONING or CONTENT, text)
 
 
 class AnswerStream:
-    """Reasoning and content deltas of one answer in tool-call format ``fmt`` (``tool_calls.FORMATS``)."""
+    """Reasoning and content deltas of one answer in tool-call format ``fmt`` (a ``formats.ChatFormat`` or its
+    name)."""
 
-    def __init__(self, fmt: str, *, thinking_open: bool = False, tools: bool = False, answer_prefix: str = "") -> None:
-        self.fmt, self.thinking_open = fmt, thinking_open
-        # The bundled format's call is the whole answer, JSON from its first character: hold all when tools
-        # are offered. A forced opening makes the answer a call.
-        self.hold_all = bool(answer_prefix) or (fmt == "bundled" and tools)
+    def __init__(
+        self, fmt: str | ChatFormat, *, thinking_open: bool = False, tools: bool = False, answer_prefix: str = ""
+    ) -> None:
+        self.fmt, self.thinking_open = get_format(fmt), thinking_open
+        # Where a call is the whole answer, nothing can be sent while tools are offered. A forced opening makes
+        # the answer a call.
+        self.hold_all = bool(answer_prefix) or (self.fmt.call_is_whole_answer and tools)
         self.text = ""
         self.sent = {REASONING: "", CONTENT: ""}
         self.frozen = {REASONING: False, CONTENT: False}
-        self.tags = (TOOL_OPEN, FUNCTION_OPEN) if fmt == "qwen3_5_xml" else (TOOL_OPEN,) if fmt != "none" else ()
+        self.tags = self.fmt.call_tags
 
     def feed(self, delta: str) -> list[Delta]:
         """The deltas that ``delta``, appended to the answer so far, makes safe to send."""

@@ -245,7 +245,7 @@ async def _stream(
     setup = engine.chat_setup
     assert setup is not None
     split = AnswerStream(
-        setup.tool_format, thinking_open=first.thinking_open, tools=tools, answer_prefix=first.answer_prefix
+        setup.format, thinking_open=first.thinking_open, tools=tools, answer_prefix=first.answer_prefix
     )
 
     def piece(kind: str, text: str) -> bytes:

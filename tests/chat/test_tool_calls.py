@@ -1,4 +1,5 @@
-"""Tool calls parsed out of a model's output in its chat template's own format (hypic_rag.chat.tool_calls)."""
+"""Tool calls parsed out of a model's output in its chat template's own format (hypic_rag.chat.tool_calls, over
+the formats of hypic_rag.chat.formats)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ import re
 
 import pytest
 
+from hypic_rag.chat.formats import detect_format, format_tool_result
+from hypic_rag.chat.formats.bundled import bundled_template, format_call, tool_step
 from hypic_rag.chat.tool_calls import (
     ParsedOutput,
     call_id,
     chosen_tool,
-    detect_format,
     forced_call_prefix,
-    format_tool_result,
     parse_output,
     split_reasoning,
 )
-from hypic_rag.prompt_format import bundled_template, format_call, tool_step
 
 WEATHER = {
     "type": "function",

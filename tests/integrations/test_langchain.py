@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from hypic_rag import Engine
+from hypic_rag.chat.formats import BUNDLED
 from hypic_rag.eval.data import TOOLS, corpus
 from hypic_rag.integrations import prompting
 from hypic_rag.integrations.langchain import (
@@ -45,7 +46,7 @@ def _doc_block(text):
 
 def _texts(engine, messages, tools=None):
     """The segment texts (and the query's) ``engine.chat`` serves for LangChain ``messages``."""
-    rendered = engine.render(to_chat_messages(messages, bundled=True), tools=tools)
+    rendered = engine.render(to_chat_messages(messages, chat_format=BUNDLED), tools=tools)
     return [(s.kind, s.text) for s in rendered.segments], rendered.query.text
 
 
@@ -165,7 +166,7 @@ def test_messages_become_openai_dicts():
 )
 def test_content_that_cannot_be_rendered_is_a_clear_error(messages, message):
     with pytest.raises(ValueError, match=message):
-        to_chat_messages(messages, bundled=True)
+        to_chat_messages(messages, chat_format=BUNDLED)
 
 
 def test_options_are_checked_and_honoured(chat_checkpoint, tmp_path, monkeypatch):

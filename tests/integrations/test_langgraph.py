@@ -16,6 +16,7 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import create_react_agent
 
+from hypic_rag.chat.formats import BUNDLED
 from hypic_rag.eval.data.pools import World
 from hypic_rag.integrations.agent import Tool, ToolAgent
 from hypic_rag.integrations.langchain import ChatHypic, to_chat_messages
@@ -87,7 +88,7 @@ def test_react_agent_completes_the_two_tool_task(engine, graph, name, fmt):
     assert results[0].content == json.dumps(person, ensure_ascii=False)
     replies = [(i, m) for i, m in enumerate(messages) if isinstance(m, AIMessage)]
     for step, (at, reply) in enumerate(replies):
-        rendered = engine.render(to_chat_messages(messages[:at], bundled=True), tools=SCHEMAS)
+        rendered = engine.render(to_chat_messages(messages[:at], chat_format=BUNDLED), tools=SCHEMAS)
         wrapped = [s.text for s in rendered.segments] + [rendered.query.text]
         assert wrapped == _tool_agent_prompt(fmt, messages[:at])
         stats = reply.response_metadata["hypic"]

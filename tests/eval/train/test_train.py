@@ -12,12 +12,12 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 from hypic_rag import Engine
+from hypic_rag.chat.formats.bundled import bundled_template
 from hypic_rag.eval.data.workloads import make, render
 from hypic_rag.eval.train import train
 from hypic_rag.eval.train.drills import recall_examples
 from hypic_rag.eval.train.train import HELD_OUT_SEED, encode, fresh_window, parse_mix, run, special_tokens
 from hypic_rag.model.loading import default_model_path
-from hypic_rag.prompt_format import bundled_template
 from hypic_rag.testing.parity import assert_matches_transformers
 
 # sha256 of training ids and labels (``test_training_ids_are_todays``) and of the tokenizer's training
