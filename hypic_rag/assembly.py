@@ -1,52 +1,40 @@
-"""Building a request's state from its plan: cached segments composed, the rest run in context
-(HYPIC.md §3-§4).
+"""Building a request's state from its plan: cached segments composed, the others run in context
+(docs/design.md §3-§4).
 
-A cached segment's first ``seam`` tokens run through every layer in context; the rest comes from its
+A cached segment's first ``seam`` tokens run through every layer in context; its others come from its
 entry: linear states composed with its operator, conv tail copied, K placed at the new positions
 with the rotation it still owes (``stitch`` applies it). Variant ``"A"`` composes the whole segment's
-operator onto the state before the seam; ``"B"`` composes the remainder's operator onto the fresh
-state after it. Segments that run in context go through the model as one forward per consecutive
-stretch.
+operator onto the state before the seam; ``"B"`` composes its remainder's (the tokens after the seam)
+onto the fresh state after it. Segments that run in context go through the model as one forward per
+consecutive stretch.
 
-``assemble_fused`` does the same in one forward for the whole request (issue 14): the weights are read
-once and the cached keys rotated once. ``assemble`` stays as its reference.
+``assemble_fused`` does the same in one forward for the whole request: the weights are read once and the
+cached keys rotated once. ``assemble`` stays as its reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from .cache.entry import LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
+from .cache.entry import CachedSegment, LinearEntry, LinearRemainder
 from .kernels.algebra import compose_forms, rerotate
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
 
 
-@dataclass(frozen=True)
-class Cached:
-    """What the cache gave a segment: its shared entry, and the remainder its plan uses (or None)."""
-
-    entry: SegmentEntry
-    rest: RemainderEntry | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.entry.nbytes + (self.rest.nbytes if self.rest is not None else 0)
-
-    def operators(self, seam: int, variant: str) -> tuple[bool, dict[int, LinearEntry | LinearRemainder]]:
-        """Per linear layer, the operator (``p``, ``b``) that carries the state past this segment after
-        ``seam`` recomputed tokens, and whether it starts from the state after the seam (variant B's
-        remainder) rather than the state before it (the whole segment's, variant A or no seam)."""
-        after_seam = variant == "B" and seam > 0
-        if not after_seam:
-            return False, dict(self.entry.linear)
-        if self.rest is None or self.rest.seam != seam:
-            raise ValueError(f"segment with a {seam}-token seam needs its remainder entry after {seam} tokens")
-        return True, dict(self.rest.linear)
+def operators(cached: CachedSegment, seam: int, variant: str) -> tuple[bool, dict[int, LinearEntry | LinearRemainder]]:
+    """Per linear layer, the operator (``p``, ``b``) that carries the state past a cached segment after
+    ``seam`` recomputed tokens, and whether it starts from the state after the seam (variant B's
+    remainder) rather than the state before it (the whole segment's, variant A or no seam)."""
+    after_seam = variant == "B" and seam > 0
+    if not after_seam:
+        return False, dict(cached.entry.linear)
+    if cached.remainder is None or cached.remainder.seam != seam:
+        raise ValueError(f"segment with a {seam}-token seam needs its remainder entry after {seam} tokens")
+    return True, dict(cached.remainder.linear)
 
 
 def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:
@@ -62,7 +50,7 @@ def run_in_context(model: HybridModel, state: RequestState, ids: Sequence[int]) 
 
 
 @torch.inference_mode()
-def install_segment(model: HybridModel, state: RequestState, cached: Cached, seam: int, variant: str) -> int:
+def install_segment(model: HybridModel, state: RequestState, cached: CachedSegment, seam: int, variant: str) -> int:
     """Advance ``state`` through a cached segment's tokens; returns how many went through the model."""
     entry = cached.entry
     n = len(entry)
@@ -72,7 +60,7 @@ def install_segment(model: HybridModel, state: RequestState, cached: Cached, sea
     run_in_context(model, state, entry.token_ids[:w])
     if w == n:
         return w
-    after_seam, ops = cached.operators(w, variant)
+    after_seam, ops = operators(cached, w, variant)
     forms, mixers = model.operator_forms, model.linear_mixers()
     linear = {}
     for i, lin in entry.linear.items():
@@ -84,7 +72,7 @@ def install_segment(model: HybridModel, state: RequestState, cached: Cached, sea
     return w
 
 
-def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[Cached | None]) -> int:
+def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> int:
     """Advance an empty ``state`` through the plan's segments; returns the tokens that went through the
     model. ``cached[i]`` None means segment ``i`` runs in context."""
     recomputed = 0
@@ -101,10 +89,9 @@ def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached:
     return recomputed
 
 
-
 @torch.inference_mode()
 def assemble_fused(
-    model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[Cached | None]
+    model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[CachedSegment | None]
 ) -> tuple[torch.Tensor, int]:
     """The whole prompt in ONE forward: every token the request recomputes (in-context stretches, each
     cached segment's seam, the query) goes through the model together, at its own position; cached
@@ -120,8 +107,8 @@ def assemble_fused(
     ops: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {i: [] for i in state.linear_layer_ids}
     mixers = model.linear_mixers()
     placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in state.attention_layer_ids}
-    at_positions: list[range] = []  # where each placed run of cached keys sits, and (below) its rotation owed
-    owed: list[int] = []
+    at_positions: list[range] = []  # where each placed run of cached keys sits
+    shifts: list[int] = []  # per placed key, the rotation it still owes: where its segment now begins
     offset = 0
     for seg, found in zip(plan.segments, cached, strict=True):
         n = len(seg.ids)
@@ -134,26 +121,26 @@ def assemble_fused(
         before = len(fresh)
         fresh += seg.ids[:w]
         positions += range(offset, offset + w)
-        after_seam, operators = found.operators(w, plan.variant)
+        after_seam, through = operators(found, w, plan.variant)
         at.append(len(fresh))
         src.append(len(fresh) if after_seam else before)
         for i, lin in found.entry.linear.items():
-            ops[i].append((operators[i].p, _placed(mixers[i], operators[i].b, offset, model), lin.conv_tail))
+            ops[i].append((through[i].p, _placed(mixers[i], through[i].b, offset, model), lin.conv_tail))
         for i, att in found.entry.attention.items():
             placed[i].append((att.keys[:, w:], att.values[:, w:]))
         at_positions.append(range(offset + w, offset + n))
-        owed += [offset] * (n - w)
+        shifts += [offset] * (n - w)
         offset += n
     layers = list(placed)
-    if owed and layers:  # every cached key rotated once, to where its token now sits: all layers in one rotation
+    if shifts and layers:  # every cached key rotated once, to where its token now sits: all layers in one rotation
         heads = [placed[i][0][0].shape[0] for i in layers]  # layers stacked along the kv heads
         keys = torch.cat([torch.cat([k for k, _ in placed[i]], dim=1) for i in layers])
-        keys = rerotate(keys[None], int64(owed, device), model.inv_freq)[0].split(heads)
+        keys = rerotate(keys[None], int64(shifts, device), model.inv_freq)[0].split(heads)
         where = int64((p for run in at_positions for p in run), device)
         for i, k in zip(layers, keys, strict=True):
             state.append_kv(i, k[None], torch.cat([v for _, v in placed[i]], dim=1)[None], where)
-    if owed:
-        state.advance(len(owed))
+    if shifts:
+        state.advance(len(shifts))
     fresh += plan.query
     positions += range(offset, offset + len(plan.query))
     jumps = None

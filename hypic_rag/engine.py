@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from .assembly import Cached, assemble, assemble_fused, run_in_context
+from .assembly import assemble, assemble_fused, run_in_context
 from .cache import (
+    CachedSegment,
     DiskCacheTier,
     PrefixStore,
     SegmentStore,
@@ -63,12 +64,13 @@ __all__ = [
 @dataclass
 class Prefilled:
     """A prompt run through the model: next-token logits ``[V]``, the request state after it, its
-    stats, and the misses whose entries are owed once the first token is out (exact cold policy)."""
+    stats, and the misses whose entries are made once the first token is out (``deferred``: the exact
+    cold policy), each with what the cache had of it."""
 
     logits: torch.Tensor
     state: RequestState
     stats: RequestStats
-    owed: list[tuple[SegmentPlan, Cached | None]]
+    deferred: list[tuple[SegmentPlan, CachedSegment | None]]
 
 
 def _usable_device(device: str | torch.device) -> torch.device:
@@ -87,9 +89,9 @@ def _usable_device(device: str | torch.device) -> torch.device:
 CACHE_AHEAD_CHUNK = 64  # segments filled, then stored, at a time by ``Engine.cache_segments``
 
 
-def _missing(seg: SegmentPlan, found: Cached | None) -> bool:
+def _missing(seg: SegmentPlan, found: CachedSegment | None) -> bool:
     """A cacheable segment without its entry, or without the remainder its plan composes."""
-    return seg.key is not None and (found is None or (seg.rest > 0 and found.rest is None))
+    return seg.key is not None and (found is None or (seg.remainder > 0 and found.remainder is None))
 
 
 class Engine:
@@ -157,7 +159,7 @@ class Engine:
         self.cold_policy = cold_policy
         self.min_cached_tokens = min_cached_tokens
         self.fuse_forwards = fuse_forwards
-        self.prefill_pool = prefill_pool  # workers.RayPrefill: cold misses prefilled across Ray actors
+        self.prefill_pool = prefill_pool  # ray_prefill.RayPrefill: cold misses prefilled across Ray actors
         if flush_denormals:
             torch.set_flush_denormal(True)
         self.fingerprint = fingerprint or module_fingerprint(model)
@@ -189,7 +191,7 @@ class Engine:
 
         ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
         one that replicas on several machines use together; ``prefill_workers=N`` prefills cold segments on N
-        Ray actors (``workers.py``; the ``ray`` extra); ``options`` go to ``Engine``."""
+        Ray actors (``ray_prefill.py``; the ``ray`` extra); ``options`` go to ``Engine``."""
         if cache_url is not None:
             check_url(cache_url)
         device = _usable_device(device)
@@ -203,7 +205,7 @@ class Engine:
             options["chat_template"] = ChatTemplate.from_checkpoint(root)
         fingerprint = checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype)
         if prefill_workers:
-            from .workers import RayPrefill
+            from .ray_prefill import RayPrefill
 
             options["prefill_pool"] = RayPrefill(root, prefill_workers, model.dtype, fingerprint)
         return cls(
@@ -290,15 +292,15 @@ class Engine:
         done = self._prefill_mode(prompt, mode, seam)
         after = self.segment_store.counters
         counted = ("memory_hits", "disk_hits", "remote_hits", "corrupt", "tier_errors")
-        done.stats.cache_counters = {k: after[k] - before[k] for k in counted}
+        done.stats.store_counters = {k: after[k] - before[k] for k in counted}
         return done
 
     def _prefill_mode(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
-            logits, owed = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
-            return Prefilled(logits, state, stats, owed)
+            logits, deferred = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
+            return Prefilled(logits, state, stats, deferred)
         last = prompt.ids  # full: one forward over the whole prompt
         if mode == "prefix":
             self._prefill_prefix(prompt, state, stats)
@@ -325,24 +327,24 @@ class Engine:
 
     def _prefill_composed(
         self, plan: RequestPlan, state: RequestState, stats: RequestStats
-    ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, Cached | None]]]:
-        """Look up, fill the misses (now, or owe them under the exact policy), assemble and run the query:
-        the next-token logits and the misses whose entries are owed."""
+    ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]]:
+        """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
+        the query: the next-token logits and the misses whose filling is deferred."""
         found = self._lookup(plan)
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
-        owed = [(plan.segments[i], found[i]) for i in missed]
-        hits = sum(f is not None for f in found) - sum(had is not None for _, had in owed)
+        deferred = [(plan.segments[i], found[i]) for i in missed]
+        hits = sum(f is not None for f in found) - sum(had is not None for _, had in deferred)
         stats.cached_tokens = sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
             if f is not None and i not in missed and not seg.in_context
         )
         filled = 0
-        if owed and self.cold_policy == "parallel":
-            for i, made in zip(missed, self._fill(owed), strict=True):
+        if deferred and self.cold_policy == "parallel":
+            for i, made in zip(missed, self._fill(deferred), strict=True):
                 found[i] = made
-            filled, owed = sum(len(seg.ids) for seg, _ in owed), []
-        for i in missed if owed else ():  # exact policy: the misses run in context
+            filled, deferred = sum(len(seg.ids) for seg, _ in deferred), []
+        for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
         if self.fuse_forwards:
@@ -353,30 +355,32 @@ class Engine:
         stats.recomputed_tokens = filled + ran
         stats.cache_bytes = sum(f.nbytes for f in found if f is not None)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
-        return logits, owed
+        return logits, deferred
 
-    def _lookup(self, plan: RequestPlan) -> list[Cached | None]:
-        """Each cached segment's entry, with the remainder its plan uses when that is cached too."""
-        out: list[Cached | None] = []
+    def _lookup(self, plan: RequestPlan) -> list[CachedSegment | None]:
+        """Each cached segment's entry, with the remainder its plan composes when that is cached too."""
+        out: list[CachedSegment | None] = []
+        store = self.segment_store
         for seg in plan.segments:
-            entry = self.segment_store.get(seg.key, seg.ids) if seg.key is not None else None
-            rest = self.segment_store.get_remainder(seg.key, seg.ids, seg.rest) if entry and seg.rest else None
-            out.append(Cached(entry, rest) if entry is not None else None)
+            entry = store.get(seg.key, seg.ids) if seg.key is not None else None
+            remainder = store.get_remainder(seg.key, seg.ids, seg.remainder) if entry and seg.remainder else None
+            out.append(CachedSegment(entry, remainder) if entry is not None else None)
         return out
 
-    def _fill(self, misses: Sequence[tuple[SegmentPlan, Cached | None]]) -> list[Cached]:
+    def _fill(self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]]) -> list[CachedSegment]:
         """Prefill the missed segments in isolation, all at once, and store what the cache lacked: the
         entry, or only the remainder where the entry was there (so no seam width evicts another's)."""
-        ids, rests = [list(seg.ids) for seg, _ in misses], [seg.record_rest for seg, _ in misses]
+        ids, widths = [list(seg.ids) for seg, _ in misses], [seg.record_remainder for seg, _ in misses]
         pool = self.prefill_pool
-        fresh = pool.prefill(ids, rests) if pool is not None else prefill_isolated(self.model, ids, rests)
+        fresh = pool.prefill(ids, widths) if pool is not None else prefill_isolated(self.model, ids, widths)
         out = []
         for (seg, had), made in zip(misses, fresh, strict=True):
             if had is None:
                 self.segment_store.put(seg.key, made.entry)
-            if made.rest is not None:
-                self.segment_store.put_remainder(seg.key, made.rest)
-            out.append(Cached(had.entry if had else made.entry, made.rest if seg.rest else None))
+            if made.remainder is not None:
+                self.segment_store.put_remainder(seg.key, made.remainder)
+            entry = had.entry if had else made.entry
+            out.append(CachedSegment(entry, made.remainder if seg.remainder else None))
         return out
 
     @torch.inference_mode()
@@ -396,7 +400,7 @@ class Engine:
         plan = self.plan(Prompt(ids, [], tuple(s.cache for s in segments)), "hypic", seam)
         # any of them may follow another in a request, so each needs the remainder a seam leaves (the plan
         # gives the prompt's first none)
-        plan = replace(plan, segments=[replace(seg, rest=seg.record_rest) for seg in plan.segments])
+        plan = replace(plan, segments=[replace(seg, remainder=seg.record_remainder) for seg in plan.segments])
         misses, seen = [], set()
         for seg, found in zip(plan.segments, self._lookup(plan), strict=True):
             if _missing(seg, found) and seg.key not in seen:
@@ -426,7 +430,7 @@ class Engine:
         """The next-token logits ``[V]`` and the request state after the prompt, to continue from."""
         check_mode(mode)
         done = self._prefill(self.build_prompt(segments, query), mode, seam)
-        self._fill(done.owed)
+        self._fill(done.deferred)
         return done.logits, done.state
 
     def prompt_logits(
@@ -500,7 +504,7 @@ class Engine:
         done = self._prefill(prompt, options.mode, options.seam)
         first = sampler.pick(done.logits, generator)
         ttft = time.perf_counter() - begin
-        self._fill(done.owed)
+        self._fill(done.deferred)
 
         detokenize = self.decode if self.tokenizer is not None else None
         assert options.max_new_tokens is not None  # with_defaults filled it

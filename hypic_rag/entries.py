@@ -1,4 +1,4 @@
-"""Cold segments prefilled in isolation, all at once (HYPIC.md §5): one left-padded batched forward
+"""Cold segments prefilled in isolation, all at once (docs/design.md §5): one left-padded batched forward
 from the zero state, whose per-row states, transition operators and KV become cache entries.
 
 The operators come out of the forward through an explicit ``TransitionCapture``; each row's
@@ -8,42 +8,37 @@ remainder (seam variant B) starts at its own column, so the batch needs no commo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from .cache.entry import AttentionEntry, LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
+from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
 from .kernels.algebra import rerotate
 from .model import HybridModel, TransitionCapture
 
 
-@dataclass(frozen=True)
-class FreshEntry:
-    """A segment just prefilled in isolation: its shared entry, and its remainder when one was asked."""
-
-    entry: SegmentEntry
-    rest: RemainderEntry | None
-
-
 @torch.inference_mode()
 def prefill_isolated(
-    model: HybridModel, segments: Sequence[Sequence[int]], rests: Sequence[int], *, max_batch_tokens: int = 2048
-) -> list[FreshEntry]:
-    """One entry per segment. ``0 < rests[i] < len(segments[i])`` also records the operator of tokens
-    ``[rests[i], L)`` (seam variant B). Segments go longest first in batches of at most
-    ``max_batch_tokens`` padded tokens, so padding stays small; a longer segment runs alone. 2,048 (was
-    32,768): on CPU a batch's activations then stay cache-sized, and 8 cold 1k-token documents prefilled
-    two at a time ran 1.2x faster than all eight at once (``--sweep cold``, README)."""
+    model: HybridModel,
+    segments: Sequence[Sequence[int]],
+    remainders: Sequence[int],
+    *,
+    max_batch_tokens: int = 2048,
+) -> list[CachedSegment]:
+    """One entry per segment. ``0 < remainders[i] < len(segments[i])`` also records its remainder after that
+    many tokens, the operator of tokens ``[remainders[i], L)`` (seam variant B). Segments go longest first in
+    batches of at most ``max_batch_tokens`` padded tokens, so padding stays small; a longer segment runs alone.
+    On CPU a batch of that size keeps its activations cache-sized, which prefilled cold documents faster than
+    one batch of all of them (``hypic-rag bench --sweep cold``)."""
     order = sorted(range(len(segments)), key=lambda i: -len(segments[i]))
-    out: list[FreshEntry | None] = [None] * len(segments)
+    out: list[CachedSegment | None] = [None] * len(segments)
     batch: list[int] = []
     for i in order:
         if batch and len(segments[batch[0]]) * (len(batch) + 1) > max_batch_tokens:
-            _prefill_batch(model, segments, rests, batch, out)
+            _prefill_batch(model, segments, remainders, batch, out)
             batch = []
         batch.append(i)
     if batch:
-        _prefill_batch(model, segments, rests, batch, out)
+        _prefill_batch(model, segments, remainders, batch, out)
     return [e for e in out if e is not None]
 
 
@@ -57,9 +52,9 @@ def _unpadded(mixer: torch.nn.Module, b: torch.Tensor, pad: int, model: HybridMo
 def _prefill_batch(
     model: HybridModel,
     segments: Sequence[Sequence[int]],
-    rests: Sequence[int],
+    remainders: Sequence[int],
     rows: list[int],
-    out: list[FreshEntry | None],
+    out: list[CachedSegment | None],
 ) -> None:
     device = model.device
     width = max(len(segments[i]) for i in rows)
@@ -69,7 +64,7 @@ def _prefill_batch(
     for r, i in enumerate(rows):
         ids[r, pads[r] :] = torch.tensor(segments[i], dtype=torch.long, device=device)
         pad_mask[r, pads[r] :] = True
-    splits = [rests[i] if 0 < rests[i] < len(segments[i]) else 0 for i in rows]
+    splits = [remainders[i] if 0 < remainders[i] < len(segments[i]) else 0 for i in rows]
     starts = [pads[r] + splits[r] if splits[r] else width for r in range(len(rows))]
     capture = TransitionCapture(torch.tensor(starts, device=device))
     state = model.new_state()
@@ -78,17 +73,17 @@ def _prefill_batch(
 
     mixers = model.linear_mixers()
     for r, i in enumerate(rows):
-        entry, rest = SegmentEntry(tuple(segments[i])), None
+        entry, remainder = SegmentEntry(tuple(segments[i])), None
         if splits[r]:
-            rest = RemainderEntry(entry.token_ids, splits[r])
+            remainder = RemainderEntry(entry.token_ids, splits[r])
         for layer in state.linear_layer_ids:
             lin, ops = state.linear(layer), capture.operators[layer]
             entry.linear[layer] = LinearEntry(
                 _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), ops.p[r].clone(), lin.conv[r].clone()
             )
-            if rest is not None:
-                rest_state = _unpadded(mixers[layer], ops.rest_state[r], pads[r], model)
-                rest.linear[layer] = LinearRemainder(rest_state, ops.rest_p[r].clone())
+            if remainder is not None:
+                state_after = _unpadded(mixers[layer], ops.rest_state[r], pads[r], model)
+                remainder.linear[layer] = LinearRemainder(state_after, ops.rest_p[r].clone())
         for layer in state.attention_layer_ids:
             kv = state.attention(layer)
             keys = kv.keys[r, :, pads[r] :]
@@ -98,4 +93,4 @@ def _prefill_batch(
                 rerotate(keys, shift, model.inv_freq) if pads[r] else keys.clone(),
                 kv.values[r, :, pads[r] :].clone(),
             )
-        out[i] = FreshEntry(entry, rest)
+        out[i] = CachedSegment(entry, remainder)

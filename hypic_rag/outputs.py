@@ -28,9 +28,9 @@ class RequestStats:
     seam_variant: str | None = None
     cold_policy: str | None = None
     generated_tokens: int = 0
-    # What the segment cache saw for this request: hits per tier, entries found corrupt (dropped and
-    # recomputed), and failures of a persistent tier (bypassed).
-    cache_counters: dict[str, int] | None = None
+    # What the segment store saw for this request: hits per tier, entries found corrupt (dropped and
+    # recomputed), and failures of a persistent tier (bypassed); flattened into the stats dict.
+    store_counters: dict[str, int] | None = None
 
     @classmethod
     def uncached(cls, mode: str, prompt_tokens: int, segments: int) -> RequestStats:
@@ -40,7 +40,7 @@ class RequestStats:
     def as_dict(self) -> dict[str, Any]:
         """API.md's stats dict; fields that do not apply to the mode are left out."""
         out = {k: v for k, v in asdict(self).items() if v is not None}
-        out.update(out.pop("cache_counters", None) or {})
+        out.update(out.pop("store_counters", None) or {})
         return out
 
 

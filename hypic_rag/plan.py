@@ -1,13 +1,14 @@
 """A request's plan: for each segment of the prompt, whether it is cached, under which key, how many
-of its leading tokens the seam recomputes, and which remainder operator it uses (HYPIC.md §4).
+of its leading tokens the seam recomputes, and which remainder it composes (docs/design.md §4).
 
 This is the one home of the seam rule:
 
 - a seam is ``seam`` tokens, or a fraction of each segment rounded up, capped at the segment;
 - the first segment of the prompt has no seam (nothing precedes it); ``pic`` mode has none at all;
-- under seam variant B a segment whose seam leaves part of it cached uses the operator of that
-  remainder; a cold segment records the remainder for the request's seam (or, where this request
-  needs none, the engine's default seam) so that later requests find it;
+- under seam variant B a segment whose seam leaves part of it cached composes the operator of that
+  remainder (its tokens after the seam: ``cache.entry.RemainderEntry``); a cold segment records the
+  remainder for the request's seam (or, where this request needs none, the engine's default seam) so
+  that later requests find it;
 - segments shorter than ``min_cached_tokens``, or marked not to be cached, run in context.
 """
 
@@ -48,9 +49,9 @@ class Prompt:
 class SegmentPlan:
     ids: tuple[int, ...]
     key: str | None  # the cache key; None: too short to cache, it runs in context
-    seam: int  # leading tokens recomputed in context before the cached rest takes over
-    rest: int  # the remainder this request composes (variant B, 0 < seam < len), else 0
-    record_rest: int  # the remainder a cold prefill records for this segment, 0 for none
+    seam: int  # leading tokens recomputed in context before the cached tokens take over
+    remainder: int  # the seam width of the remainder this request composes (variant B, 0 < seam < len), else 0
+    record_remainder: int  # the seam width of the remainder a cold prefill records for it, 0 for none
 
     @property
     def in_context(self) -> bool:
@@ -83,7 +84,7 @@ def plan_request(
     for i, ids in enumerate(prompt.segments):
         n = len(ids)
         width = resolve_seam(seam, n) if i else 0
-        rest = width if variant == "B" and 0 < width < n else 0
+        remainder = width if variant == "B" and 0 < width < n else 0
         record = resolve_seam(record_seam, n) if variant == "B" else 0
         cached = n >= max(1, min_cached_tokens) and (prompt.cacheable is None or prompt.cacheable[i])
         plans.append(
@@ -91,8 +92,8 @@ def plan_request(
                 ids=tuple(ids),
                 key=key(ids) if cached else None,
                 seam=width,
-                rest=rest,
-                record_rest=rest or (record if 0 < record < n else 0),
+                remainder=remainder,
+                record_remainder=remainder or (record if 0 < record < n else 0),
             )
         )
     return RequestPlan(plans, tuple(prompt.query), seam, variant)

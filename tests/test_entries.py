@@ -18,26 +18,26 @@ def _segments(lengths, seed=0):
 def test_batched_entries_equal_single_segment_runs(checkpoint):
     model = load_model(checkpoint("qwen3_next_moe"))
     segs = _segments([37, 64, 5, 20])
-    rests = [8, 8, 8, 0]
-    batched = prefill_isolated(model, segs, rests)
-    alone = [prefill_isolated(model, [s], [w])[0] for s, w in zip(segs, rests, strict=True)]
+    widths = [8, 8, 8, 0]
+    batched = prefill_isolated(model, segs, widths)
+    alone = [prefill_isolated(model, [s], [w])[0] for s, w in zip(segs, widths, strict=True)]
     for b, a, ids in zip(batched, alone, segs, strict=True):
         assert b.entry.token_ids == tuple(ids)
         for i in a.entry.linear:
             for name in ("b", "p", "conv_tail"):
                 x, y = getattr(a.entry.linear[i], name), getattr(b.entry.linear[i], name)
                 assert (x - y).abs().max() < 1e-5, name
-        assert (a.rest is None) == (b.rest is None)
-        if a.rest is not None:
-            assert a.rest.seam == b.rest.seam == 8
-            for i in a.rest.linear:
+        assert (a.remainder is None) == (b.remainder is None)
+        if a.remainder is not None:
+            assert a.remainder.seam == b.remainder.seam == 8
+            for i in a.remainder.linear:
                 for name in ("b", "p"):
-                    x, y = getattr(a.rest.linear[i], name), getattr(b.rest.linear[i], name)
+                    x, y = getattr(a.remainder.linear[i], name), getattr(b.remainder.linear[i], name)
                     assert (x - y).abs().max() < 1e-5, name
         for i in a.entry.attention:
             assert (a.entry.attention[i].keys - b.entry.attention[i].keys).abs().max() < 1e-5
             assert (a.entry.attention[i].values - b.entry.attention[i].values).abs().max() < 1e-5
-    assert batched[2].rest is None and batched[3].rest is None  # the seam covers all 5 tokens; no seam asked
+    assert batched[2].remainder is None and batched[3].remainder is None  # the seam covers all 5 tokens; no seam asked
 
 
 def test_entry_states_match_the_model_state(checkpoint):
@@ -55,8 +55,8 @@ def test_entry_states_match_the_model_state(checkpoint):
         assert (lin.conv_tail - layer.conv[0]).abs().max() < 1e-5
         # The remainder's operator carries the state after the 8 seam tokens to the segment's end.
         after_seam = head.linear(i).recurrent[0]
-        rest = made.rest.linear[i]
-        assert (compose(rest.p[None], rest.b[None], after_seam)[0] - lin.b).abs().max() < 1e-5
+        remainder = made.remainder.linear[i]
+        assert (compose(remainder.p[None], remainder.b[None], after_seam)[0] - lin.b).abs().max() < 1e-5
     for i, att in made.entry.attention.items():
         kv = state.attention(i)
         assert torch.equal(kv.positions, torch.arange(45))

@@ -31,20 +31,20 @@ def test_the_first_segment_has_no_seam_and_the_others_use_their_remainder():
     plan = _plan([40, 52, 6], seam=8)
     assert [s.seam for s in plan.segments] == [0, 8, 6]
     # Variant B composes the remainder after the seam; a seam covering the segment leaves none.
-    assert [s.rest for s in plan.segments] == [0, 8, 0]
+    assert [s.remainder for s in plan.segments] == [0, 8, 0]
     # A cold prefill records the remainder it will need, the first segment the default seam's.
-    assert [s.record_rest for s in plan.segments] == [8, 8, 0]
+    assert [s.record_remainder for s in plan.segments] == [8, 8, 0]
     assert [s.in_context for s in plan.segments] == [False, False, True]
 
 
 def test_pic_has_no_seam_and_records_the_default_one():
     plan = _plan([40, 52], seam=0, default_seam=4)
-    assert [(s.seam, s.rest, s.record_rest) for s in plan.segments] == [(0, 0, 4), (0, 0, 4)]
+    assert [(s.seam, s.remainder, s.record_remainder) for s in plan.segments] == [(0, 0, 4), (0, 0, 4)]
 
 
 def test_variant_a_uses_no_remainder():
     plan = _plan([40, 52], seam=0.25, variant="A")
-    assert [(s.seam, s.rest, s.record_rest) for s in plan.segments] == [(0, 0, 0), (13, 0, 0)]
+    assert [(s.seam, s.remainder, s.record_remainder) for s in plan.segments] == [(0, 0, 0), (13, 0, 0)]
 
 
 def test_short_segments_are_not_cached():

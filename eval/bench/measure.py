@@ -83,7 +83,7 @@ def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
     rows = []
     for n in lengths:
         made = prefill_isolated(model, [list(range(3, 3 + n))], [8])[0]
-        entry, rest = made.entry, made.rest
+        entry, rest = made.entry, made.remainder
         linear = sum(e.b.nbytes + e.p.nbytes + e.conv_tail.nbytes for e in entry.linear.values()) + rest.nbytes
         operators = sum(e.p.nbytes for e in entry.linear.values()) + sum(e.p.nbytes for e in rest.linear.values())
         attention = sum(e.keys.nbytes + e.values.nbytes for e in entry.attention.values())

@@ -1,10 +1,13 @@
-"""The position-independent segment cache: entries and their bytes, keys, the memory and disk tiers, what an
-entry must look like to be used (``validate``), and the prefix store of the ``prefix`` baseline."""
+"""The position-independent segment cache: entries and their bytes (``entry``), keys, the segment store
+(``store``) over its tiers (memory: ``lru``; the byte-tier interface: ``tier``; local disk: ``disk``; shared
+Redis: ``remote``), what an entry must look like to be used (``validate``), and the prefix store of the
+``prefix`` baseline."""
 
-from .disk import BytesTier, DiskCacheTier, ForeignPath, PickledValue, RawBytesDisk, default_cache_dir
+from .disk import DiskCacheTier, ForeignPath, PickledValue, RawBytesDisk, default_cache_dir
 from .entry import (
     FORMAT_VERSION,
     AttentionEntry,
+    CachedSegment,
     CacheEntry,
     CorruptEntry,
     LinearEntry,
@@ -15,12 +18,14 @@ from .entry import (
 from .keys import checkpoint_fingerprint, module_fingerprint, remainder_key, segment_key
 from .prefix import PrefixStore
 from .store import SegmentStore
+from .tier import BytesTier
 from .validate import EntryLayout
 
 __all__ = [
     "FORMAT_VERSION",
     "AttentionEntry",
     "BytesTier",
+    "CachedSegment",
     "CacheEntry",
     "CorruptEntry",
     "DiskCacheTier",

@@ -1,4 +1,4 @@
-"""The persistent tier: raw bytes on diskcache, behind an interface another store can implement.
+"""The local persistent tier (a ``tier.BytesTier``): raw bytes on diskcache.
 
 diskcache pickles any value that is not bytes, and unpickles what it reads (GHSA-w8v5-vhqr-4h9v), so
 ``RawBytesDisk`` refuses to store anything but bytes and refuses to read a pickled record. The
@@ -16,7 +16,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import diskcache
 from diskcache.core import MODE_PICKLE
@@ -24,16 +24,6 @@ from diskcache.core import MODE_PICKLE
 
 class PickledValue(ValueError):
     """A record in the disk tier that would need unpickling."""
-
-
-class BytesTier(Protocol):
-    """What the segment store needs from a persistent tier (diskcache, Redis, a shared filesystem)."""
-
-    def get(self, key: str) -> bytes | None: ...
-    def set(self, key: str, value: bytes) -> None: ...
-    def delete(self, key: str) -> None: ...
-    def clear(self) -> int: ...
-    def stats(self) -> dict[str, Any]: ...
 
 
 class ForeignPath(ValueError):
@@ -92,7 +82,7 @@ class DiskCacheTier:
         self._opened: diskcache.Cache | None = None
 
     @property
-    def _cache(self) -> diskcache.Cache:
+    def _diskcache(self) -> diskcache.Cache:
         if self._opened is None:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             cache = diskcache.Cache(
@@ -112,23 +102,23 @@ class DiskCacheTier:
         """The stored bytes, or None; a pickled record, or one naming a file outside the cache, is deleted
         (the row, never the file it names) and reported as ``PickledValue`` / ``ForeignPath``."""
         try:
-            value = self._cache.get(key, default=None)
+            value = self._diskcache.get(key, default=None)
         except (PickledValue, ForeignPath):
             self.delete(key)
             raise
         return value if value is None or isinstance(value, bytes) else None
 
     def set(self, key: str, value: bytes) -> None:
-        self._cache.set(key, value)
+        self._diskcache.set(key, value)
 
     def delete(self, key: str) -> None:
-        self._cache.delete(key)
+        self._diskcache.delete(key)
 
     def clear(self) -> int:
-        return self._cache.clear()
+        return self._diskcache.clear()
 
     def stats(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), "entries": len(self._cache), "bytes": self._cache.volume()}
+        return {"directory": str(self.directory), "entries": len(self._diskcache), "bytes": self._diskcache.volume()}
 
     def reset(self) -> int:
         """Remove the index and every value file of ours, however damaged the index is (it is not read):

@@ -1,4 +1,4 @@
-"""Cached segments (HYPIC.md §7) and their byte format.
+"""Cached segments (docs/design.md §7) and their byte format.
 
 An entry comes in two parts, so that requests with different seam widths share one copy of what
 does not depend on the seam:
@@ -6,7 +6,11 @@ does not depend on the seam:
 - ``SegmentEntry``, the shared part: per linear layer the zero-start end state ``b``, the transition
   operator ``p`` and the conv tail; per attention layer K rotated at positions ``0..L-1`` and V.
 - ``RemainderEntry``, one per seam width ``w`` (seam variant B): per linear layer the end state and
-  operator of the segment's tokens ``[w, L)``, which carry the state the seam recomputed to the end.
+  operator of the segment's tokens ``[w, L)``, its remainder, which carry the state the seam recomputed
+  to the end.
+
+A ``CachedSegment`` is the two together, as one request uses them: the entry, and the remainder of the seam
+width its plan composes (or none).
 
 Both carry the token ids, to catch key collisions. Bytes are ``MAGIC | sha256(payload) | payload``
 where the payload is a safetensors blob: raw tensors and a JSON header, nothing executable, so a
@@ -176,3 +180,16 @@ class RemainderEntry:
 
 
 CacheEntry = SegmentEntry | RemainderEntry
+
+
+@dataclass(frozen=True)
+class CachedSegment:
+    """A segment's entry and the remainder a request composes (None where its plan composes none), as the
+    store gave them or a prefill just made them."""
+
+    entry: SegmentEntry
+    remainder: RemainderEntry | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.entry.nbytes + (self.remainder.nbytes if self.remainder is not None else 0)

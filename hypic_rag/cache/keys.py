@@ -1,4 +1,4 @@
-"""Cache keys (HYPIC.md §7): a hash of the segment's token ids, the model fingerprint, the dtype and the
+"""Cache keys (docs/design.md §7): a hash of the segment's token ids, the model fingerprint, the dtype and the
 entry format; a remainder entry's key adds its seam width. Order and position are deliberately not
 part of the key."""
 

@@ -7,8 +7,8 @@ bytes, another model's, or one that does not fit this model's layout: ``validate
 and reported as a miss, so the caller recomputes it; it is never used and never an error the caller
 sees.
 
-Persistent tiers are looked up in order, the local disk then the shared remote tier (``remote.py``); a
-hit is copied to the faster tiers. A persistent tier that fails (a full or read-only disk, a damaged
+Persistent tiers (``tier.BytesTier``) are looked up in order, the local disk then the shared remote tier
+(``remote.py``); a hit is copied to the faster tiers. A persistent tier that fails (a full or read-only disk, a damaged
 index, a server that is down) is bypassed: the failure is counted (``tier_errors``), logged once, and
 the tier is tried again after ``retry_s`` seconds; meanwhile requests are served from memory or
 recomputed.
@@ -22,10 +22,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from .disk import BytesTier, ForeignPath, PickledValue
+from .disk import ForeignPath, PickledValue
 from .entry import CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
 from .keys import remainder_key
 from .lru import ByteLRU, Space, memory_space
+from .tier import BytesTier
 from .validate import EntryLayout
 
 E = TypeVar("E", SegmentEntry, RemainderEntry)

@@ -25,11 +25,11 @@ def test_entries_store_a_scalar_operator_per_head(checkpoint):
     assert model.operator_forms == {0: SCALAR, 3: SCALAR}
     for i, lin in made.entry.linear.items():
         assert lin.p.shape == (heads,) and lin.b.shape == (heads, 8, 16)
-        assert made.rest.linear[i].p.shape == (heads,)
+        assert made.remainder.linear[i].p.shape == (heads,)
         assert bool(((lin.p > 0) & (lin.p <= 1)).all())  # exp(a * sum dt), a < 0
     layout = EntryLayout.of(model)
     layout.check(made.entry)
-    layout.check(made.rest)
+    layout.check(made.remainder)
 
 
 def test_a_dense_operator_is_not_accepted_for_a_mamba2_layer(checkpoint):

@@ -1,4 +1,6 @@
-"""Cold segments prefilled on a pool of Ray actors, each holding the model: a request's misses split across them.
+"""Cold segments prefilled on a pool of Ray actors, each holding the model: a request's misses split across them
+(``Engine.from_pretrained(prefill_workers=N)``). Not to be confused with ``server.worker``, the thread that runs
+the engine for the HTTP server.
 
 The in-process ``parallel`` policy prefills a request's misses as one batch on one process; with
 ``prefill_workers=N`` they are split over N actors instead, longest first, each to the worker with the fewest
@@ -19,8 +21,7 @@ from typing import Any
 
 import torch
 
-from .cache.entry import RemainderEntry, SegmentEntry
-from .entries import FreshEntry
+from .cache.entry import CachedSegment, RemainderEntry, SegmentEntry
 
 
 class PrefillWorker:
@@ -35,14 +36,15 @@ class PrefillWorker:
         self.model = load_model(checkpoint, device="cpu", dtype=resolve_dtype(dtype))
         self.fingerprint = fingerprint
 
-    def prefill(self, segments: list[list[int]], rests: list[int]) -> list[tuple[bytes, bytes | None]]:
+    def prefill(self, segments: list[list[int]], remainders: list[int]) -> list[tuple[bytes, bytes | None]]:
         from .entries import prefill_isolated
 
-        fresh = prefill_isolated(self.model, segments, rests)
-        return [
-            (f.entry.to_bytes(self.fingerprint), f.rest.to_bytes(self.fingerprint) if f.rest is not None else None)
-            for f in fresh
-        ]
+        fresh = prefill_isolated(self.model, segments, remainders)
+        return [(f.entry.to_bytes(self.fingerprint), _bytes(f.remainder, self.fingerprint)) for f in fresh]
+
+
+def _bytes(remainder: RemainderEntry | None, fingerprint: str) -> bytes | None:
+    return remainder.to_bytes(fingerprint) if remainder is not None else None
 
 
 def split_longest_first(lengths: Sequence[int], workers: int) -> list[list[int]]:
@@ -87,19 +89,19 @@ class RayPrefill:
         ]
         ray.get([a.__ray_ready__.remote() for a in self.actors])  # loaded before the first request
 
-    def prefill(self, segments: Sequence[Sequence[int]], rests: Sequence[int]) -> list[FreshEntry]:
+    def prefill(self, segments: Sequence[Sequence[int]], remainders: Sequence[int]) -> list[CachedSegment]:
         """What ``prefill_isolated`` gives, computed across the actors."""
         shares = split_longest_first([len(s) for s in segments], len(self.actors))
         calls = [
-            actor.prefill.remote([list(segments[i]) for i in share], [rests[i] for i in share])
+            actor.prefill.remote([list(segments[i]) for i in share], [remainders[i] for i in share])
             for actor, share in zip(self.actors, shares, strict=False)
         ]
-        out: list[FreshEntry | None] = [None] * len(segments)
+        out: list[CachedSegment | None] = [None] * len(segments)
         for share, results in zip(shares, self.ray.get(calls), strict=True):
-            for i, (entry, rest) in zip(share, results, strict=True):
-                out[i] = FreshEntry(
+            for i, (entry, remainder) in zip(share, results, strict=True):
+                out[i] = CachedSegment(
                     SegmentEntry.from_bytes(entry, self.fingerprint),
-                    RemainderEntry.from_bytes(rest, self.fingerprint) if rest is not None else None,
+                    RemainderEntry.from_bytes(remainder, self.fingerprint) if remainder is not None else None,
                 )
         return [f for f in out if f is not None]
 

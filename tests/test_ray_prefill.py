@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hypic_rag import Engine, Segment
+from hypic_rag.ray_prefill import split_longest_first
 from hypic_rag.testing.redis import RedisServer
-from hypic_rag.workers import split_longest_first
 
 DOCS = [
     "Stithgo Dithgaith lives in Kothvenville and works as a pilot at Krudrel Labs since the spring.",
