@@ -1,4 +1,4 @@
-"""How far a mode's answer drifts from full recompute on the same token ids (HYPIC.md §8)."""
+"""How far a mode's answer drifts from full recompute on the same token ids (docs/design.md §8)."""
 
 from __future__ import annotations
 
