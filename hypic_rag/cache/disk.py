@@ -7,19 +7,21 @@ default ``cull_limit`` of 10 can wipe the whole cache in one eviction; we cull o
 diskcache opens and deletes whatever file its index row names, relative to the folder: a row rewritten to
 ``../victim.txt`` would make a cache read delete a file outside the cache. ``RawBytesDisk`` only touches
 files whose name has the shape diskcache itself gives them (``ab/cd/<28 hex>.val``) and whose real path is
-inside the folder; any other row is corrupt.
+inside the folder; any other row is corrupt. diskcache's own repair (``Cache.check(fix=True)``) deletes every
+file of the folder its index does not name, so it is never run: the tier keeps to a subfolder it marked as its
+own and sweeps only its own files (``ownership.py``).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 import diskcache
 from diskcache.core import MODE_PICKLE
+
+from .ownership import INDEX, VALUE_NAME, claim, remove_empty_dirs, sweep_orphans, tier_folder, value_files
 
 
 class PickledValue(ValueError):
@@ -38,10 +40,6 @@ class BytesTier(Protocol):
 
 class ForeignPath(ValueError):
     """An index row that names a file diskcache would not have written: outside the folder, or not its shape."""
-
-
-# The names diskcache's ``Disk.filename`` gives: two levels of two hex digits, then 28 hex digits and ``.val``.
-_OWN_NAME = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
 
 
 class RawBytesDisk(diskcache.Disk):
@@ -68,43 +66,46 @@ class RawBytesDisk(diskcache.Disk):
         """Raise ``ForeignPath`` unless ``filename`` is one diskcache would write, inside the folder."""
         root = os.path.realpath(self._directory)
         full = os.path.realpath(os.path.join(root, filename))
-        if not _OWN_NAME.fullmatch(filename) or os.path.commonpath([root, full]) != root:
+        if not VALUE_NAME.fullmatch(filename) or os.path.commonpath([root, full]) != root:
             raise ForeignPath(f"the cache index names a file outside the cache: {filename!r}")
 
 
 class DiskCacheTier:
     """diskcache with LRU eviction under ``size_limit`` bytes; safe across processes (SQLite WAL).
 
-    The folder is opened on first use, not at construction, so an engine starts even when the disk does not
-    (the store then counts the failure and retries later). Opening sweeps files a killed writer left behind
-    without an index row (``Cache.check(fix=True)``)."""
+    Its files live in a subfolder of ``directory`` that it made and marked (``ownership.py``): the rest of
+    ``directory`` is never read or touched, and a subfolder it did not mark, or a symlinked folder or index, is
+    a ValueError. The folder is opened on first use, not at construction, so an engine starts even when the
+    disk does not (the store then counts the failure and retries later). Opening sweeps the value files a
+    killed writer left without an index row (``sweep=False``: nothing is removed, for inspection)."""
 
-    def __init__(self, directory: str | Path, size_limit: int = 8 << 30) -> None:
+    def __init__(self, directory: str | Path, size_limit: int = 8 << 30, *, sweep: bool = True) -> None:
         if "://" in str(directory):
             raise ValueError(f"cache_dir is a folder, not {str(directory)!r}: pass a Redis URL as cache_url")
         directory = Path(directory).expanduser()
-        if directory.exists() and not directory.is_dir():
-            raise ValueError(f"cache_dir {str(directory)!r} is a file, not a folder")
         if isinstance(size_limit, bool) or not isinstance(size_limit, int) or size_limit < 1:
             raise ValueError(f"the disk tier's size limit must be a positive byte count, got {size_limit!r}")
         self.directory = directory
+        self.folder = tier_folder(directory)
         self.size_limit = size_limit
+        self.sweep = sweep
         self._opened: diskcache.Cache | None = None
 
     @property
     def _cache(self) -> diskcache.Cache:
         if self._opened is None:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tier_folder(self.directory)  # again: the folder may have changed since construction
+            claim(self.folder)
             cache = diskcache.Cache(
-                str(self.directory),
+                str(self.folder),
                 disk=RawBytesDisk,
                 size_limit=self.size_limit,
                 cull_limit=1,
                 eviction_policy="least-recently-used",
             )
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # diskcache warns about each orphan it removes
-                cache.check(fix=True)
+            if self.sweep:
+                rows = cache._sql("SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()
+                sweep_orphans(self.folder, {name for (name,) in rows})
             self._opened = cache
         return self._opened
 
@@ -128,22 +129,25 @@ class DiskCacheTier:
         return self._cache.clear()
 
     def stats(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), "entries": len(self._cache), "bytes": self._cache.volume()}
+        return {
+            "directory": str(self.directory),
+            "folder": str(self.folder),
+            "entries": len(self._cache),
+            "bytes": self._cache.volume(),
+        }
 
     def reset(self) -> int:
         """Remove the index and every value file of ours, however damaged the index is (it is not read):
         the folder becomes an empty cache. Returns the number of value files removed."""
         self.close()
+        tier_folder(self.directory)
         removed = 0
-        for name in ("cache.db", "cache.db-wal", "cache.db-shm"):
-            (self.directory / name).unlink(missing_ok=True)
-        for file in self.directory.glob("*/*/*.val"):
-            if _OWN_NAME.fullmatch(file.relative_to(self.directory).as_posix()) and not file.is_symlink():
-                file.unlink()
-                removed += 1
-        for sub in sorted(self.directory.glob("*/*"), reverse=True) + sorted(self.directory.glob("*")):
-            if sub.is_dir() and not any(sub.iterdir()):
-                sub.rmdir()
+        for name in INDEX:
+            (self.folder / name).unlink(missing_ok=True)
+        for name, _ in value_files(self.folder):
+            (self.folder / name).unlink(missing_ok=True)
+            removed += 1
+        remove_empty_dirs(self.folder)
         return removed
 
     def close(self) -> None:
