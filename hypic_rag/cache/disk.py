@@ -42,6 +42,11 @@ class ForeignPath(ValueError):
     """An index row that names a file diskcache would not have written: outside the folder, or not its shape."""
 
 
+class UnreadableKey(ValueError):
+    """A key the tier holds but cannot read as bytes (a Redis key of another type): the tier has dropped it, so
+    it is a miss for that key alone, and the tier stays on for the others."""
+
+
 class RawBytesDisk(diskcache.Disk):
     def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> Any:
         if read or not isinstance(value, bytes):

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .disk import BytesTier, ForeignPath, PickledValue
+from .disk import BytesTier, ForeignPath, PickledValue, UnreadableKey
 from .entry import CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
 from .keys import remainder_key
 from .lru import ByteLRU, Space, memory_space
@@ -149,7 +149,7 @@ class SegmentStore:
             return None
         try:
             return call(tier.tier)
-        except (PickledValue, ForeignPath):
+        except (PickledValue, ForeignPath, UnreadableKey):
             if corrupt:  # the tier deleted the record already; count it
                 self.counters["corrupt"] += 1
             return None
