@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..outputs import GenerationOutput
 from ..segments import KINDS
+from .limits import finite
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -318,5 +319,5 @@ def usage_chunk(request_id: str, model: str, created: int, out: GenerationOutput
 
 
 def sse(data: dict[str, Any] | str) -> bytes:
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    text = data if isinstance(data, str) else json.dumps(finite(data), ensure_ascii=False, allow_nan=False)
     return f"data: {text}\n\n".encode()
