@@ -29,6 +29,7 @@ from .cache import (
 from .cache.lru import ByteLRU
 from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
+from .chat.caller_text import literal_pieces
 from .chat.conversation import ChatSetup, thinking_opened
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
@@ -574,7 +575,8 @@ class Engine:
             chat_template_kwargs=chat_template_kwargs,
             segmentation=segmentation,
         )
-        prompt = self.build_prompt(rendered.segments, rendered.query)
+        segments, query = literal_pieces(self.tokenizer, setup.template, rendered, tools, chat_template_kwargs)
+        prompt = self.build_prompt(segments, query)
         return replace(rendered, token_ids=prompt.ids), prompt
 
     def _force_call(
