@@ -73,10 +73,12 @@ def _part_kind(part: Mapping[str, Any], where: str) -> str | None:
 def plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """What the template is given: each list content becomes the concatenation of its text parts, as
     API.md's ``plain``; where parts carry a kind they are kept beside it as ``hypic_parts``
-    (``{"text", "kind"}``), which templates that know hypic-rag read and others ignore."""
+    (``{"text", "kind"}``), which templates that know hypic-rag read and others ignore. A prompt has one
+    question: a second ``query`` part would replace the first, so it is a ValueError."""
     if isinstance(messages, (str, bytes, Mapping)) or not messages:
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
     out = []
+    question: str | None = None  # where the query part is
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
             raise ValueError(f"message {i} must be a dict with 'role' and 'content', got {type(message).__name__}")
@@ -92,6 +94,10 @@ def plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise ValueError(f"{where}: only text parts {{'type': 'text', 'text': str}} can be rendered")
                 parts.append({"text": part["text"], "kind": _part_kind(part, where)})
+                if parts[-1]["kind"] == "query":
+                    if question is not None:
+                        raise ValueError(f"{where}: a second query part ({question} is one); a prompt has one question")
+                    question = where
             plain["content"] = "".join(p["text"] for p in parts)
             if any(p["kind"] for p in parts):
                 plain["hypic_parts"] = parts

@@ -180,7 +180,8 @@ def engine_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
         content = message.content
         if isinstance(content, list):
             content = [_part(p, f"{where}.content.{j}") for j, p in enumerate(content)]
-        if message.role != "assistant" and (not content or (isinstance(content, str) and not content.strip())):
+        text = "".join(p["text"] for p in content) if isinstance(content, list) else content
+        if message.role != "assistant" and (not content or (isinstance(text, str) and not text.strip())):
             if message.role != "tool" or content is None:
                 raise APIError(400, f"{where}: a {message.role} message needs content", param=where)
         item["content"] = content
