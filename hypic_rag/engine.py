@@ -38,6 +38,7 @@ from .decoding import Decoder, Generation, Sampler, TokenCallback
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .hub import resolve_checkpoint
+from .inputs import as_list
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
@@ -244,6 +245,7 @@ class Engine:
 
     def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt:
         """Tokenize each segment on its own; reject prompts the model cannot take."""
+        segments = as_list(segments, "segments", "Segment", Segment)
         seg_ids = self._segments_ids(segments)
         query_ids = self.segment_ids(as_query(query))
         prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments))
@@ -388,6 +390,7 @@ class Engine:
         too short ones are skipped). Misses are filled ``CACHE_AHEAD_CHUNK`` at a time, each chunk stored
         before the next is computed, so a large corpus never holds more than a chunk of fresh entries;
         ``progress(done, total)`` is called after each."""
+        segments = as_list(segments, "segments", "Segment", Segment)
         ids = self._segments_ids(segments)
         plan = self.plan(Prompt(ids, [], tuple(s.cache for s in segments)), "hypic", seam)
         # any of them may follow another in a request, so each needs the remainder a seam leaves (the plan
@@ -661,6 +664,7 @@ class Engine:
         output."""
         self._check_mode(mode)
         setup = self._require_chat()
+        tools = as_list(tools, "tools", "tool schemas (dicts)") if tools is not None else None
         choice = chosen_tool(tool_choice, tools)
         if choice == "none":
             tools = None

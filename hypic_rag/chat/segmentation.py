@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..inputs import as_list
 from ..segments import KINDS, Segment
 
 SEGMENTATIONS = ("explicit", "auto", "none")
@@ -75,7 +76,8 @@ def plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     API.md's ``plain``; where parts carry a kind they are kept beside it as ``hypic_parts``
     (``{"text", "kind"}``), which templates that know hypic-rag read and others ignore. A prompt has one
     question: a second ``query`` part would replace the first, so it is a ValueError."""
-    if isinstance(messages, (str, bytes, Mapping)) or not messages:
+    listed = not isinstance(messages, (str, bytes, Mapping)) and isinstance(messages, Iterable)
+    if not listed or not (messages := list(messages)):  # read once: a generator too
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
     out = []
     question: str | None = None  # where the query part is
@@ -337,7 +339,8 @@ def segment_prompt(
     """Render ``messages`` with ``template`` (a ``ChatTemplate``) and cut the text into segments."""
     if segmentation not in SEGMENTATIONS:
         raise ValueError(f"segmentation must be one of {', '.join(SEGMENTATIONS)}, got {segmentation!r}")
-    if tools is not None and (isinstance(tools, Mapping) or not all(isinstance(t, Mapping) for t in tools)):
+    tools = as_list(tools, "tools", "OpenAI function schemas (dicts)") if tools is not None else None
+    if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise ValueError("tools must be a list of OpenAI function schemas (dicts)")
     kwargs = dict(chat_template_kwargs or {})
     reserved = {"messages", "tools", "add_generation_prompt", "hypic_boundary"} & kwargs.keys()
