@@ -103,7 +103,7 @@ class Engine:
         cold_policy: str = "parallel",
         min_cached_tokens: int = 12,
         memory_bytes: int = 2 << 30,
-        disk_bytes: int = 8 << 30,
+        disk_bytes: int | None = None,
         generation_defaults: GenerationDefaults | None = None,
         chat_template: ChatTemplate | None = None,
         fuse_forwards: bool = True,
@@ -120,7 +120,8 @@ class Engine:
         keeps its fixed defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
         ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward
         (``False``: a forward per stretch and seam, then the query: the reference path);
-        ``memory_bytes`` bounds all the engine's in-memory caches together, ``disk_bytes`` the disk tier;
+        ``memory_bytes`` bounds all the engine's in-memory caches together, ``disk_bytes`` the disk tier (default:
+        a tenth of the disk's free space, at most 8 GiB);
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
         long decays leave subnormal floats in its state, and CPU matmuls on them ran about 10x slower
         (measured on the standard case); values below 1.2e-38 become 0."""
@@ -129,7 +130,8 @@ class Engine:
         if cold_policy not in COLD_POLICIES:
             raise ValueError(f"unknown cold_policy {cold_policy!r}; expected one of {', '.join(COLD_POLICIES)}")
         resolve_seam(seam, 1)
-        for option, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_bytes, 1)):
+        disk_budget = 1 if disk_bytes is None else disk_bytes  # None: a share of the free space (cache/space.py)
+        for option, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_budget, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
         for option, value in (("fuse_forwards", fuse_forwards), ("flush_denormals", flush_denormals)):

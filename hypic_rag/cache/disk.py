@@ -14,7 +14,9 @@ own and sweeps only its own files (``ownership.py``).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +24,9 @@ import diskcache
 from diskcache.core import MODE_PICKLE
 
 from .ownership import INDEX, VALUE_NAME, claim, remove_empty_dirs, sweep_orphans, tier_folder, value_files
+from .space import MIN_FREE_BYTES, RECHECK_S, default_budget, free_bytes
+
+log = logging.getLogger("hypic_rag.cache")
 
 
 class PickledValue(ValueError):
@@ -82,29 +87,52 @@ class DiskCacheTier:
     ``directory`` is never read or touched, and a subfolder it did not mark, or a symlinked folder or index, is
     a ValueError. The folder is opened on first use, not at construction, so an engine starts even when the
     disk does not (the store then counts the failure and retries later). Opening sweeps the value files a
-    killed writer left without an index row (``sweep=False``: nothing is removed, for inspection)."""
+    killed writer left without an index row (``sweep=False``: nothing is removed, for inspection).
 
-    def __init__(self, directory: str | Path, size_limit: int = 8 << 30, *, sweep: bool = True) -> None:
+    ``size_limit`` defaults to a share of the free space (``space.py``); on a nearly full disk the tier stays
+    off, with one warning: reads miss, writes are dropped, and the engine answers from memory."""
+
+    def __init__(self, directory: str | Path, size_limit: int | None = None, *, sweep: bool = True) -> None:
         if "://" in str(directory):
             raise ValueError(f"cache_dir is a folder, not {str(directory)!r}: pass a Redis URL as cache_url")
         directory = Path(directory).expanduser()
-        if isinstance(size_limit, bool) or not isinstance(size_limit, int) or size_limit < 1:
+        given = size_limit if size_limit is not None else 1
+        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
             raise ValueError(f"the disk tier's size limit must be a positive byte count, got {size_limit!r}")
         self.directory = directory
         self.folder = tier_folder(directory)
         self.size_limit = size_limit
         self.sweep = sweep
         self._opened: diskcache.Cache | None = None
+        self._off_until = 0.0  # the disk was nearly full: off until then
+        self._warned = False
 
     @property
-    def _cache(self) -> diskcache.Cache:
+    def _cache(self) -> diskcache.Cache | None:
+        """The open cache; None while the disk is nearly full."""
         if self._opened is None:
+            if time.monotonic() < self._off_until:
+                return None
             tier_folder(self.directory)  # again: the folder may have changed since construction
+            free = free_bytes(self.folder)
+            if free < MIN_FREE_BYTES:
+                self._off_until = time.monotonic() + RECHECK_S
+                if not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "only %d bytes free on the disk of %s: the disk tier is off and answers come from memory "
+                        "(it looks again every %.0f s; `hypic-rag cache clear` empties it)",
+                        free,
+                        self.folder,
+                        RECHECK_S,
+                    )
+                return None
+            held = sum(info.st_size for _, info in value_files(self.folder))
             claim(self.folder)
             cache = diskcache.Cache(
                 str(self.folder),
                 disk=RawBytesDisk,
-                size_limit=self.size_limit,
+                size_limit=self.size_limit or default_budget(free, held),
                 cull_limit=1,
                 eviction_policy="least-recently-used",
             )
@@ -117,29 +145,36 @@ class DiskCacheTier:
     def get(self, key: str) -> bytes | None:
         """The stored bytes, or None; a pickled record, or one naming a file outside the cache, is deleted
         (the row, never the file it names) and reported as ``PickledValue`` / ``ForeignPath``."""
+        cache = self._cache
+        if cache is None:
+            return None
         try:
-            value = self._cache.get(key, default=None)
+            value = cache.get(key, default=None)
         except (PickledValue, ForeignPath):
             self.delete(key)
             raise
         return value if value is None or isinstance(value, bytes) else None
 
     def set(self, key: str, value: bytes) -> None:
-        self._cache.set(key, value)
+        cache = self._cache
+        if cache is not None:
+            cache.set(key, value)
 
     def delete(self, key: str) -> None:
-        self._cache.delete(key)
+        cache = self._cache
+        if cache is not None:
+            cache.delete(key)
 
     def clear(self) -> int:
-        return self._cache.clear()
+        cache = self._cache
+        return cache.clear() if cache is not None else self.reset()  # a full disk: remove without opening
 
     def stats(self) -> dict[str, Any]:
-        return {
-            "directory": str(self.directory),
-            "folder": str(self.folder),
-            "entries": len(self._cache),
-            "bytes": self._cache.volume(),
-        }
+        cache = self._cache
+        where = {"directory": str(self.directory), "folder": str(self.folder)}
+        if cache is None:
+            return {**where, "available": False, "free_bytes": free_bytes(self.folder)}
+        return {**where, "entries": len(cache), "bytes": cache.volume(), "size_limit": cache.size_limit}
 
     def reset(self) -> int:
         """Remove the index and every value file of ours, however damaged the index is (it is not read):
