@@ -243,9 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         from .cache import DiskCacheTier, default_cache_dir
 
         directory = args.cache_dir or default_cache_dir()
-        if not directory.is_dir():
+        try:
+            tier = DiskCacheTier(directory, sweep=args.action == "clear")  # an inspection removes nothing
+        except ValueError as exc:
+            parser.error(str(exc))
+        if not tier.folder.is_dir():
             parser.error(f"no segment cache at {directory}")
-        tier = DiskCacheTier(directory)
         try:
             if args.action == "clear":
                 print(f"removed {tier.clear()} entries from {directory}")

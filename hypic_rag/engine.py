@@ -30,6 +30,7 @@ from .cache import (
 from .cache.lru import ByteLRU
 from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
+from .chat.caller_text import literal_pieces
 from .chat.conversation import ChatSetup, thinking_opened
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
@@ -38,6 +39,7 @@ from .decoding import Decoder, Generation, Sampler, TokenCallback
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .hub import resolve_checkpoint
+from .inputs import as_list
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
@@ -112,7 +114,7 @@ class Engine:
         cold_policy: str = "parallel",
         min_cached_tokens: int = 12,
         memory_bytes: int = 2 << 30,
-        disk_bytes: int = 8 << 30,
+        disk_bytes: int | None = None,
         generation_defaults: GenerationDefaults | None = None,
         chat_template: ChatTemplate | None = None,
         fuse_forwards: bool = True,
@@ -129,7 +131,8 @@ class Engine:
         keeps its fixed defaults); ``chat_template`` is the checkpoint's own, which ``chat`` and ``render`` use;
         ``fuse_forwards`` runs everything a ``pic``/``hypic`` request recomputes in one forward
         (``False``: a forward per stretch and seam, then the query: the reference path);
-        ``memory_bytes`` bounds all the engine's in-memory caches together, ``disk_bytes`` the disk tier;
+        ``memory_bytes`` bounds all the engine's in-memory caches together, ``disk_bytes`` the disk tier (default:
+        a tenth of the disk's free space, at most 8 GiB);
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
         long decays leave subnormal floats in its state, and CPU matmuls on them are many times slower;
         values below 1.2e-38 become 0."""
@@ -138,7 +141,8 @@ class Engine:
         if cold_policy not in COLD_POLICIES:
             raise ValueError(f"unknown cold_policy {cold_policy!r}; expected one of {', '.join(COLD_POLICIES)}")
         resolve_seam(seam, 1)
-        for option, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_bytes, 1)):
+        disk_budget = 1 if disk_bytes is None else disk_bytes  # None: a share of the free space (cache/space.py)
+        for option, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_budget, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
         for option, value in (("fuse_forwards", fuse_forwards), ("flush_denormals", flush_denormals)):
@@ -254,6 +258,7 @@ class Engine:
 
     def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt:
         """Tokenize each segment on its own; reject prompts the model cannot take."""
+        segments = as_list(segments, "segments", "Segment", Segment)
         seg_ids = self._segments_ids(segments)
         query_ids = self.segment_ids(as_query(query))
         prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments))
@@ -396,6 +401,7 @@ class Engine:
         too short ones are skipped). Misses are filled ``CACHE_AHEAD_CHUNK`` at a time, each chunk stored
         before the next is computed, so a large corpus never holds more than a chunk of fresh entries;
         ``progress(done, total)`` is called after each."""
+        segments = as_list(segments, "segments", "Segment", Segment)
         ids = self._segments_ids(segments)
         plan = self.plan(Prompt(ids, [], tuple(s.cache for s in segments)), "hypic", seam)
         # any of them may follow another in a request, so each needs the remainder a seam leaves (the plan
@@ -558,7 +564,8 @@ class Engine:
             chat_template_kwargs=chat_template_kwargs,
             segmentation=segmentation,
         )
-        prompt = self.build_prompt(rendered.segments, rendered.query)
+        segments, query = literal_pieces(self.tokenizer, setup.template, rendered, tools, chat_template_kwargs)
+        prompt = self.build_prompt(segments, query)
         return replace(rendered, token_ids=prompt.ids), prompt
 
     def _force_call(
@@ -617,6 +624,7 @@ class Engine:
         output."""
         options = RequestOptions.from_mapping(overrides, base=options).with_defaults(self.generation_defaults)
         setup = self._require_chat()
+        tools = as_list(tools, "tools", "tool schemas (dicts)") if tools is not None else None
         choice = chosen_tool(tool_choice, tools)
         if choice == "none":
             tools = None

@@ -9,10 +9,19 @@ its share. Entries come back as their checksummed bytes (``SegmentEntry.to_bytes
 tier holds, so the caller checks them as it checks any tier's and stores them in its own tiers (a shared Redis
 tier included). Ray is the worker pool because users who outgrow one machine expect an existing distributed
 runtime; it starts a local cluster on 127.0.0.1 unless the process is already connected to one.
+
+That cluster is asked to stay on loopback (``_node_ip_address="127.0.0.1"``, no dashboard), but Ray does not
+obey: measured with Ray 2.60, it replaces a loopback node address by the machine's own (``ray.init`` resolves
+``127.0.0.1`` to a "remotely reachable" one), and the GCS, the raylet and every worker listen on all
+interfaces (``::``), the autoscaler's monitor on ``0.0.0.0``, the runtime-env agent on the machine's address.
+No ``ray.init`` argument changes that, so after starting it the pool lists what listens beyond loopback
+(``exposed``) and warns, naming each port.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -22,6 +31,30 @@ from typing import Any
 import torch
 
 from .cache.entry import CachedSegment, RemainderEntry, SegmentEntry
+
+log = logging.getLogger("hypic_rag.ray_prefill")
+
+
+def exposed_listeners() -> list[tuple[str, str, int]] | None:
+    """``(process, address, port)`` of every TCP socket this process or one it started listens on beyond
+    loopback; None when that cannot be seen (no psutil: Ray ships one, importable once ``ray`` is)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    me = psutil.Process()
+    ours = {p.pid: p for p in me.children(recursive=True)} | {me.pid: me}
+    out = set()
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_LISTEN or conn.pid not in ours:
+            continue
+        if not ipaddress.ip_address(conn.laddr.ip.split("%")[0]).is_loopback:
+            try:
+                name = ours[conn.pid].name()
+            except psutil.Error:
+                name = str(conn.pid)
+            out.add((name, conn.laddr.ip, conn.laddr.port))
+    return sorted(out)
 
 
 class PrefillWorker:
@@ -68,7 +101,8 @@ class RayPrefill:
             raise ValueError("prefill_workers needs Ray: pip install 'hypic-rag[ray]'") from exc
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"prefill_workers must be an integer >= 1, got {workers!r}")
-        if not ray.is_initialized():
+        started = not ray.is_initialized()
+        if started:
             ray.init(
                 address="local",
                 num_cpus=max(workers, os.cpu_count() or 1),
@@ -88,6 +122,19 @@ class RayPrefill:
             actor.remote(str(checkpoint), str(dtype).removeprefix("torch."), fingerprint) for _ in range(workers)
         ]
         ray.get([a.__ray_ready__.remote() for a in self.actors])  # loaded before the first request
+        # What the cluster we started exposes, whatever we asked of it (a cluster we joined is its owner's).
+        self.exposed = exposed_listeners() if started else []
+        if self.exposed is None:
+            log.warning("prefill_workers: cannot list Ray's ports; Ray's servers may listen on all interfaces")
+        elif self.exposed:
+            where = [(name, f"[{ip}]" if ":" in ip else ip, port) for name, ip, port in self.exposed]
+            ports = ", ".join(f"{name} on {ip}:{port}" for name, ip, port in where)
+            log.warning(
+                "prefill_workers: Ray listens beyond loopback although it was asked for 127.0.0.1 (node address %s): "
+                "%s. Anyone who can reach this machine can reach these ports; firewall them or use a trusted network",
+                ", ".join(node["NodeManagerAddress"] for node in ray.nodes()),
+                ports,
+            )
 
     def prefill(self, segments: Sequence[Sequence[int]], remainders: Sequence[int]) -> list[CachedSegment]:
         """What ``prefill_isolated`` gives, computed across the actors."""

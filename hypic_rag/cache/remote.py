@@ -9,6 +9,7 @@ a timer would evict hot entries as readily as cold ones.
 Every call is bounded by ``timeout_s``. Writes go through a background thread, so a request that made a large
 entry never waits for the network (a full write queue drops the write, counted). A failed call raises; the
 segment store counts it and bypasses the tier for a while, then tries again, and redis-py reconnects by itself.
+A key of another type is a fault of that key alone: it is dropped and counted as corrupt, the tier stays on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import queue
 import threading
 from typing import Any
 from urllib.parse import urlparse
+
+from .tier import UnreadableKey
 
 PREFIX = "hypic:"
 
@@ -50,7 +53,17 @@ class RedisTier:
         self._writer.start()
 
     def get(self, key: str) -> bytes | None:
-        value = self.client.get(PREFIX + key)
+        """The bytes under ``key``; a key of another type (``WRONGTYPE``, a reply about that key, not a fault of
+        the connection) is deleted, so the next write puts the entry back, and reported as ``UnreadableKey``."""
+        from redis.exceptions import ResponseError
+
+        try:
+            value = self.client.get(PREFIX + key)
+        except ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            self.client.delete(PREFIX + key)
+            raise UnreadableKey(f"Redis key {PREFIX + key} is not a string: dropped") from None
         return value if isinstance(value, bytes) else None
 
     def set(self, key: str, value: bytes) -> None:

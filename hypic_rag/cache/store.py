@@ -26,7 +26,7 @@ from .disk import ForeignPath, PickledValue
 from .entry import CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
 from .keys import remainder_key
 from .lru import ByteLRU, Space, memory_space
-from .tier import BytesTier
+from .tier import BytesTier, UnreadableKey
 from .validate import EntryLayout
 
 E = TypeVar("E", SegmentEntry, RemainderEntry)
@@ -150,7 +150,7 @@ class SegmentStore:
             return None
         try:
             return call(tier.tier)
-        except (PickledValue, ForeignPath):
+        except (PickledValue, ForeignPath, UnreadableKey):
             if corrupt:  # the tier deleted the record already; count it
                 self.counters["corrupt"] += 1
             return None

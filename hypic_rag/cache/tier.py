@@ -4,12 +4,17 @@ an object store) can too.
 
 A tier stores the entries' checksummed bytes (``entry.py``) and never interprets them; the store checks every
 read, so a tier need not be trusted. Any call may raise: the store counts the failure and bypasses the tier
-for a while.
+for a while, except for ``UnreadableKey``: one key that cannot be read is a miss for that key alone.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+
+class UnreadableKey(ValueError):
+    """A key the tier holds but cannot read as bytes (a Redis key of another type): the tier has dropped it, so
+    it is a miss for that key alone, and the tier stays on for the others."""
 
 
 class BytesTier(Protocol):

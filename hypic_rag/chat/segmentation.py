@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..inputs import as_list
 from ..segments import KINDS, Segment
 
 SEGMENTATIONS = ("explicit", "auto", "none")
@@ -74,10 +75,13 @@ def _part_kind(part: Mapping[str, Any], where: str) -> str | None:
 def plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """What the template is given: each list content becomes the concatenation of its text parts, as
     API.md's ``plain``; where parts carry a kind they are kept beside it as ``hypic_parts``
-    (``{"text", "kind"}``), which templates that know hypic-rag read and others ignore."""
-    if isinstance(messages, (str, bytes, Mapping)) or not messages:
+    (``{"text", "kind"}``), which templates that know hypic-rag read and others ignore. A prompt has one
+    question: a second ``query`` part would replace the first, so it is a ValueError."""
+    listed = not isinstance(messages, (str, bytes, Mapping)) and isinstance(messages, Iterable)
+    if not listed or not (messages := list(messages)):  # read once: a generator too
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
     out = []
+    question: str | None = None  # where the query part is
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
             raise ValueError(f"message {i} must be a dict with 'role' and 'content', got {type(message).__name__}")
@@ -93,6 +97,10 @@ def plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise ValueError(f"{where}: only text parts {{'type': 'text', 'text': str}} can be rendered")
                 parts.append({"text": part["text"], "kind": _part_kind(part, where)})
+                if parts[-1]["kind"] == "query":
+                    if question is not None:
+                        raise ValueError(f"{where}: a second query part ({question} is one); a prompt has one question")
+                    question = where
             plain["content"] = "".join(p["text"] for p in parts)
             if any(p["kind"] for p in parts):
                 plain["hypic_parts"] = parts
@@ -349,7 +357,8 @@ def segment_prompt(
 ) -> RenderedPrompt:
     """Render ``messages`` with ``template`` (a ``ChatTemplate``) and cut the text into segments."""
     check_segmentation(segmentation)
-    if tools is not None and (isinstance(tools, Mapping) or not all(isinstance(t, Mapping) for t in tools)):
+    tools = as_list(tools, "tools", "OpenAI function schemas (dicts)") if tools is not None else None
+    if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise ValueError("tools must be a list of OpenAI function schemas (dicts)")
     kwargs = check_template_kwargs(chat_template_kwargs)
     plain = plain_messages(messages)

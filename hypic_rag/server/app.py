@@ -10,7 +10,6 @@ event in a 200 stream. A client that goes away cancels its generation at the nex
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -26,6 +25,7 @@ from ..chat.tool_calls import ParsedOutput
 from ..engine import Engine
 from ..options import check_mode
 from ..outputs import GenerationOutput
+from .limits import BODY_TIMEOUT_S, BadBody, finite, loads
 from .metrics import ServerMetrics
 from .protocol import (
     APIError,
@@ -101,9 +101,11 @@ def create_app(
     max_active: int = 8,
     max_body_bytes: int = 8 << 20,
     queue_timeout_s: float = 120.0,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The app serving ``engine`` under ``model_names`` (the first is the one listed; the engine's own name
-    is always accepted). The engine worker starts and stops with the app."""
+    is always accepted). The engine worker starts and stops with the app. A body must arrive whole within
+    ``body_timeout_s`` of its headers (uvicorn has no such limit): else a 408."""
     check_mode(default_mode)
     if engine.chat_setup is None:
         raise ValueError(f"checkpoint {engine.name!r} has no chat template; the chat API needs one")
@@ -157,14 +159,22 @@ def create_app(
         if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
             raise APIError(413, f"the request body is over {max_body_bytes} bytes", code="request_too_large")
         body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > max_body_bytes:
-                raise APIError(413, f"the request body is over {max_body_bytes} bytes", code="request_too_large")
         try:
-            return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+            async with asyncio.timeout(body_timeout_s):
+                async for piece in request.stream():
+                    body += piece
+                    if len(body) > max_body_bytes:
+                        raise APIError(
+                            413, f"the request body is over {max_body_bytes} bytes", code="request_too_large"
+                        )
+        except TimeoutError:
+            raise APIError(
+                408, f"the request body did not arrive within {body_timeout_s:g} s", code="request_timeout"
+            ) from None
+        try:
+            return loads(bytes(body))
+        except BadBody as exc:
+            raise APIError(400, str(exc), param=exc.param) from None
 
     async def next_event(job: Job, request: Request) -> tuple[str, Any]:
         while True:
@@ -209,7 +219,7 @@ def create_app(
                 kind, payload = await next_event(job, request)
                 if kind == ERROR:
                     raise _as_api_error(payload, retry_after())
-            return JSONResponse(completion(payload, names[0], completion_id()))
+            return JSONResponse(finite(completion(payload, names[0], completion_id())))
         except _Gone:
             return Response(status_code=499)
         finally:

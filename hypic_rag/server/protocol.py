@@ -21,6 +21,7 @@ from ..chat.tool_calls import TOOL_CHOICES
 from ..options import OPTIONS, SPELLINGS, OptionError, RequestOptions
 from ..outputs import GenerationOutput
 from ..segments import KINDS
+from .limits import finite
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -182,7 +183,8 @@ def engine_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
         content = message.content
         if isinstance(content, list):
             content = [_part(p, f"{where}.content.{j}") for j, p in enumerate(content)]
-        if message.role != "assistant" and (not content or (isinstance(content, str) and not content.strip())):
+        text = "".join(p["text"] for p in content) if isinstance(content, list) else content
+        if message.role != "assistant" and (not content or (isinstance(text, str) and not text.strip())):
             if message.role != "tool" or content is None:
                 raise APIError(400, f"{where}: a {message.role} message needs content", param=where)
         item["content"] = content
@@ -310,5 +312,5 @@ def usage_chunk(request_id: str, model: str, created: int, out: GenerationOutput
 
 
 def sse(data: dict[str, Any] | str) -> bytes:
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    text = data if isinstance(data, str) else json.dumps(finite(data), ensure_ascii=False, allow_nan=False)
     return f"data: {text}\n\n".encode()

@@ -80,13 +80,14 @@ class Tripwire:
 
 
 def test_a_pickled_value_in_the_disk_tier_is_refused_and_dropped(tmp_path):
-    with diskcache.Cache(str(tmp_path)) as plain:
-        plain.set("k", Tripwire())  # what a default diskcache.Cache writes: a pickle
     tier = DiskCacheTier(tmp_path)
+    tier.stats()  # its folder made
+    with diskcache.Cache(str(tier.folder)) as plain:
+        plain.set("k", Tripwire())  # what a default diskcache.Cache writes: a pickle
     with pytest.raises(PickledValue):
         tier.get("k")
     store = SegmentStore("fp", disk=tier)
-    with diskcache.Cache(str(tmp_path)) as plain:
+    with diskcache.Cache(str(tier.folder)) as plain:
         plain.set("k2", Tripwire())
     assert store.get("k2", (1,)) is None and store.counters["corrupt"] == 1
     assert not Tripwire.fired

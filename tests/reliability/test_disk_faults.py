@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from hypic_rag.cache import DiskCacheTier, segment_key
+from hypic_rag.cache.ownership import SUBFOLDER
 from hypic_rag.cli import main as cli
 
 from .conftest import DOCS, QUESTION, engine, same, segments
@@ -34,7 +35,7 @@ def test_a_path_traversal_row_deletes_nothing_outside_the_cache(tmp_path, oracle
     reader = engine(cache_dir=folder)
     reader.segment_store.stats()  # the tier is open (and swept) before the row is rewritten
     key = segment_key(reader.segment_ids(segments()[1]), reader.fingerprint, torch.float32)
-    with sqlite3.connect(folder / "cache.db") as db:
+    with sqlite3.connect(folder / SUBFOLDER / "cache.db") as db:
         name = str(victim) if target == "{abs}" else target
         assert db.execute("UPDATE Cache SET filename=?, mode=2 WHERE key=?", (name, key)).rowcount == 1
     out = reader.generate(segments(), QUESTION, max_new_tokens=1)
@@ -48,9 +49,9 @@ def test_a_path_traversal_row_deletes_nothing_outside_the_cache(tmp_path, oracle
 def test_a_garbage_index_degrades_to_recompute_and_the_cli_explains(tmp_path, oracle, capsys):
     folder = tmp_path / "cache"
     _warm(folder)
-    (folder / "cache.db").write_bytes(os.urandom(4096))
+    (folder / SUBFOLDER / "cache.db").write_bytes(os.urandom(4096))
     for extra in ("cache.db-wal", "cache.db-shm"):
-        (folder / extra).unlink(missing_ok=True)
+        (folder / SUBFOLDER / extra).unlink(missing_ok=True)
     reader = engine(cache_dir=folder)
     out = reader.generate(segments(), QUESTION, max_new_tokens=1)
     assert out.stats["tier_errors"] >= 1 and same(out.prompt_logits, oracle())
@@ -134,9 +135,10 @@ def test_a_full_disk_degrades(tmp_path):
 def test_orphaned_files_of_a_killed_writer_are_swept(tmp_path):
     folder = tmp_path / "cache"
     _warm(folder)
-    orphan = folder / "ab" / "cd" / ("0" * 28 + ".val")
+    orphan = folder / SUBFOLDER / "ab" / "cd" / ("0" * 28 + ".val")
     orphan.parent.mkdir(parents=True, exist_ok=True)
     orphan.write_bytes(b"half a value")
+    os.utime(orphan, (1, 1))  # old: a fresh file without its row may be a live writer's
     engine(cache_dir=folder).generate(segments(), QUESTION, max_new_tokens=1)
     assert not orphan.exists()
 

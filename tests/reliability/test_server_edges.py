@@ -1,7 +1,11 @@
 """The HTTP edge under arbitrary bodies (Hypothesis): every answer is a 200 or a 4xx with OpenAI's error body,
-never a 5xx or a dropped connection."""
+never a 5xx or a dropped connection, and every body it sends is JSON (no NaN or Infinity), each event of a
+stream included. Bodies hold non-finite numbers, nesting of any depth and values of every type in any field."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import httpx
 import pytest
@@ -18,8 +22,33 @@ SCALARS = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-3, 10**6),
-    st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False),
+    st.floats(allow_subnormal=False),  # NaN and +-Infinity too, which json.dumps writes as bare words
     st.text(max_size=8),
+)
+
+
+NEST = re.compile(r'"\\ue000(\d+)\\ue000"')  # a placeholder for arrays nested that deep, put in after encoding
+
+
+def _encode(body: dict) -> bytes:
+    """The body as Python's json writes it (NaN and Infinity as bare words), each placeholder replaced by its
+    nesting, too deep for json.dumps itself to write."""
+    text = json.dumps(body)
+    return NEST.sub(lambda m: "[" * int(m.group(1)) + "]" * int(m.group(1)), text).encode()
+
+
+# Any JSON value: small trees, or arrays nested up to 100,000 deep.
+ANY = st.one_of(
+    st.recursive(
+        SCALARS, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2)
+    ),
+    st.sampled_from([1, 63, 64, 65, 1_000, 5_000, 100_000]).map(lambda depth: f"\ue000{depth}\ue000"),
+)
+# A request that would run, so that a bad value in another field is what is under test.
+ASK = st.lists(
+    st.fixed_dictionaries({"role": st.just("user"), "content": st.text(min_size=1, max_size=30)}),
+    min_size=1,
+    max_size=2,
 )
 PART = st.fixed_dictionaries(
     {"type": st.sampled_from(["text", "image_url", 3]), "text": st.one_of(st.text(max_size=20), SCALARS)},
@@ -28,12 +57,16 @@ PART = st.fixed_dictionaries(
 MESSAGE = st.fixed_dictionaries(
     {
         "role": st.one_of(st.sampled_from(["system", "user", "assistant", "tool", "developer"]), SCALARS),
-        "content": st.one_of(st.text(max_size=30), st.lists(PART, max_size=3), SCALARS),
+        "content": st.one_of(st.text(max_size=30), st.lists(PART, max_size=3), ANY),
     },
-    optional={"tool_calls": st.lists(st.dictionaries(st.text(max_size=5), SCALARS, max_size=2), max_size=2)},
+    optional={
+        "tool_calls": st.lists(st.dictionaries(st.text(max_size=5), ANY, max_size=2), max_size=2),
+        "name": SCALARS,
+        "tool_call_id": SCALARS,
+    },
 )
 BODY = st.fixed_dictionaries(
-    {"model": st.one_of(st.just(MODEL), SCALARS), "messages": st.one_of(st.lists(MESSAGE, max_size=3), SCALARS)},
+    {"model": st.one_of(st.just(MODEL), SCALARS), "messages": st.one_of(ASK, st.lists(MESSAGE, max_size=3), ANY)},
     optional={
         "max_tokens": SCALARS,
         "temperature": SCALARS,
@@ -42,9 +75,14 @@ BODY = st.fixed_dictionaries(
         "stop": st.one_of(SCALARS, st.lists(st.text(max_size=3), max_size=5)),
         "n": SCALARS,
         "stream": st.booleans(),
-        "tools": st.one_of(SCALARS, st.lists(st.dictionaries(st.text(max_size=5), SCALARS, max_size=2), max_size=2)),
+        "stream_options": st.one_of(ANY, st.fixed_dictionaries({"include_usage": st.booleans()})),
+        "tools": st.one_of(ANY, st.lists(st.dictionaries(st.text(max_size=5), ANY, max_size=2), max_size=2)),
+        "chat_template_kwargs": st.one_of(SCALARS, st.dictionaries(st.text(max_size=5), ANY, max_size=2)),
+        "metadata": ANY,
         "tool_choice": st.one_of(SCALARS, st.sampled_from(["auto", "none", "required"])),
-        "hypic": st.one_of(SCALARS, st.dictionaries(st.sampled_from(["mode", "seam", "x"]), SCALARS, max_size=2)),
+        "hypic": st.one_of(
+            SCALARS, st.dictionaries(st.sampled_from(["mode", "seam", "segmentation", "x"]), SCALARS, max_size=2)
+        ),
     },
 )
 
@@ -61,8 +99,29 @@ def test_any_body_gets_a_200_or_a_4xx_with_the_error_body(url, body):
     body = {**body, "max_tokens": body.get("max_tokens", 2)}
     if isinstance(body["max_tokens"], int) and body["max_tokens"] > 8:
         body["max_tokens"] = 8  # bounded answers keep the run short; the value's type is what is under test
-    response = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+    response = httpx.post(
+        url + "/v1/chat/completions",
+        content=_encode(body),
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert response.status_code < 500, response.text
     if response.status_code != 200:
-        error = response.json()["error"]
+        error = strict_json(response.content)["error"]
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    elif response.headers["content-type"].startswith("text/event-stream"):
+        events = [line.removeprefix("data: ") for line in response.text.split("\n\n") if line]
+        assert events[-1] == "[DONE]"
+        for event in events[:-1]:
+            strict_json(event)
+    else:
+        strict_json(response.content)
+
+
+def strict_json(text: str | bytes):
+    """``json.loads`` refusing NaN and Infinity, which are not JSON."""
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
