@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .logits import Picker
 from .model import HybridModel, RequestState
 from .options import RequestOptions, check_sampling
 from .outputs import GenerationOutput, RequestStats
@@ -24,16 +25,25 @@ class Sampler:
     top_p: float = 1.0
     seed: int | None = None
     top_k: int | None = None
+    min_p: float = 0.0
 
     def __post_init__(self) -> None:
         check_sampling(self.temperature, self.top_p, self.top_k, self.seed)
+        if not (isinstance(self.min_p, int | float) and 0 <= self.min_p <= 1):
+            raise ValueError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
         if self.temperature is None or self.top_p is None:
             raise ValueError("a Sampler needs a temperature and a top_p (RequestOptions.with_defaults fills them)")
 
     @classmethod
     def of(cls, options: RequestOptions) -> Sampler:
         """The sampler of a request whose defaults are filled (``RequestOptions.with_defaults``)."""
-        return cls(temperature=options.temperature, top_p=options.top_p, seed=options.seed, top_k=options.top_k)
+        return cls(
+            temperature=options.temperature,
+            top_p=options.top_p,
+            seed=options.seed,
+            top_k=options.top_k,
+            min_p=options.min_p or 0.0,
+        )
 
     def generator(self, device: torch.device) -> torch.Generator | None:
         if self.temperature == 0:
@@ -58,6 +68,8 @@ class Sampler:
         # and kept above float32's smallest normal, which a Python float may be far below (0/0 is NaN).
         temperature = max(self.temperature, torch.finfo(torch.float32).tiny)
         probs = torch.softmax((logits - logits.max()) / temperature, dim=-1)
+        if self.min_p > 0:  # as vLLM: after the temperature, relative to the likeliest token
+            probs = probs.masked_fill(probs < self.min_p * probs.max(), 0.0)
         if self.top_p < 1:
             sorted_p, order = torch.sort(probs, descending=True)
             before = sorted_p.cumsum(0) - sorted_p  # mass of strictly more likely tokens
@@ -109,7 +121,10 @@ class Decoder:
         detokenize: Callable[[Sequence[int]], str] | None = None,
         stop_strings: Sequence[str] = (),
         cancelled: Callable[[], bool] | None = None,
+        picker: Picker | None = None,
     ) -> None:
+        """``picker`` (``logits.Picker``: penalties, an output grammar, log-probabilities) chooses each token
+        after ``first``; by default ``sampler`` alone does."""
         if stop_strings and detokenize is None:
             raise ValueError("stop strings need a tokenizer to read the text")
         self.model, self.state, self.sampler, self.generator = model, state, sampler, generator
@@ -117,6 +132,7 @@ class Decoder:
         self.on_token, self.detokenize = on_token, detokenize
         self.stop_strings = [s for s in stop_strings if s]
         self.cancelled = cancelled
+        self.picker = picker if picker is not None else Picker(sampler, generator)
         self.ids: list[int] = []
         self.text: str | None = None  # set when a stop string cut the text
         self.finish: str | None = None
@@ -146,7 +162,7 @@ class Decoder:
             return self._end("context")
         with torch.inference_mode():
             step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
-            self._next = self.sampler.pick(self.model(step, state=self.state)[0, -1].float(), self.generator)
+            self._next = self.picker.pick(self.model(step, state=self.state)[0, -1].float())
         return False
 
     def run(self) -> tuple[list[int], str]:
@@ -228,4 +244,7 @@ class Generation:
         if text is None and self.decoder.detokenize is not None:
             text = self.decoder.detokenize(ids)
         out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish, self.prompt_logits)
+        logged = self.decoder.picker.logprobs
+        if logged is not None:
+            out.logprobs = logged[: len(ids)]  # the picks that became output: a stop id ends it unwritten
         return self.finalize(out) if self.finalize is not None else out

@@ -32,15 +32,18 @@ from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
 from .chat.caller_text import literal_pieces
 from .chat.conversation import ChatSetup, thinking_opened
+from .chat.grammar import answer_grammar, schema_as_call
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
 from .decoding import Decoder, Generation, Sampler, TokenCallback
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
+from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
 from .hub import resolve_checkpoint
 from .inputs import as_list
 from .kernels.indices import int64
+from .logits import Penalties, Picker
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
@@ -177,6 +180,7 @@ class Engine:
             self.fingerprint, self.memory, disk, device=model.device, layout=layout, remote=remote
         )
         self.prefix_store = PrefixStore(self.fingerprint, self.memory)
+        self._grammar_tokenizers: dict[tuple[int, ...], GrammarTokenizer] = {}
 
     @classmethod
     def from_pretrained(
@@ -488,7 +492,8 @@ class Engine:
         if chat_only:
             raise ValueError(f"{', '.join(chat_only)} apply to chat requests (Engine.chat), not to segments")
         prompt = self.build_prompt(segments, query)
-        return self._start(prompt, options.with_defaults(None), (), on_token, cancelled)
+        grammar = "start: " + response_lark(options.response_format, SPACED) if options.response_format else None
+        return self._start(prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar)
 
     def _start(
         self,
@@ -498,17 +503,36 @@ class Engine:
         on_token: TokenCallback | None,
         cancelled: Callable[[], bool] | None,
         finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
+        grammar: str | None = None,
+        forced_ids: Sequence[int] = (),
     ) -> Generation:
         """Prefill ``prompt`` and choose its first token, under ``options`` with their defaults filled; the
-        request also stops at ``stop_ids`` (the template's end of turn) and every EOS id."""
+        request also stops at ``stop_ids`` (the template's end of turn) and every EOS id. ``grammar`` (Lark,
+        ``hypic_rag.grammar``) masks every token chosen; ``forced_ids`` are the tokens of it the prompt already
+        ends with (a forced call's opening)."""
         if options.stop and self.tokenizer is None:
             raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")
         sampler = Sampler.of(options)
         generator = sampler.generator(self.model.device)
+        stops = set(self.eos_token_ids) | set(stop_ids) | set(options.stop_token_ids or ())
+        mask = None
+        if grammar is not None:  # built before the prompt runs, so that a schema it rejects costs no prefill
+            tokenizer = self.grammar_tokenizer(stop_ids)
+            mask = GrammarMask(tokenizer, grammar, also_stop=options.stop_token_ids or ())
+            mask.force(forced_ids)
+            stops |= set(tokenizer.stop_ids)  # a finished answer may end at any of them
+        picker = Picker(
+            sampler,
+            generator,
+            penalties=Penalties.of(options),
+            mask=mask,
+            prompt_ids=prompt.ids,
+            logprobs=(options.top_logprobs or 0) if options.logprobs else None,
+        )
 
         begin = time.perf_counter()
         done = self._prefill(prompt, options.mode, options.seam)
-        first = sampler.pick(done.logits, generator)
+        first = picker.pick(done.logits)
         ttft = time.perf_counter() - begin
         self._fill(done.deferred)
 
@@ -520,14 +544,24 @@ class Engine:
             first,
             sampler,
             generator,
-            stops=set(self.eos_token_ids) | set(stop_ids) | set(options.stop_token_ids or ()),
+            stops=stops,
             max_new_tokens=options.max_new_tokens,
             on_token=on_token,
             detokenize=detokenize,
             stop_strings=list(options.stop or ()),
             cancelled=cancelled,
+            picker=picker,
         )
         return Generation(decoder, done.stats, ttft, done.logits, finalize)
+
+    def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer:
+        """The tokenizer as the output grammar reads it, with every EOS id and ``stop_ids`` as the ends of a
+        finished answer; made once per set of ends (it walks the vocabulary)."""
+        ends = tuple(sorted(set(self.eos_token_ids) | set(stop_ids)))
+        if ends not in self._grammar_tokenizers:
+            tokenizer = self._require_tokenizer()
+            self._grammar_tokenizers[ends] = GrammarTokenizer(tokenizer, self.config.vocab_size, ends)
+        return self._grammar_tokenizers[ends]
 
     # -- chat ---------------------------------------------------------------------------------------
 
@@ -569,19 +603,23 @@ class Engine:
         return replace(rendered, token_ids=prompt.ids), prompt
 
     def _force_call(
-        self, rendered: RenderedPrompt, prompt: Prompt, force_call: str | None, thinking: bool
-    ) -> tuple[RenderedPrompt, Prompt]:
+        self, rendered: RenderedPrompt, prompt: Prompt, force_call: str | None, thinking: bool, structured: bool = False
+    ) -> tuple[RenderedPrompt, Prompt, list[int]]:
         """``force_call`` (``"required"`` or a tool's name) ends the prompt with the opening of a call
-        (``answer_prefix``), after closing the reasoning block the template opened (``thinking``)."""
-        forced = forced_call_prefix(self._require_chat().format, force_call)
-        if not forced:
-            return rendered, prompt
+        (``answer_prefix``), after closing the reasoning block the template opened (``thinking``), which a
+        ``structured`` answer (a response format) closes too; also the opening's tokens."""
+        opening = forced_call_prefix(self._require_chat().format, force_call)
+        close = THINK_CLOSE + "\n\n" if thinking and (opening or structured) else ""
+        if not opening and not close:
+            return rendered, prompt, []
         # Tokenized on its own, as the model writes it after the prompt: across the boundary BPE would merge
         # it with the generation prompt into tokens the model never produced there.
-        forced = (THINK_CLOSE + "\n\n" if thinking else "") + forced
-        prompt = replace(prompt, query=prompt.query + self.encode(forced))
+        opening_ids = self.encode(opening) if opening else []
+        prompt = replace(prompt, query=prompt.query + (self.encode(close) if close else []) + opening_ids)
         self._check_context(len(prompt.ids))
-        return replace(rendered, text=rendered.text + forced, answer_prefix=forced, token_ids=prompt.ids), prompt
+        forced = close + opening
+        rendered = replace(rendered, text=rendered.text + forced, answer_prefix=forced, token_ids=prompt.ids)
+        return rendered, prompt, opening_ids
 
     def chat(
         self,
@@ -590,6 +628,7 @@ class Engine:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool = True,
         on_token: TokenCallback | None = None,
         **overrides: Any,
     ) -> GenerationOutput:
@@ -603,9 +642,20 @@ class Engine:
         request; sampling settings left unset are ``generation_config.json``'s, else greedy and 64 tokens.
 
         ``tool_choice`` is OpenAI's: ``"none"`` renders the prompt without the tools; ``"required"`` and a
-        named function (``{"type": "function", "function": {"name": ...}}``) make the answer begin with the
-        opening of a call (of that function) in the template's format, which the model then completes."""
-        run = self.start_chat(messages, options, tools=tools, tool_choice=tool_choice, on_token=on_token, **overrides)
+        named function (``{"type": "function", "function": {"name": ...}}``) make the answer a call (of that
+        function), ``"auto"`` content or calls; either way only offered tools are called, with arguments valid
+        under their schemas, as the output grammar (``chat.grammar``) holds every token to the template's call
+        format. ``parallel_tool_calls=False`` allows one call per answer. ``response_format`` (an option) holds
+        the content to JSON, a JSON schema, a regex or a choice."""
+        run = self.start_chat(
+            messages,
+            options,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            on_token=on_token,
+            **overrides,
+        )
         return run.run()
 
     def start_chat(
@@ -615,6 +665,7 @@ class Engine:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool = True,
         on_token: TokenCallback | None = None,
         cancelled: Callable[[], bool] | None = None,
         **overrides: Any,
@@ -626,20 +677,45 @@ class Engine:
         setup = self._require_chat()
         tools = as_list(tools, "tools", "tool schemas (dicts)") if tools is not None else None
         choice = chosen_tool(tool_choice, tools)
-        if choice == "none":
-            tools = None
+        if not isinstance(parallel_tool_calls, bool):
+            raise ValueError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
+        shape = schema_as_call(setup.format, tools, choice, options.response_format)
+        tools, choice = shape.tools, shape.choice
         rendered, prompt = self._render(messages, tools, options.chat_template_kwargs, options.segmentation)
         thinking = thinking_opened(rendered.text)
-        rendered, prompt = self._force_call(rendered, prompt, choice, thinking)
+        structured = shape.response_format is not None
+        rendered, prompt, opening_ids = self._force_call(rendered, prompt, choice, thinking, structured)
         forced = rendered.answer_prefix
+        # The reasoning the template opened is closed before a forced call or a formatted answer; an answer whose
+        # grammar leaves no room for reasoning is parsed without looking for one.
+        closed = thinking and bool(forced)
+        free_reasoning = not (closed or structured or choice not in (None, "auto", "none"))
+        grammar = None
+        if tools or structured:
+            grammar = answer_grammar(
+                setup.format,
+                self.grammar_tokenizer(setup.end_of_turn_ids),
+                tools=tools,
+                choice=choice,
+                parallel=parallel_tool_calls,
+                response_format=shape.response_format,
+                thinking=thinking and not closed,
+            )
+        free_reasoning = free_reasoning or grammar is None
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
         seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
 
         def finalize(out: GenerationOutput) -> GenerationOutput:
             written = forced + (out.text or "")
-            parsed = parse_output(written, setup.format, tools, thinking_open=thinking, id_seed=seed_text)
-            return replace(out, text=parsed.content, tool_calls=parsed.tool_calls, reasoning=parsed.reasoning)
+            if not free_reasoning:
+                written = written.removeprefix(THINK_CLOSE + "\n\n") if closed else written
+            parsed = parse_output(
+                written, setup.format, tools, thinking_open=thinking, id_seed=seed_text, reasoning=free_reasoning
+            )
+            content, calls = shape.unwrap(parsed.content, parsed.tool_calls)
+            return replace(out, text=content, tool_calls=calls, reasoning=parsed.reasoning)
 
-        run = self._start(prompt, options, setup.end_of_turn_ids, on_token, cancelled, finalize)
+        ends = setup.end_of_turn_ids
+        run = self._start(prompt, options, ends, on_token, cancelled, finalize, grammar=grammar, forced_ids=opening_ids)
         run.thinking_open, run.answer_prefix = thinking, forced
         return run

@@ -108,6 +108,23 @@ class RequestOptions:
     seed: int | None = field(default=None, metadata={"help": "makes sampling reproducible"})
     stop: tuple[str, ...] | None = field(default=None, metadata={"help": "strings the answer ends before"})
     stop_token_ids: tuple[int, ...] | None = field(default=None, metadata={"help": "ids that end the answer"})
+    min_p: float | None = field(default=None, metadata={"help": "drop tokens under min_p times the likeliest's p"})
+    presence_penalty: float | None = field(
+        default=None, metadata={"help": "subtracted from a written token's logit, in [-2, 2]"}
+    )
+    frequency_penalty: float | None = field(
+        default=None, metadata={"help": "subtracted per time a token was written, in [-2, 2]"}
+    )
+    repetition_penalty: float | None = field(
+        default=None, metadata={"help": "divides seen tokens' positive logits (> 0; 1: off)"}
+    )
+    logprobs: bool = field(default=False, metadata={"help": "return each chosen token's log-probability"})
+    top_logprobs: int | None = field(
+        default=None, metadata={"help": "and this many likeliest alternatives (0..20; needs logprobs)"}
+    )
+    response_format: Mapping[str, Any] | None = field(
+        default=None, metadata={"help": "text | json_object | json_schema (OpenAI's shape): the answer's grammar"}
+    )
     segmentation: str = field(default="auto", metadata=_chat("explicit | auto | none: how messages become segments"))
     chat_template_kwargs: Mapping[str, Any] | None = field(
         default=None, metadata=_chat("extra template variables, e.g. {'enable_thinking': False}")
@@ -126,6 +143,7 @@ class RequestOptions:
         check_sampling(self.temperature, self.top_p, self.top_k, self.seed)
         object.__setattr__(self, "stop", _strings("stop", self.stop))
         object.__setattr__(self, "stop_token_ids", _ids("stop_token_ids", self.stop_token_ids))
+        self._check_logits_options()
         try:
             check_segmentation(self.segmentation)
         except ValueError as exc:
@@ -135,6 +153,32 @@ class RequestOptions:
                 object.__setattr__(self, "chat_template_kwargs", check_template_kwargs(self.chat_template_kwargs))
             except ValueError as exc:
                 raise OptionError("chat_template_kwargs", str(exc)) from None
+
+    def _check_logits_options(self) -> None:
+        """The penalties, ``min_p``, log-probabilities and ``response_format`` (``logits.Picker`` applies them)."""
+        if self.min_p is not None and not (_number(self.min_p) and 0 <= self.min_p <= 1):
+            raise OptionError("min_p", f"min_p must be a number in [0, 1], got {self.min_p!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if value is not None and not (_number(value) and -2 <= value <= 2):
+                raise OptionError(name, f"{name} must be a number in [-2, 2], got {value!r}")
+        rep = self.repetition_penalty
+        if rep is not None and not (_number(rep) and rep > 0):
+            raise OptionError("repetition_penalty", f"repetition_penalty must be a number > 0, got {rep!r}")
+        if not isinstance(self.logprobs, bool):
+            raise OptionError("logprobs", f"logprobs must be true or false, got {self.logprobs!r}")
+        top = self.top_logprobs
+        if top is not None and not (_integer(top) and 0 <= top <= 20):
+            raise OptionError("top_logprobs", f"top_logprobs must be an integer in [0, 20], got {top!r}")
+        if top is not None and not self.logprobs:
+            raise OptionError("top_logprobs", "top_logprobs needs logprobs to be true")
+        if self.response_format is not None:
+            from .grammar import check_response_format
+
+            try:
+                object.__setattr__(self, "response_format", check_response_format(self.response_format))
+            except ValueError as exc:
+                raise OptionError("response_format", str(exc)) from None
 
     @classmethod
     def from_mapping(

@@ -56,3 +56,6 @@ class GenerationOutput:
     # reasoning split off the answer; ``text`` is then the answer without either.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning: str | None = None
+    # With ``logprobs=True``: each output token's ``logits.TokenLogprob`` (the model's own log-probability and,
+    # with ``top_logprobs``, the likeliest alternatives).
+    logprobs: list[Any] | None = None

@@ -182,11 +182,12 @@ WEATHER = {
 def test_tool_choice_forces_the_opening_of_a_call(engine):
     named = {"type": "function", "function": {"name": "get_weather"}}
     plain = engine._render(_ask(DOCS), [WEATHER], None, "auto")
-    rendered, prompt = engine._force_call(*plain, "get_weather", thinking_opened(plain[0].text))
+    rendered, prompt, opening_ids = engine._force_call(*plain, "get_weather", thinking_opened(plain[0].text))
     assert rendered.answer_prefix == '<tool_call>\n{"name": "get_weather", "arguments":'
     assert rendered.text == engine.render(_ask(DOCS), [WEATHER]).text + rendered.answer_prefix
     forced_ids = engine.encode(rendered.answer_prefix)  # tokenized on its own, as the model would write it
     assert prompt.query == engine.encode(engine.render(_ask(DOCS), [WEATHER]).query.text) + forced_ids
+    assert opening_ids == forced_ids  # what the output grammar is fed before decoding
     out = engine.chat(_ask(DOCS), tools=[WEATHER], tool_choice=named, max_new_tokens=6)
     # The random model does not finish the call; the opening still shows in what comes back, unparsed.
     assert [c["name"] for c in out.tool_calls] == ["get_weather"] or out.text.startswith(rendered.answer_prefix)

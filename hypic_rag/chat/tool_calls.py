@@ -55,6 +55,7 @@ def parse_output(
     *,
     thinking_open: bool = False,
     id_seed: str = "",
+    reasoning: bool = True,
 ) -> ParsedOutput:
     """Split a model's output into content, reasoning and tool calls in format ``fmt`` (a ``formats.ChatFormat``
     or its name).
@@ -62,15 +63,16 @@ def parse_output(
     ``tools`` (OpenAI function schemas) type the XML format's parameter values and vet its bare ``<function=``
     calls. Call ids are ``call_`` and 12 hex digits of a hash of (position, name, arguments, ``id_seed``): stable
     for tests and caches; pass something that differs per turn (e.g. a hash of the prompt) as ``id_seed`` when a
-    conversation may repeat the same call and its ids must stay unique.
+    conversation may repeat the same call and its ids must stay unique. ``reasoning=False``: the answer holds no
+    reasoning block (an output grammar left no room for one), so a ``</think>`` in it is text.
     """
     fmt = get_format(fmt)
-    reasoning, body = split_reasoning(text, thinking_open=thinking_open)
+    thought, body = split_reasoning(text, thinking_open=thinking_open) if reasoning else (None, text.strip())
     content, calls = fmt.split_calls(body, tools)
     tool_calls = [
         {"id": call_id(i, name, args, id_seed), "name": name, "arguments": args} for i, (name, args) in enumerate(calls)
     ]
-    return ParsedOutput(content=content, reasoning=reasoning, tool_calls=tool_calls)
+    return ParsedOutput(content=content, reasoning=thought, tool_calls=tool_calls)
 
 
 TOOL_CHOICES = ("auto", "none", "required")

@@ -527,6 +527,7 @@ CHAT_SPECIALS = (
     "<tool_response>",
     "</tool_response>",
 )
+CHAT_CONTROLS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # the special ones among them
 _CHAT_CORPUS = (
     "You are a helpful assistant. Answer the question based only on the following context.",
     "Ana Lee lives in Oslo and works as a pilot. Bo Ek lives in Rome. Question: where does Ana live?",
@@ -559,6 +560,13 @@ def add_chat_files(
     )
     tok.train_from_iterator(list(texts or _CHAT_CORPUS) * 10, trainer)
     tok.save(str(path / "tokenizer.json"))
+    # As in Qwen's own tokenizer.json, only the ChatML controls are special: decoding keeps the reasoning and
+    # tool-call tags, which the answer's parser reads.
+    data = json.loads((path / "tokenizer.json").read_text())
+    for added in data["added_tokens"]:
+        added["special"] = added["content"] in CHAT_CONTROLS
+    (path / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "chat_template": template,

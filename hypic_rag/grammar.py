@@ -1,0 +1,201 @@
+"""Grammar-constrained decoding: a token mask per sequence, so that JSON answers and tool calls come out well
+formed whatever the weights would have written.
+
+A grammar is Lark text in llguidance's dialect (``%json {schema}`` embeds a JSON schema, ``name[lazy]: ...``
+matches text up to the first occurrence of what follows, ``<tag>`` is an added token). ``GrammarTokenizer``
+holds the engine's tokenizer in llguidance's form; ``GrammarMask`` follows one sequence: ``apply`` masks the
+logits of the next token to what the grammar allows, ``advance`` takes the token chosen. The chat formats'
+grammars (text or calls of the offered tools) are built in ``chat.grammar``; this module knows requests'
+``response_format`` and the library.
+
+Why llguidance rather than xgrammar (both are vLLM's backends, and both read our tokenizers): llguidance needs
+no other Python package (xgrammar pulls in transformers, triton and apache-tvm-ffi, which the engine does not
+otherwise need at run time), it builds a grammar's mask lazily while decoding, so a new schema per request costs
+no compilation pass, and its Lark dialect embeds JSON schemas and lazy lexemes, which say "free text, or a call
+to one of these tools" in each chat format directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import torch
+
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "choice")
+
+# JSON as each model family writes it: Python's json.dumps spacing (Qwen templates' tojson), compact for the
+# bundled model.
+SPACED: tuple[str, str] = (", ", ": ")
+COMPACT: tuple[str, str] = (",", ":")
+
+
+def _llguidance() -> Any:
+    try:
+        import llguidance
+    except ImportError as exc:  # a base dependency; a stripped install may lack it
+        raise ValueError("constrained decoding needs llguidance: pip install 'llguidance>=1.9,<2'") from exc
+    return llguidance
+
+
+def lark_string(text: str) -> str:
+    """``text`` as a Lark string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def lark_regex(pattern: str) -> str:
+    """``pattern`` as a Lark regex literal (``/.../``)."""
+    return "/" + pattern.replace("/", "\\/") + "/"
+
+
+def json_lark(schema: Mapping[str, Any], separators: tuple[str, str] = SPACED) -> str:
+    """A Lark item matching JSON text valid under ``schema``, written with ``separators`` and no other
+    whitespace: a random model given free whitespace writes little else."""
+    options = {"whitespace_flexible": False, "item_separator": separators[0], "key_separator": separators[1]}
+    return "%json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
+
+
+def check_response_format(value: Any) -> dict[str, Any] | None:
+    """OpenAI's ``response_format`` checked and normalised (``{"type": "text"}`` is None: no constraint).
+
+    Besides OpenAI's ``text``, ``json_object`` and ``json_schema`` (``{"json_schema": {"name", "schema",
+    "strict"}}``), ``{"type": "regex", "regex": ...}`` and ``{"type": "choice", "choice": [...]}`` take vLLM's
+    ``structured_outputs`` of those kinds. A schema or regex the grammar compiler rejects is a ``ValueError``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or value.get("type") not in RESPONSE_FORMATS:
+        raise ValueError(f"response_format must be an object whose type is one of {', '.join(RESPONSE_FORMATS)}")
+    kind = value["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, Mapping):
+            raise ValueError("response_format json_schema needs a 'json_schema' object with the 'schema'")
+        schema = spec.get("schema", {"type": "object"})
+        if not isinstance(schema, Mapping):
+            raise ValueError("response_format json_schema.schema must be a JSON schema object")
+        strict = spec.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise ValueError(f"response_format json_schema.strict must be true or false, got {strict!r}")
+        name = spec.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ValueError("response_format json_schema.name must be a string")
+        out = {"type": "json_schema", "json_schema": {"name": name, "schema": dict(schema), "strict": bool(strict)}}
+    elif kind == "regex":
+        if not isinstance(value.get("regex"), str):
+            raise ValueError("response_format regex needs 'regex', a string")
+        out = {"type": "regex", "regex": value["regex"]}
+    else:
+        choice = value.get("choice")
+        if not isinstance(choice, list | tuple) or not choice or not all(isinstance(c, str) and c for c in choice):
+            raise ValueError("response_format choice needs 'choice', a list of non-empty strings")
+        out = {"type": "choice", "choice": list(choice)}
+    check_lark("start: " + response_lark(out, SPACED))
+    return out
+
+
+def response_lark(response_format: Mapping[str, Any], separators: tuple[str, str]) -> str:
+    """The Lark item a normalised ``response_format`` (``check_response_format``) holds an answer to."""
+    kind = response_format["type"]
+    if kind == "json_object":
+        return json_lark({"type": "object"}, separators)
+    if kind == "json_schema":
+        return json_lark(response_format["json_schema"]["schema"], separators)
+    if kind == "regex":
+        return lark_regex(response_format["regex"])
+    if kind == "choice":
+        return "(" + " | ".join(lark_string(c) for c in response_format["choice"]) + ")"
+    raise ValueError(f"response_format {kind!r} holds no grammar")
+
+
+def check_lark(lark: str, tokenizer: GrammarTokenizer | None = None) -> None:
+    """A ``ValueError`` with the compiler's message when ``lark`` is not a grammar it accepts."""
+    llg = _llguidance()
+    error = llg.LLMatcher.validate_grammar(_grammar(lark), tokenizer.llg if tokenizer is not None else None)
+    if error:
+        raise ValueError(f"the output grammar does not compile: {error}")
+
+
+def _grammar(lark: str) -> str:
+    return _llguidance().LLMatcher.grammar_from_lark("%llguidance {}\n" + lark)
+
+
+class GrammarTokenizer:
+    """A tokenizer (``tokenizers.Tokenizer``) as llguidance reads it, with the ids that end an answer (allowed
+    once the grammar is complete). Building it walks the vocabulary, so an engine keeps one."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: Collection[int]) -> None:
+        llg = _llguidance()
+        if not stop_ids:
+            raise ValueError("constrained decoding needs an end-of-sequence id to end a finished answer")
+        self.stop_ids = tuple(sorted(stop_ids))
+        self.llg = llg.LLTokenizer(tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(self.stop_ids))
+        self.vocab_size = vocab_size
+        self._added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+
+    def tag(self, text: str) -> str:
+        """A tag as a Lark item: the added token that spells it, which is what the model was trained to write
+        (llguidance never matches an added token against text), else the text itself."""
+        if text in self._added and text.startswith("<") and text.endswith(">"):
+            return text
+        return lark_string(text)
+
+    def is_token(self, text: str) -> bool:
+        return text in self._added
+
+
+class GrammarMask:
+    """One sequence's grammar state: ``apply`` the mask before choosing a token, ``advance`` with the one chosen.
+
+    ``also_stop`` are the request's own stop ids: allowed whenever an end of sequence is (the grammar is
+    complete)."""
+
+    def __init__(self, tokenizer: GrammarTokenizer, lark: str, also_stop: Sequence[int] = ()) -> None:
+        llg = _llguidance()
+        self.tokenizer = tokenizer
+        self.matcher = llg.LLMatcher(tokenizer.llg, _grammar(lark), log_level=0)
+        self._raise_if_error("the output grammar does not compile")
+        self.also_stop = tuple(i for i in also_stop if i not in tokenizer.stop_ids)
+        self._bits = torch.arange(8, dtype=torch.uint8)
+
+    def _raise_if_error(self, what: str) -> None:
+        if self.matcher.is_error():
+            raise ValueError(f"{what}: {self.matcher.get_error()}")
+
+    def allowed(self) -> torch.Tensor:
+        """The tokens the grammar allows next, as a bool tensor ``[vocab_size]`` (on the CPU)."""
+        packed = torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.uint8)
+        allowed = ((packed[:, None] >> self._bits) & 1).bool().flatten()[: self.tokenizer.vocab_size]
+        if self.also_stop and bool(allowed[list(self.tokenizer.stop_ids)].any()):
+            allowed[list(self.also_stop)] = True
+        return allowed
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` ``[V]`` with every token the grammar forbids at ``-inf`` (a new tensor)."""
+        allowed = self.allowed().to(logits.device)
+        if allowed.numel() < logits.numel():  # a model vocabulary padded past the tokenizer's
+            allowed = torch.cat([allowed, allowed.new_zeros(logits.numel() - allowed.numel())])
+        return logits.masked_fill(~allowed[: logits.numel()], float("-inf"))
+
+    def advance(self, token: int) -> None:
+        """Take the chosen ``token``; a request stop id ends the sequence without a word to the grammar."""
+        if token in self.also_stop:
+            return
+        if not self.matcher.consume_token(token):
+            self._raise_if_error(f"token {token} broke the output grammar")
+
+    def force(self, ids: Sequence[int]) -> None:
+        """Take tokens the engine wrote itself (a forced call opening); a ``ValueError`` if the grammar refuses
+        them."""
+        if ids and not self.matcher.consume_tokens(list(ids)):
+            self._raise_if_error("the forced opening does not fit the output grammar")
+            raise ValueError("the forced opening does not fit the output grammar")
+
+    @property
+    def complete(self) -> bool:
+        """Whether the text so far is a whole answer of the grammar."""
+        return bool(self.matcher.is_accepting())
