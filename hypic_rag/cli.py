@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--modes", default="full,hypic", help="comma-separated modes")
     ev.add_argument("--n", type=int, default=100, help="examples")
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: the bundled model)")
+    ev.add_argument(
+        "--model", default=None, help="checkpoint directory or hub id, as serve takes (default: the bundled model)"
+    )
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     srv = sub.add_parser(
         "serve",
         help="the OpenAI chat-completions API on the engine (needs the server extra)",
-        description="POST /v1/chat/completions, GET /v1/models, /health and /metrics (Prometheus).",
+        description="POST /v1/chat/completions and /v1/completions, GET /v1/models, /health and /metrics (Prometheus).",
     )
     srv.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the bundled model)")
     srv.add_argument("--served-model-name", default=None, help="the name clients ask for (default: --model)")
@@ -114,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--dtype", default="float32")
     srv.add_argument("--device", default="cpu")
     srv.add_argument("--log-level", default="info")
+    srv.add_argument(
+        "--api-key", default=None, help="the Bearer token /v1 routes ask for (default: $HYPIC_API_KEY, else none)"
+    )
+    srv.add_argument(
+        "--allowed-origins",
+        type=lambda s: [o for o in s.split(",") if o],
+        default=[],
+        help="CORS origins, comma-separated ('*': any)",
+    )
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
     cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
@@ -235,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                 dtype=args.dtype,
                 device=args.device,
                 prefill_workers=args.prefill_workers,
+                api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
+                allowed_origins=args.allowed_origins,
             )
         except ValueError as exc:
             parser.error(str(exc))

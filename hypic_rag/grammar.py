@@ -81,10 +81,13 @@ def check_response_format(value: Any) -> dict[str, Any] | None:
         strict = spec.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise ValueError(f"response_format json_schema.strict must be true or false, got {strict!r}")
-        name = spec.get("name")
-        if name is not None and not isinstance(name, str):
-            raise ValueError("response_format json_schema.name must be a string")
+        name, description = spec.get("name"), spec.get("description")
+        for key, value in (("name", name), ("description", description)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"response_format json_schema.{key} must be a string")
         out = {"type": "json_schema", "json_schema": {"name": name, "schema": dict(schema), "strict": bool(strict)}}
+        if description:
+            out["json_schema"]["description"] = description
     elif kind == "regex":
         if not isinstance(value.get("regex"), str):
             raise ValueError("response_format regex needs 'regex', a string")

@@ -274,13 +274,15 @@ def schema_as_call(
     if choice not in (None, "auto", "none"):
         return AnswerShape(listed, choice, None)
     assert response_format is not None
+    description = "the answer"
     if kind == "json_schema":
         spec = response_format["json_schema"]
         name, schema = spec.get("name") or RESPONSE_TOOL, dict(spec["schema"])
+        description = spec.get("description") or description
     else:
         name, schema = RESPONSE_TOOL, {"type": "object"}
     taken = {n for n, _ in tool_signatures(listed)}
     while name in taken:
         name += "_"
-    tool = {"type": "function", "function": {"name": name, "description": "the answer", "parameters": schema}}
+    tool = {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
     return AnswerShape([*(listed or []), tool], "required", None, name)

@@ -1,8 +1,9 @@
-"""``hypic-rag serve``: the OpenAI chat-completions API on the engine (FastAPI + uvicorn), with Prometheus
-metrics. Needs the ``server`` extra."""
+"""``hypic-rag serve``: the OpenAI chat-completions and completions API on the engine (FastAPI + uvicorn), with
+Prometheus metrics. Needs the ``server`` extra."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .app import create_app
@@ -22,6 +23,8 @@ def serve(
     max_queue: int = 64,
     max_active: int = 8,
     log_level: str = "info",
+    api_key: str | None = None,
+    allowed_origins: Sequence[str] = (),
     **engine_options: Any,
 ) -> None:
     """Load ``model`` (a checkpoint directory, a hub id, or None for the bundled model) and serve it, as ``name``
@@ -32,6 +35,14 @@ def serve(
 
     engine = Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url, **engine_options)
     names = [name or model or "hypic-default"]
-    app = create_app(engine, model_names=names, default_mode=mode, max_queue=max_queue, max_active=max_active)
+    app = create_app(
+        engine,
+        model_names=names,
+        default_mode=mode,
+        max_queue=max_queue,
+        max_active=max_active,
+        api_key=api_key,
+        allowed_origins=allowed_origins,
+    )
     print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

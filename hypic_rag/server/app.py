@@ -1,5 +1,6 @@
-"""The OpenAI-compatible HTTP server (FastAPI): ``/v1/chat/completions``, ``/v1/models``, ``/health``,
-``/metrics``.
+"""The OpenAI-compatible HTTP server (FastAPI): ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``
+(and ``/v1/models/{id}``), ``/health``, ``/metrics``. With an API key, every ``/v1`` route asks for it as a Bearer
+token; ``allowed_origins`` lets browsers on those origins call it (CORS).
 
 Every request goes through the engine worker's bounded queue (``worker``); a full queue is a 429 with
 ``Retry-After``. A bad request is a 4xx with OpenAI's error body before anything is sent: a streamed answer's
@@ -10,10 +11,12 @@ event in a 200 stream. A client that goes away cancels its generation at the nex
 from __future__ import annotations
 
 import asyncio
+import hmac
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,10 +28,21 @@ from ..chat.tool_calls import ParsedOutput
 from ..engine import Engine
 from ..options import check_mode
 from ..outputs import GenerationOutput
+from .completions import (
+    choice,
+    completion_arguments,
+    parse_completion_request,
+    prompts,
+    text_chunk,
+    text_completion,
+)
+from .completions import completion_id as text_completion_id
 from .limits import BODY_TIMEOUT_S, BadBody, finite, loads
 from .metrics import ServerMetrics
 from .protocol import (
     APIError,
+    TokenBytes,
+    chat_logprobs,
     chunk,
     completion,
     completion_id,
@@ -37,12 +51,14 @@ from .protocol import (
     from_value_error,
     parse_request,
     sse,
+    unique_call_ids,
     usage_chunk,
     wire_tool_calls,
 )
 from .worker import DELTA, DONE, ERROR, EngineWorker, Job, QueueFull
 
-ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+IGNORED_HEADER = "X-Hypic-Ignored-Fields"  # the body fields the policy ignored (``fields``)
 POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
@@ -74,6 +90,34 @@ class _CountRequests:
             self.metrics.requests.labels(route, str(status.get("code", "disconnected"))).inc()
 
 
+class _RequireKey:
+    """Refuses a ``/v1`` request without ``Authorization: Bearer <key>`` (compared in constant time); the other
+    routes (``/health``, ``/metrics``) stay open, as vLLM leaves them. Pure ASGI, like ``_CountRequests``."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1") and scope.get("method") != "OPTIONS":
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"")
+            token = given[7:].strip() if given[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(token, self.key):
+                error = APIError(401, "a valid API key is needed: Authorization: Bearer <key>", code="invalid_api_key")
+                await _error(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def token_bytes(engine: Engine) -> TokenBytes:
+    """Each token id's bytes, for log-probabilities: exact from the grammar's vocabulary where it is built."""
+    try:
+        llg = engine.grammar_tokenizer().llg
+    except ValueError:
+        return lambda token: engine.decode([token]).encode()
+    return lambda token: llg.decode_bytes([token])
+
+
 def _error(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
@@ -102,11 +146,16 @@ def create_app(
     max_body_bytes: int = 8 << 20,
     queue_timeout_s: float = 120.0,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    api_key: str | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The app serving ``engine`` under ``model_names`` (the first is the one listed; the engine's own name
     is always accepted). The engine worker starts and stops with the app. A body must arrive whole within
-    ``body_timeout_s`` of its headers (uvicorn has no such limit): else a 408."""
+    ``body_timeout_s`` of its headers (uvicorn has no such limit): else a 408. ``api_key``: the Bearer token
+    every ``/v1`` route asks for; ``allowed_origins``: the origins browsers may call it from (``"*"``: any)."""
     check_mode(default_mode)
+    if api_key is not None and not api_key:
+        raise ValueError("api_key must not be empty (leave it None for no key)")
     if engine.chat_setup is None:
         raise ValueError(f"checkpoint {engine.name!r} has no chat template; the chat API needs one")
     names = list(dict.fromkeys([*model_names, engine.name]))
@@ -139,6 +188,18 @@ def create_app(
 
     app = FastAPI(title="hypic-rag", lifespan=lifespan)
     app.state.engine, app.state.worker, app.state.metrics = engine, worker, metrics
+    if api_key is not None:
+        app.add_middleware(_RequireKey, key=api_key)
+    if allowed_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(allowed_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=[IGNORED_HEADER],
+        )
     app.add_middleware(_CountRequests, metrics=metrics)
 
     @app.exception_handler(APIError)
@@ -192,7 +253,9 @@ def create_app(
             raise APIError(
                 404, f"model {body.model!r} is not served here; try {names[0]!r}", param="model", code="model_not_found"
             )
-        job = Job(engine_arguments(body, default_mode), asyncio.get_running_loop())
+        assert engine.chat_setup is not None
+        job = Job(engine_arguments(body, default_mode, engine.chat_setup.format), asyncio.get_running_loop())
+        ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
         try:
             worker.submit(job)
         except QueueFull:
@@ -213,13 +276,16 @@ def create_app(
                 return StreamingResponse(
                     _stream(job, payload, names[0], bool(body.tools), include_usage, engine),
                     media_type="text/event-stream",
-                    headers={"Cache-Control": "no-cache"},
+                    headers={"Cache-Control": "no-cache", **ignored},
                 )
             while kind != DONE:
                 kind, payload = await next_event(job, request)
                 if kind == ERROR:
                     raise _as_api_error(payload, retry_after())
-            return JSONResponse(finite(completion(payload, names[0], completion_id())))
+            answer = completion(unique_call_ids(payload), names[0], completion_id(), token_bytes(engine))
+            if body.ignored_fields:
+                answer["hypic"]["ignored_fields"] = body.ignored_fields
+            return JSONResponse(finite(answer), headers=ignored)
         except _Gone:
             return Response(status_code=499)
         finally:
@@ -233,6 +299,10 @@ def create_app(
             "object": "list",
             "data": [{"id": n, "object": "model", "created": created, "owned_by": "hypic-rag"} for n in names],
         }
+
+    _add_model_route(app, names)
+    serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, next_event, retry_after)
+    _add_completions_route(app, serving)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -270,14 +340,17 @@ async def _stream(
                 for part, text in split.feed(payload):
                     yield piece(part, text)
             elif kind == DONE:
-                out: GenerationOutput = payload
+                out: GenerationOutput = unique_call_ids(payload)
                 parsed = ParsedOutput(out.text or "", out.reasoning, out.tool_calls)
                 for part, text in split.finish(parsed):
                     yield piece(part, text)
                 if out.tool_calls:
                     calls = wire_tool_calls(out, streamed=True)
                     yield sse(chunk(request_id, model, created, {"tool_calls": calls}, include_usage=include_usage))
-                yield sse(chunk(request_id, model, created, {}, finish_reason(out), include_usage=include_usage))
+                # Log-probabilities come with the last chunk: the deltas before it are not cut at tokens.
+                logprobs = chat_logprobs(out, token_bytes(engine)) if out.logprobs is not None else None
+                reason = finish_reason(out)
+                yield sse(chunk(request_id, model, created, {}, reason, include_usage=include_usage, logprobs=logprobs))
                 if include_usage:
                     yield sse(usage_chunk(request_id, model, created, out))
                 yield sse("[DONE]")
@@ -287,3 +360,121 @@ async def _stream(
                 return
     finally:
         job.cancelled.set()  # a no-op once done; stops the generation when the client has gone
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """What the routes added outside ``create_app`` share with it."""
+
+    engine: Engine
+    worker: EngineWorker
+    names: list[str]
+    default_mode: str
+    max_queue: int
+    read_json: Callable[[Request], Awaitable[Any]]
+    next_event: Callable[[Job, Request], Awaitable[tuple[str, Any]]]
+    retry_after: Callable[[], int]
+
+    def check_model(self, model: str) -> None:
+        if model not in self.names:
+            raise APIError(
+                404, f"model {model!r} is not served here; try {self.names[0]!r}", param="model", code="model_not_found"
+            )
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.worker.submit(job)
+        except QueueFull:
+            raise APIError(
+                429,
+                f"the server is busy: {self.max_queue} requests are already waiting",
+                type="rate_limit_error",
+                headers={"Retry-After": str(self.retry_after())},
+            ) from None
+
+
+def _add_model_route(app: FastAPI, names: list[str]) -> None:
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        if model_id not in names:
+            raise APIError(404, f"model {model_id!r} is not served here", param="model", code="model_not_found")
+        return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "hypic-rag"}
+
+
+def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
+    """``POST /v1/completions``: each prompt a job of its own (``Engine.start``), answered together."""
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = parse_completion_request(await serving.read_json(request))
+        serving.check_model(body.model)
+        loop = asyncio.get_running_loop()
+        jobs = [
+            Job(completion_arguments(body, prompt, serving.default_mode), loop, method="start")
+            for prompt in prompts(body)
+        ]
+        ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
+        submitted: list[Job] = []
+        streaming = False
+        try:
+            for job in jobs:
+                serving.submit(job)
+                submitted.append(job)
+            firsts = []
+            for job in jobs:  # every prompt's first event before the status: an error in any is a 4xx
+                kind, payload = await serving.next_event(job, request)
+                if kind == ERROR:
+                    raise _as_api_error(payload, serving.retry_after())
+                firsts.append((kind, payload))
+            if body.stream:
+                streaming = True
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                return StreamingResponse(
+                    _text_stream(jobs, firsts, serving, include_usage),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", **ignored},
+                )
+            outs = []
+            for job, (kind, payload) in zip(jobs, firsts, strict=True):
+                while kind != DONE:
+                    kind, payload = await serving.next_event(job, request)
+                    if kind == ERROR:
+                        raise _as_api_error(payload, serving.retry_after())
+                outs.append(payload)
+            answer = text_completion(outs, serving.names[0], text_completion_id(), token_bytes(serving.engine))
+            return JSONResponse(finite(answer), headers=ignored)
+        except _Gone:
+            return Response(status_code=499)
+        finally:
+            if not streaming:
+                for job in submitted:
+                    job.cancelled.set()
+
+
+async def _text_stream(
+    jobs: list[Job], firsts: list[tuple[str, Any]], serving: _Serving, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """Each prompt's text as it is chosen, prompt after prompt (they decode together), in OpenAI's chunks."""
+    request_id, created, model = text_completion_id(), int(time.time()), serving.names[0]
+    outs = []
+    try:
+        for index, (job, (kind, payload)) in enumerate(zip(jobs, firsts, strict=True)):
+            while kind != DONE:
+                kind, payload = await job.events.get()
+                if kind == DELTA:
+                    yield sse(text_chunk(request_id, model, created, index, payload))
+                elif kind == ERROR:
+                    yield sse(_as_api_error(payload, 1).body())
+                    return
+            out: GenerationOutput = payload
+            outs.append(out)
+            final = choice(index, out, token_bytes(serving.engine))
+            yield sse(text_chunk(request_id, model, created, index, "", final["finish_reason"], final["logprobs"]))
+        if include_usage:
+            total = text_completion(outs, model, request_id, token_bytes(serving.engine))
+            tail = {"id": request_id, "object": "text_completion", "created": created, "model": model, "choices": []}
+            yield sse({**tail, "usage": total["usage"]})
+        yield sse("[DONE]")
+    finally:
+        for job in jobs:
+            job.cancelled.set()

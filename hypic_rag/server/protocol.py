@@ -2,9 +2,8 @@
 takes (messages, tools, ``RequestOptions``), answers and stream chunks built from its output, and the OpenAI error
 body.
 
-The request models allow fields they do not name (clients send ``user``, ``metadata``, ``store`` ...), but a field
-that asks for what the engine cannot do (``n > 1``, log-probabilities, penalties, a JSON response format) is
-refused with a 400 that names it, never silently ignored.
+The request models allow fields they do not name; what becomes of each is the policy in ``fields`` (honoured,
+refused with a 400 that names it, accepted as bookkeeping, or ignored and reported back).
 """
 
 from __future__ import annotations
@@ -12,15 +11,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from ..chat.formats import NONE, ChatFormat
 from ..chat.tool_calls import TOOL_CHOICES
 from ..options import OPTIONS, SPELLINGS, OptionError, RequestOptions
 from ..outputs import GenerationOutput
 from ..segments import KINDS
+from .fields import FieldError, check_fields, structured_alias
 from .limits import finite
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -59,6 +60,11 @@ def from_value_error(exc: ValueError) -> APIError:
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
+    _ignored: list[str] = PrivateAttr(default_factory=list)  # body fields the policy ignored (``fields``)
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        return self._ignored
 
 
 class Message(_Open):
@@ -84,7 +90,19 @@ class ChatCompletionRequest(_Open):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
+    parallel_tool_calls: bool | None = None
     hypic: dict[str, Any] | None = None  # the extension: request options by name, e.g. {"mode": "full", "seam": 4}
+
+
+def apply_field_policy(request: _Open, data: dict[str, Any]) -> None:
+    """``fields``' policy on the body ``request`` was read from: a 400 for a refused field, ``n`` other than 1
+    included; the ignored ones kept on the request."""
+    if getattr(request, "n", None) not in (None, 1):
+        raise APIError(400, "n > 1 is not supported: ask once per answer", param="n")
+    try:
+        request._ignored = check_fields(data, frozenset(type(request).model_fields))
+    except FieldError as exc:
+        raise APIError(400, str(exc), param=exc.field) from None
 
 
 def parse_request(data: Any) -> ChatCompletionRequest:
@@ -97,28 +115,24 @@ def parse_request(data: Any) -> ChatCompletionRequest:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise APIError(400, f"{where}: {first['msg']}", param=where) from None
-    extra = request.model_extra or {}
-    if request.n not in (None, 1):
-        raise APIError(400, "n > 1 is not supported: ask once per answer", param="n")
-    for name, harmless in (("logprobs", (None, False)), ("top_logprobs", (None, 0))):
-        if extra.get(name) not in harmless:
-            raise APIError(400, f"{name} is not supported", param=name)
-    for name in ("frequency_penalty", "presence_penalty"):
-        if extra.get(name) not in (None, 0, 0.0):
-            raise APIError(400, f"{name} is not supported (only 0)", param=name)
-    if extra.get("logit_bias"):
-        raise APIError(400, "logit_bias is not supported", param="logit_bias")
-    response_format = extra.get("response_format")
-    if response_format not in (None, {"type": "text"}):
-        raise APIError(400, "response_format other than text is not supported", param="response_format")
+    apply_field_policy(request, data)
     return request
 
 
-def request_options(request: ChatCompletionRequest, default_mode: str) -> RequestOptions:
+def request_options(request: _Open, default_mode: str, body: dict[str, Any] | None = None) -> RequestOptions:
     """The request's options: each body field that names one (``max_tokens`` and ``max_completion_tokens``, as
-    OpenAI spells it, included), then the ``hypic`` extension's, over the server's ``default_mode``. A field the
-    body leaves ``null`` is unset. A bad value is a 400 that names the field."""
-    body = {k: v for k, v in (request.model_extra or {}).items() if SPELLINGS.get(k, k) in OPTIONS}
+    OpenAI spells it, included; vLLM's structured-output fields as ``response_format``), then the ``hypic``
+    extension's, over the server's ``default_mode``. A field the body leaves ``null`` is unset. A bad value is a
+    400 that names the field. ``body``: the options as the route read them, where it reads some itself."""
+    extra = request.model_extra or {}
+    if body is None:
+        body = {k: v for k, v in extra.items() if SPELLINGS.get(k, k) in OPTIONS}
+    try:
+        alias = structured_alias(extra)
+    except FieldError as exc:
+        raise APIError(400, str(exc), param=exc.field) from None
+    if alias is not None:
+        body["response_format"] = alias
     stop = body.get("stop")
     if isinstance(stop, str):
         body["stop"] = [stop]
@@ -131,10 +145,11 @@ def request_options(request: ChatCompletionRequest, default_mode: str) -> Reques
         options = RequestOptions.from_mapping(body, base=RequestOptions(mode=default_mode), ignore_none=True)
     except OptionError as exc:
         raise APIError(400, str(exc), param=exc.option) from None
-    if request.hypic is None:
+    hypic = getattr(request, "hypic", None)
+    if hypic is None:
         return options
     try:
-        return RequestOptions.from_mapping(request.hypic, base=options, ignore_none=True)
+        return RequestOptions.from_mapping(hypic, base=options, ignore_none=True)
     except OptionError as exc:
         raise APIError(400, f"hypic.{exc.option}: {exc}", param=f"hypic.{exc.option}") from None
 
@@ -173,16 +188,30 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
     return {**call, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
 
 
-def engine_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """The messages as ``Engine.chat`` takes them: ``developer`` is ``system``, parts carry their kinds, tool
-    calls' arguments are objects. Empty user content is refused."""
+def _joined(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Text parts with a newline between neighbours, as vLLM joins a message's parts; put on the side of a part
+    without a kind, so that a document's text (its cache entry) is the same wherever it stands."""
+    out = [dict(p) for p in parts]
+    for left, right in zip(out, out[1:], strict=False):
+        if "hypic" not in right:
+            right["text"] = "\n" + right["text"]
+        elif "hypic" not in left:
+            left["text"] += "\n"
+    return out
+
+
+def engine_messages(request: ChatCompletionRequest, chat_format: ChatFormat = NONE) -> list[dict[str, Any]]:
+    """The messages as ``Engine.chat`` takes them: ``developer`` is ``system``, parts carry their kinds and are
+    joined as vLLM joins them, tool calls' arguments are objects; then written as ``chat_format``'s model reads
+    them (``ChatFormat.prepare_messages``: the bundled model's tool results normalised), as the integrations
+    write them. Empty user content is refused."""
     out = []
     for i, message in enumerate(request.messages):
         where = f"messages.{i}"
         item: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role}
         content = message.content
         if isinstance(content, list):
-            content = [_part(p, f"{where}.content.{j}") for j, p in enumerate(content)]
+            content = _joined([_part(p, f"{where}.content.{j}") for j, p in enumerate(content)])
         text = "".join(p["text"] for p in content) if isinstance(content, list) else content
         if message.role != "assistant" and (not content or (isinstance(text, str) and not text.strip())):
             if message.role != "tool" or content is None:
@@ -199,7 +228,10 @@ def engine_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
         out.append(item)
-    return out
+    try:
+        return chat_format.prepare_messages(out)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="messages") from None
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -212,15 +244,19 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     return tools or None
 
 
-def engine_arguments(request: ChatCompletionRequest, default_mode: str) -> dict[str, Any]:
+def engine_arguments(
+    request: ChatCompletionRequest, default_mode: str, chat_format: ChatFormat = NONE
+) -> dict[str, Any]:
     """``Engine.start_chat``'s arguments for this request: its messages, tools, tool choice and options."""
     choice = request.tool_choice
     if isinstance(choice, str) and choice not in TOOL_CHOICES:
         raise APIError(400, "tool_choice must be auto, none, required or a named function", param="tool_choice")
+    parallel = request.parallel_tool_calls
     return {
-        "messages": engine_messages(request),
+        "messages": engine_messages(request, chat_format),
         "tools": _tools(request.tools),
         "tool_choice": choice,
+        "parallel_tool_calls": True if parallel is None else parallel,
         "options": request_options(request, default_mode),
     }
 
@@ -236,6 +272,34 @@ def finish_reason(out: GenerationOutput) -> str:
     if out.tool_calls:
         return "tool_calls"
     return "stop" if out.finish_reason == "stop" else "length"
+
+
+def unique_call_ids(out: GenerationOutput) -> GenerationOutput:
+    """``out`` with a fresh id for each call, as OpenAI gives: the engine's are stable per prompt, so two requests
+    with the same prompt would get the same ids."""
+    for call in out.tool_calls:
+        call["id"] = "call_" + uuid.uuid4().hex[:24]
+    return out
+
+
+TokenBytes = Callable[[int], bytes]
+
+
+def _token(token: int, logprob: float, token_bytes: TokenBytes) -> dict[str, Any]:
+    raw = token_bytes(token)
+    return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
+
+
+def chat_logprobs(out: GenerationOutput, token_bytes: TokenBytes) -> dict[str, Any] | None:
+    """OpenAI's ``choices[].logprobs`` of a chat answer (``{"content": [...]}``), or None when not asked for."""
+    if out.logprobs is None:
+        return None
+    content = []
+    for entry in out.logprobs:
+        item = _token(entry.token, entry.logprob, token_bytes)
+        item["top_logprobs"] = [_token(i, lp, token_bytes) for i, lp in entry.top]
+        content.append(item)
+    return {"content": content}
 
 
 def wire_tool_calls(out: GenerationOutput, *, streamed: bool = False) -> list[dict[str, Any]]:
@@ -261,7 +325,9 @@ def usage(out: GenerationOutput) -> dict[str, Any]:
     }
 
 
-def completion(out: GenerationOutput, model: str, request_id: str) -> dict[str, Any]:
+def completion(
+    out: GenerationOutput, model: str, request_id: str, token_bytes: TokenBytes | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": out.text if out.text or not out.tool_calls else None}
     if out.tool_calls:
         message["tool_calls"] = wire_tool_calls(out)
@@ -272,7 +338,14 @@ def completion(out: GenerationOutput, model: str, request_id: str) -> dict[str, 
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(out), "logprobs": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason(out),
+                "logprobs": chat_logprobs(out, token_bytes) if token_bytes is not None else None,
+            }
+        ],
         "usage": usage(out),
         "hypic": {**out.stats, "ttft_s": out.ttft_s},
     }
@@ -286,13 +359,14 @@ def chunk(
     finish: str | None = None,
     *,
     include_usage: bool = False,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}],
     }
     if include_usage:
         body["usage"] = None

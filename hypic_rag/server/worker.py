@@ -36,13 +36,14 @@ class QueueFull(Exception):
 class Job:
     """One request on its way through the worker."""
 
-    arguments: dict[str, Any]  # Engine.start_chat's: messages, tools, tool_choice, options
+    arguments: dict[str, Any]  # Engine.start_chat's: messages, tools, tool_choice, options (or ``method``'s)
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     run: Generation | None = None
+    method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
 
     def emit(self, kind: str, payload: Any = None) -> None:
         """Hand an event to the request's coroutine, from the worker thread."""
@@ -121,7 +122,7 @@ class EngineWorker:
     def _begin(self, job: Job) -> None:
         job.started = time.perf_counter()
         try:
-            job.run = self.engine.start_chat(
+            job.run = getattr(self.engine, job.method)(
                 **job.arguments,
                 on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
                 cancelled=job.cancelled.is_set,

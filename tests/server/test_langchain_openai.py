@@ -5,6 +5,7 @@ from __future__ import annotations
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, Field
 
 from hypic_rag.eval.data import TOOLS
 
@@ -23,8 +24,10 @@ def test_a_chain_through_chat_openai_gets_the_engines_answer(server, reference):
     chain = prompt | _llm(server, temperature=0, max_tokens=16) | StrOutputParser()
     answer = chain.invoke({"context": CONTEXT, "question": "Where does Bo Ek live?"})
     user = f"{CONTEXT}\n\nQuestion: Where does Bo Ek live?"
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    # the server writes messages as the model reads them, as the integrations do
     expected = reference.chat(
-        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}], max_new_tokens=16, temperature=0.0
+        reference.chat_setup.format.prepare_messages(messages), max_new_tokens=16, temperature=0.0
     )
     assert answer == expected.text
     streamed = "".join(chain.stream({"context": CONTEXT, "question": "Where does Bo Ek live?"}))
@@ -37,3 +40,32 @@ def test_chat_openai_tool_calls(server):
     assert [c["name"] for c in message.tool_calls] == ["lookup_employee"]
     assert message.tool_calls[0]["args"] == {"name": "Stithgo Dithgaith"}
     assert message.usage_metadata["input_tokens"] > 0
+
+
+class Product(BaseModel):
+    """Search the catalogue for a product."""
+
+    product: str = Field(description="product name")
+
+
+def test_chat_openai_with_structured_output_returns_the_model(server):
+    for kwargs in ({}, {"method": "function_calling"}):  # {}: the default method, json_schema
+        llm = _llm(server, temperature=0, max_tokens=32).with_structured_output(Product, **kwargs)
+        answer = llm.invoke("Find the Temme kettle in the catalogue.")
+        assert isinstance(answer, Product) and answer.product == "Temme kettle", kwargs
+    llm = _llm(server, temperature=0, max_tokens=32).with_structured_output(None, method="json_mode")
+    assert isinstance(llm.invoke("Find the Temme kettle in the catalogue."), dict)
+
+
+def test_langgraph_prebuilt_agent_over_the_server_completes_the_two_tool_task(server):
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.prebuilt import create_react_agent
+
+    from tests.integrations.test_langgraph import FORECAST, PEOPLE, TOOLS, _task
+
+    graph = create_react_agent(_llm(server, temperature=0, max_tokens=48), tools=TOOLS)
+    for name in list(PEOPLE)[:2]:
+        messages = graph.invoke({"messages": [HumanMessage(_task(name))]}, {"recursion_limit": 8})["messages"]
+        calls = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+        assert calls == [("lookup_employee", {"name": name}), ("get_weather", {"city": PEOPLE[name]["city"]})]
+        assert messages[-1].content == FORECAST

@@ -166,8 +166,10 @@ def _prepared(message: Mapping[str, Any], last_user: bool, where: str) -> list[d
     plain = [t for k, t in parts if k is None and t.strip()]
     text = "\n".join(plain).rstrip() if role == "assistant" else collapse_space(" ".join(plain))
     queries = [collapse_space(t) for k, t in parts if k == "query"]
-    if queries and (text or len(queries) > 1):
-        raise ValueError(f"{where}: a message with a 'query' part can hold no other question text")
+    if len(queries) > 1:
+        raise ValueError(f"{where}: a second 'query' part (a prompt has one question: one query part)")
+    if queries and text:
+        raise ValueError(f"{where}: a message with a 'query' part can hold no other question text (one query part)")
     first_text = next((j for j, (k, t) in enumerate(parts) if k is None and t.strip()), len(parts))
     kinded = [(j, k, t.strip()) for j, (k, t) in enumerate(parts) if k not in (None, "query") and t.strip()]
     before = [(k, t) for j, k, t in kinded if last_user or j < first_text]
