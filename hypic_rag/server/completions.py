@@ -12,13 +12,11 @@ import time
 import uuid
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..chat.segmentation import GLUE, QUESTION, content_pieces, segment_units
 from ..options import OPTIONS, SPELLINGS
 from ..outputs import GenerationOutput
 from ..segments import Segment
-from .protocol import APIError, StreamOptions, TokenBytes, _Open, apply_field_policy, request_options, usage
+from .protocol import APIError, StreamOptions, TokenBytes, _Open, request_options, usage, validated
 
 Prompt = str | list[int]
 
@@ -37,16 +35,7 @@ class CompletionRequest(_Open):
 
 def parse_completion_request(data: Any) -> CompletionRequest:
     """The body checked (``fields``' policy applied); any problem as a 400 naming the field."""
-    if not isinstance(data, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    try:
-        request = CompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise APIError(400, f"{where}: {first['msg']}", param=where) from None
-    apply_field_policy(request, data)
-    return request
+    return validated(CompletionRequest, data)
 
 
 def prompts(request: CompletionRequest) -> list[Prompt]:

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -23,6 +23,8 @@ from ..outputs import GenerationOutput
 from ..segments import KINDS
 from .fields import FieldError, check_fields, structured_alias
 from .limits import finite
+
+_Body = TypeVar("_Body", bound=BaseModel)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -105,18 +107,24 @@ def apply_field_policy(request: _Open, data: dict[str, Any]) -> None:
         raise APIError(400, str(exc), param=exc.field) from None
 
 
-def parse_request(data: Any) -> ChatCompletionRequest:
-    """The request body checked; any problem as a 400 naming the field."""
+def validated(model: type[_Body], data: Any) -> _Body:
+    """A request body of any route checked against ``model`` (the field policy applied); any problem as a 400
+    naming the field."""
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
     try:
-        request = ChatCompletionRequest.model_validate(data)
+        request = model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise APIError(400, f"{where}: {first['msg']}", param=where) from None
     apply_field_policy(request, data)
     return request
+
+
+def parse_request(data: Any) -> ChatCompletionRequest:
+    """The chat request body checked; any problem as a 400 naming the field."""
+    return validated(ChatCompletionRequest, data)
 
 
 def request_options(request: _Open, default_mode: str, body: dict[str, Any] | None = None) -> RequestOptions:
