@@ -6,7 +6,11 @@ what the model writes up to its end of answer (a tool call as it wrote it), scor
 workload's metric. For
 modes other than ``full`` it also reports KL(full ‖ mode) and top-1 agreement of the first answer
 token. The JSON (docs/benchmarks.md): ``{"workload", "n", "results": {mode: {"score", "metric", "kl",
-"top1"}}, "gap_points": {mode: full - mode}}``; ``report.write_report`` turns it into a table and plots.
+"top1", "recomputed_tokens", ...}}, "gap_points": {mode: full - mode}}``; ``report.write_report`` turns it
+into a table and plots. ``recomputed_tokens`` is the mean per request of the tokens run in context (seams,
+segments too short to cache, the query; everything in ``full``), as a warm request runs them: the isolated
+prefills that made a missing entry are ``filled_tokens`` beside it, and an ``auto`` seam's or a guarded
+request's probe (the first layers only) ``probe_tokens``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.engine import MODES
 from hypic_rag.fidelity import kl_divergence, top1_agreement
+from hypic_rag.plan import check_seam
 
 from .data.longbench import read_longbench_jsonl
 from .data.workloads import SEGMENTATION, WORKLOADS, Example, make
@@ -43,13 +48,24 @@ def _progress(total: int, label: str):
         return None
 
 
-def _variants(modes: Sequence[str], seams: Sequence[int | float]) -> list[tuple[str, str, int | float | None]]:
-    """(label, mode, seam): each mode at the engine's seam, plus ``hypic@wN`` for each swept seam."""
+Seam = int | float | str
+
+
+def seam_label(seam: Seam) -> str:
+    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``."""
+    return f"hypic@{seam}" if isinstance(seam, str) else f"hypic@w{seam:g}"
+
+
+def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, str, Seam | None]]:
+    """(label, mode, seam): each mode at the engine's seam, plus ``hypic@wN`` (or ``hypic@auto``) for each
+    swept seam."""
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ValueError(f"modes must come from {', '.join(MODES)}; got {list(modes)}")
-    out: list[tuple[str, str, int | float | None]] = [(m, m, None) for m in modes]
-    return out + [(f"hypic@w{w:g}", "hypic", w) for w in seams]
+    for w in seams:
+        check_seam(w)
+    out: list[tuple[str, str, Seam | None]] = [(m, m, None) for m in modes]
+    return out + [(seam_label(w), "hypic", w) for w in seams]
 
 
 def prediction(engine: Engine, out: GenerationOutput) -> str:
@@ -66,7 +82,7 @@ def evaluate(
     seed: int = 0,
     max_new_tokens: int = 48,
     log: Callable[[str], None] = print,
-    seams: Sequence[int | float] = (),
+    seams: Sequence[Seam] = (),
 ) -> dict[str, Any]:
     variants = _variants(modes, seams)
     if engine.tokenizer is None or engine.chat_setup is None:
@@ -79,6 +95,7 @@ def evaluate(
     extra: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SECONDARY} for m in labels}
     kls: dict[str, list[float]] = {m: [] for m in labels if m != "full"}
     agree: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
+    tokens: dict[str, dict[str, list[float]]] = {m: {k: [] for k in TOKENS} for m in labels}
     bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
         outputs = {
@@ -103,6 +120,10 @@ def evaluate(
             scores[label].append(score(ex.metric, answer, ex.answers, all_classes=classes, dataset=ex.workload))
             for key in SECONDARY:
                 extra[label][key].append(score(key, answer, ex.answers))
+            stats = out.stats
+            tokens[label]["recomputed_tokens"].append(stats["recomputed_tokens"] - stats.get("filled_tokens", 0))
+            tokens[label]["filled_tokens"].append(stats.get("filled_tokens", 0))
+            tokens[label]["probe_tokens"].append(stats.get("probe_tokens", 0))
             if label != "full":
                 kls[label].append(kl_divergence(full, out.prompt_logits))
                 agree[label].append(top1_agreement(full, out.prompt_logits))
@@ -115,6 +136,7 @@ def evaluate(
     for label in labels:
         row: dict[str, Any] = {"score": _mean(scores[label]), "metric": metric}
         row.update({key: _mean(values) for key, values in extra[label].items()})
+        row.update({key: _mean(values) for key, values in tokens[label].items()})
         if label in kls:
             row["kl"] = _mean(kls[label])
             row["top1"] = _mean(agree[label])
@@ -122,6 +144,7 @@ def evaluate(
         log(
             f"  {label:<10} {metric} {row['score']:6.1f}"
             + (f"  KL {row['kl']:.2e}  top-1 {row['top1']:.2f}" if "kl" in row else "")
+            + f"  recomputed {row['recomputed_tokens']:.1f}"
         )
     report: dict[str, Any] = {"workload": name, "n": len(examples), "seed": seed, "results": results}
     if "full" in results:
@@ -130,6 +153,7 @@ def evaluate(
 
 
 SECONDARY = ("exact_match", "rouge_l")
+TOKENS = ("recomputed_tokens", "filled_tokens", "probe_tokens")  # per request, means
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -144,7 +168,7 @@ def evaluate_many(
     seed: int = 0,
     max_new_tokens: int = 48,
     log: Callable[[str], None] = print,
-    seams: Sequence[int | float] = (),
+    seams: Sequence[Seam] = (),
 ) -> dict[str, Any]:
     """Each workload's report, and each mode's score and gap averaged over the workloads."""
     reports = []
@@ -155,7 +179,10 @@ def evaluate_many(
     out: dict[str, Any] = {
         "workloads": reports,
         "mean_score": {m: _mean([r["results"][m]["score"] for r in reports]) for m in labels},
+        "mean_recomputed_tokens": {m: _mean([r["results"][m]["recomputed_tokens"] for r in reports]) for m in labels},
     }
+    if "full" in labels:
+        out["mean_kl"] = {m: _mean([r["results"][m]["kl"] for r in reports]) for m in labels if m != "full"}
     if "full" in labels:
         out["mean_gap_points"] = {m: _mean([r["gap_points"][m] for r in reports]) for m in labels if m != "full"}
     return out

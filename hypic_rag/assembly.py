@@ -15,6 +15,7 @@ cached keys rotated once. ``assemble`` stays as its reference.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -89,15 +90,24 @@ def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached:
     return recomputed
 
 
-@torch.inference_mode()
-def assemble_fused(
+@dataclass
+class FusedInputs:
+    """What one forward over a plan runs: the fresh token ids, each at its position, the jumps over cached
+    segments, and per cached segment the index range of its seam among the fresh tokens."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    jumps: SegmentJumps | None
+    seams: dict[int, range]  # segment index -> its seam's indices among the fresh tokens
+    offsets: dict[int, int]  # segment index -> where it begins in the prompt
+    placed: int  # cached keys placed in the state before the fresh ones
+
+
+def fused_inputs(
     model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[CachedSegment | None]
-) -> tuple[torch.Tensor, int]:
-    """The whole prompt in ONE forward: every token the request recomputes (in-context stretches, each
-    cached segment's seam, the query) goes through the model together, at its own position; cached
-    segments' keys are placed first, rotated once to where they now sit, and the linear layers jump
-    over each cached segment (``SegmentJumps``). Returns the next-token logits ``[V]`` and how many
-    tokens went through the model; equal to ``assemble`` then a query forward, up to rounding."""
+) -> FusedInputs:
+    """Place the cached segments' keys in the empty ``state`` (rotated once, every layer together) and
+    gather the tokens the plan recomputes, with the jumps the linear layers make over cached segments."""
     device = model.device
     state.reserve(sum(len(seg.ids) for seg in plan.segments) + len(plan.query) + 1)
     fresh: list[int] = []
@@ -109,9 +119,12 @@ def assemble_fused(
     placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in state.attention_layer_ids}
     at_positions: list[range] = []  # where each placed run of cached keys sits
     shifts: list[int] = []  # per placed key, the rotation it still owes: where its segment now begins
+    seams: dict[int, range] = {}
+    offsets: dict[int, int] = {}
     offset = 0
-    for seg, found in zip(plan.segments, cached, strict=True):
+    for k, (seg, found) in enumerate(zip(plan.segments, cached, strict=True)):
         n = len(seg.ids)
+        offsets[k] = offset
         if found is None or seg.in_context:
             fresh += seg.ids
             positions += range(offset, offset + n)
@@ -120,6 +133,7 @@ def assemble_fused(
         w = min(seg.seam, n)
         before = len(fresh)
         fresh += seg.ids[:w]
+        seams[k] = range(before, before + w)
         positions += range(offset, offset + w)
         after_seam, through = operators(found, w, plan.variant)
         at.append(len(fresh))
@@ -147,6 +161,18 @@ def assemble_fused(
     if at:
         stacked = {i: tuple(torch.stack(t) for t in zip(*layer_ops, strict=True)) for i, layer_ops in ops.items()}
         jumps = SegmentJumps(int64(at), int64(src), stacked)
-    ids = int64(fresh, device)[None]
-    logits = model(ids, state=state, positions=int64(positions, device), logits_to_keep=1, jumps=jumps)[0, -1].float()
-    return logits, len(fresh)
+    return FusedInputs(int64(fresh, device)[None], int64(positions, device), jumps, seams, offsets, len(shifts))
+
+
+@torch.inference_mode()
+def assemble_fused(
+    model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[CachedSegment | None]
+) -> tuple[torch.Tensor, int]:
+    """The whole prompt in ONE forward: every token the request recomputes (in-context stretches, each
+    cached segment's seam, the query) goes through the model together, at its own position; cached
+    segments' keys are placed first, rotated once to where they now sit, and the linear layers jump
+    over each cached segment (``SegmentJumps``). Returns the next-token logits ``[V]`` and how many
+    tokens went through the model; equal to ``assemble`` then a query forward, up to rounding."""
+    inputs = fused_inputs(model, state, plan, cached)
+    logits = model(inputs.ids, state=state, positions=inputs.positions, logits_to_keep=1, jumps=inputs.jumps)
+    return logits[0, -1].float(), inputs.ids.shape[1]

@@ -25,6 +25,29 @@ def _csv(cast: type, minimum: float, what: str):
 
 
 _lengths = _csv(int, 1, "token counts")
+
+
+def _seam(text: str) -> int | float | str:
+    """A seam as ``--seam`` takes it: ``auto``, a token count (>= 1) or a fraction (< 1)."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'a seam is a token count, a fraction or "auto", got {text!r}') from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"a seam must be >= 0, got {text!r}")
+    return int(value) if value >= 1 or value == 0 else value
+
+
+def _seams(text: str) -> list[int | float | str]:
+    """Comma-separated seams (``0,4,8,16,32,auto``)."""
+    values = [_seam(x) for x in text.split(",") if x]
+    if not values:
+        raise argparse.ArgumentTypeError("expected comma-separated seams")
+    return values
+
+
 _numbers = _csv(float, 0, "numbers")
 
 
@@ -94,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default=None, help="checkpoint directory or hub id, as serve takes (default: the bundled model)"
     )
     ev.add_argument("--max-new-tokens", type=int, default=48)
-    ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
+    ev.add_argument("--seam", type=_seam, default=None, help='seam tokens (>= 1), fraction (< 1) or "auto"')
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
-    ev.add_argument("--seams", type=_lengths, default=[], help="also run hypic at each of these seam widths")
+    ev.add_argument(
+        "--seams", type=_seams, default=[], help="also run hypic at each of these seams (e.g. 0,4,8,16,32,auto)"
+    )
     ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")
     srv = sub.add_parser(
@@ -204,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             options = {}
             if args.seam is not None:
-                options["seam"] = int(args.seam) if args.seam >= 1 else args.seam
+                options["seam"] = args.seam
             if args.min_cached_tokens is not None:
                 options["min_cached_tokens"] = args.min_cached_tokens
             workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")

@@ -37,6 +37,7 @@ from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
 from .decoding import Decoder, Generation, Sampler, TokenCallback
+from .deviation import boundary_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
@@ -48,7 +49,7 @@ from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
 from .outputs import GenerationOutput, RequestStats
-from .plan import VARIANTS, Prompt, RequestPlan, SegmentPlan, plan_request, resolve_seam
+from .plan import AUTO, VARIANTS, Prompt, RequestPlan, SegmentPlan, check_seam, choose_widths, plan_request, with_widths
 from .segments import Segment, as_query, check_unicode
 from .tokenizer import load_tokenizer
 
@@ -123,6 +124,7 @@ class Engine:
         fuse_forwards: bool = True,
         flush_denormals: bool = True,
         prefill_pool: Any = None,
+        fidelity_budget: float | None = None,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
@@ -138,12 +140,13 @@ class Engine:
         a tenth of the disk's free space, at most 8 GiB);
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
         long decays leave subnormal floats in its state, and CPU matmuls on them are many times slower;
-        values below 1.2e-38 become 0."""
+        values below 1.2e-38 become 0. ``fidelity_budget`` is the default of the request option of that name (the
+        deviation estimate past which a composed request widens its seams or runs exactly; None: no guard)."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
             raise ValueError(f"unknown cold_policy {cold_policy!r}; expected one of {', '.join(COLD_POLICIES)}")
-        resolve_seam(seam, 1)
+        check_seam(seam)
         disk_budget = 1 if disk_bytes is None else disk_bytes  # None: a share of the free space (cache/space.py)
         for option, value, low in (("min_cached_tokens", min_cached_tokens, 0), ("disk_bytes", disk_budget, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -166,6 +169,8 @@ class Engine:
         self.cold_policy = cold_policy
         self.min_cached_tokens = min_cached_tokens
         self.fuse_forwards = fuse_forwards
+        RequestOptions(fidelity_budget=fidelity_budget)  # checked as a request's would be
+        self.fidelity_budget = fidelity_budget
         self.prefill_pool = prefill_pool  # ray_prefill.RayPrefill: cold misses prefilled across Ray actors
         if flush_denormals:
             torch.set_flush_denormal(True)
@@ -296,20 +301,28 @@ class Engine:
         )
 
     @torch.inference_mode()
-    def _prefill(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
+    def _prefill(
+        self, prompt: Prompt, mode: str, seam: int | float | str | None, options: RequestOptions | None = None
+    ) -> Prefilled:
         before = dict(self.segment_store.counters)
-        done = self._prefill_mode(prompt, mode, seam)
+        done = self._prefill_mode(prompt, mode, seam, options or RequestOptions())
         after = self.segment_store.counters
         counted = ("memory_hits", "disk_hits", "remote_hits", "corrupt", "tier_errors")
         done.stats.store_counters = {k: after[k] - before[k] for k in counted}
         return done
 
-    def _prefill_mode(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
+    def _prefill_mode(
+        self, prompt: Prompt, mode: str, seam: int | float | str | None, options: RequestOptions
+    ) -> Prefilled:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
-            logits, deferred = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
-            return Prefilled(logits, state, stats, deferred)
+            composed = self._prefill_composed(self.plan(prompt, mode, seam), state, stats, options)
+            if composed is not None:
+                return Prefilled(composed[0], state, stats, composed[1])
+            state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
+            stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids), 0
+            return Prefilled(self._last_logits(prompt.ids, state), state, stats, [])
         last = prompt.ids  # full: one forward over the whole prompt
         if mode == "prefix":
             self._prefill_prefix(prompt, state, stats)
@@ -335,24 +348,32 @@ class Engine:
         stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
 
     def _prefill_composed(
-        self, plan: RequestPlan, state: RequestState, stats: RequestStats
-    ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]]:
+        self, plan: RequestPlan, state: RequestState, stats: RequestStats, options: RequestOptions
+    ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]] | None:
         """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
-        the query: the next-token logits and the misses whose filling is deferred."""
+        the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
+        fidelity budget probes the boundaries first (``_guard``); None: the guard wants it computed exactly."""
         found = self._lookup(plan)
+        budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
+        cold: list[int] = []
+        if plan.seam == AUTO or budget is not None:
+            guarded = self._guard(plan, found, stats, options.seam_budget, budget)
+            if guarded is None:
+                return None
+            plan, cold = guarded
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
-        hits = sum(f is not None for f in found) - sum(had is not None for _, had in deferred)
+        hits = sum(f is not None and i not in missed and i not in cold for i, f in enumerate(found))
         stats.cached_tokens = sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
             if f is not None and i not in missed and not seg.in_context
         )
-        filled = 0
+        filled = sum(len(plan.segments[i].ids) for i in cold)
         if deferred and self.cold_policy == "parallel":
             for i, made in zip(missed, self._fill(deferred), strict=True):
                 found[i] = made
-            filled, deferred = sum(len(seg.ids) for seg, _ in deferred), []
+            filled, deferred = filled + sum(len(seg.ids) for seg, _ in deferred), []
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
@@ -361,10 +382,52 @@ class Engine:
         else:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
-        stats.recomputed_tokens = filled + ran
+        stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
         stats.cache_bytes = sum(f.nbytes for f in found if f is not None)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         return logits, deferred
+
+    def _guard(
+        self,
+        plan: RequestPlan,
+        found: list[CachedSegment | None],
+        stats: RequestStats,
+        seam_budget: float | None,
+        fidelity_budget: float | None,
+    ) -> tuple[RequestPlan, list[int]] | None:
+        """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
+        check the estimate against ``fidelity_budget``; ``found`` gets the entries and remainders the new plan
+        composes. The plan and the segments filled for the probe (cold ones, under the parallel policy), or None
+        to compute the request exactly."""
+        cold = [i for i, seg in enumerate(plan.segments) if seg.key is not None and found[i] is None]
+        if cold and self.cold_policy == "parallel":
+            for i, made in zip(cold, self._fill([(plan.segments[i], None) for i in cold]), strict=True):
+                found[i] = made
+        else:
+            cold = []
+        dev = boundary_deviation(self.model, plan, found)
+        bounds = sorted(dev.per_boundary)
+        signal = dev.signal()
+        widths, estimate, action = choose_widths(
+            [signal[i] for i in bounds],
+            [len(plan.segments[i].ids) for i in bounds],
+            [plan.segments[i].seam for i in bounds],
+            auto=plan.seam == AUTO,
+            seam_budget=seam_budget,
+            fidelity_budget=fidelity_budget,
+        )
+        stats.probe_tokens, stats.fidelity_estimate, stats.fidelity_action = dev.probe_tokens, estimate, action
+        if action == "exact":
+            return None
+        plan = with_widths(plan, dict(zip(bounds, widths, strict=True)))
+        stats.seam_widths = [seg.seam for seg in plan.segments]
+        for i, seg in enumerate(plan.segments):
+            had = found[i]
+            composes = had.remainder.seam if had is not None and had.remainder is not None else 0
+            if had is not None and seg.key is not None and composes != seg.remainder:
+                remainder = self.segment_store.get_remainder(seg.key, seg.ids, seg.remainder) if seg.remainder else None
+                found[i] = CachedSegment(had.entry, remainder)
+        return plan, cold
 
     def _lookup(self, plan: RequestPlan) -> list[CachedSegment | None]:
         """Each cached segment's entry, with the remainder its plan composes when that is cached too."""
@@ -531,7 +594,7 @@ class Engine:
         )
 
         begin = time.perf_counter()
-        done = self._prefill(prompt, options.mode, options.seam)
+        done = self._prefill(prompt, options.mode, options.seam, options)
         first = picker.pick(done.logits)
         ttft = time.perf_counter() - begin
         self._fill(done.deferred)

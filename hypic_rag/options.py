@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .chat.segmentation import SEGMENTATIONS, check_segmentation, check_template_kwargs
-from .plan import resolve_seam
+from .plan import check_seam
 
 if TYPE_CHECKING:
     from .generation_config import GenerationDefaults
@@ -98,8 +98,9 @@ class RequestOptions:
     defaults (``with_defaults``)."""
 
     mode: str = field(default="hypic", metadata={"help": "full | prefix | pic | hypic"})
-    seam: int | float | None = field(
-        default=None, metadata={"help": "tokens (or a fraction of each segment) recomputed at a boundary"}
+    seam: int | float | str | None = field(
+        default=None,
+        metadata={"help": 'tokens (or a fraction of each segment) recomputed at a boundary, or "auto": per boundary'},
     )
     max_new_tokens: int | None = field(default=None, metadata={"help": "at most this many tokens"})
     temperature: float | None = field(default=None, metadata={"help": "0: greedy"})
@@ -130,13 +131,25 @@ class RequestOptions:
         default=None, metadata=_chat("extra template variables, e.g. {'enable_thinking': False}")
     )
 
+    # Read by the composed modes: what an "auto" seam may spend, and the guard on the estimated deviation.
+    seam_budget: float | None = field(
+        default=None, metadata={"help": 'for seam "auto": mean tokens recomputed per boundary (default 8; inf: all)'}
+    )
+    fidelity_budget: float | None = field(
+        default=None, metadata={"help": "widen the seams, or compute exactly, when the deviation estimate is above"}
+    )
+
     def __post_init__(self) -> None:
         check_mode(self.mode)
         if self.seam is not None:
             try:
-                resolve_seam(self.seam, 1)
+                check_seam(self.seam)
             except ValueError as exc:
                 raise OptionError("seam", str(exc)) from None
+        for name in ("seam_budget", "fidelity_budget"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
+                raise OptionError(name, f"{name} must be a number >= 0 (inf: no limit), got {value!r}")
         tokens = self.max_new_tokens
         if tokens is not None and not (_integer(tokens) and tokens >= 1):
             raise OptionError("max_new_tokens", f"max_new_tokens must be an integer >= 1, got {tokens!r}")

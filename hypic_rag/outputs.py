@@ -14,7 +14,10 @@ class RequestStats:
     for it: seams, query, misses and segments run in context; ``cached_tokens`` the prompt tokens whose
     state came from what the cache held before the request (hit segments less their seams, or the
     restored prefix), OpenAI's ``usage.prompt_tokens_details.cached_tokens``. The composed modes also
-    say which seam, variant and cold policy served them."""
+    say which seam, variant and cold policy served them. A request that probed its boundaries (an ``auto`` seam,
+    or a fidelity budget) also says the widths it used per segment, the tokens the probe ran through the
+    model's first layers (not in ``recomputed_tokens``), its deviation estimate and the guard's action:
+    ``none``, ``widened`` (its seams) or ``exact`` (run as ``full``)."""
 
     mode: str
     prompt_tokens: int
@@ -28,6 +31,11 @@ class RequestStats:
     seam_variant: str | None = None
     cold_policy: str | None = None
     generated_tokens: int = 0
+    filled_tokens: int = 0  # of recomputed_tokens, those prefilled in isolation to make missing cache entries
+    seam_widths: list[int] | None = None
+    probe_tokens: int | None = None
+    fidelity_estimate: float | None = None
+    fidelity_action: str | None = None
     # What the segment store saw for this request: hits per tier, entries found corrupt (dropped and
     # recomputed), and failures of a persistent tier (bypassed); flattened into the stats dict.
     store_counters: dict[str, int] | None = None

@@ -52,8 +52,11 @@ def test_bad_sweep_and_eval_arguments_are_refused(capsys):
         main(["bench", "--sweep", "hits", "--values", "0.5,x"])
     assert "comma-separated numbers" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["eval", "--workload", "memory", "--seams", "0"])
-    assert "token counts must be >= 1" in capsys.readouterr().err
+        main(["eval", "--workload", "memory", "--seams", "8,wide"])
+    assert 'a seam is a token count, a fraction or "auto"' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "--workload", "memory", "--seam", "-2"])
+    assert "a seam must be >= 0" in capsys.readouterr().err
 
 
 def test_bad_serve_arguments_are_refused(capsys):

@@ -281,3 +281,47 @@ def test_caching_ahead_stores_each_chunk_before_computing_the_next(checkpoint, m
     assert calls == [(2, 5), (4, 5), (5, 5)]
     per_segment = stored[0] // 2  # its entry and its remainder
     assert per_segment >= 1 and stored == [2 * per_segment, 4 * per_segment, 5 * per_segment]
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "nemotron_h", "kimi_linear"])
+def test_auto_seams_with_an_unlimited_budget_equal_full(checkpoint, kind):
+    engine = _engine(checkpoint(kind))
+    segs, q = _segments([30, 41, 25, 33]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    out = engine.generate(segs, q, mode="hypic", seam="auto", seam_budget=float("inf"), max_new_tokens=1)
+    assert _diff(out.prompt_logits, full) < TOL
+    assert out.stats["seam_widths"] == [0, 41, 25, 33] and out.stats["seam"] == "auto"
+
+
+def test_auto_seams_spend_the_budget_and_serve_cold_as_warm(checkpoint):
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25, 33, 40]), _query()
+    cold = engine.generate(segs, q, seam="auto", max_new_tokens=1)
+    warm = engine.generate(segs, q, seam="auto", max_new_tokens=1)
+    assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
+    assert cold.stats["miss_segments"] == 5 and cold.stats["filled_tokens"] >= sum([30, 41, 25, 33, 40])
+    assert warm.stats["hit_segments"] == 5 and warm.stats["filled_tokens"] == 0
+    widths = warm.stats["seam_widths"]
+    assert widths[0] == 0 and sum(widths) <= 8 * 4 and warm.stats["probe_tokens"] > 0
+    seams = sum(widths)
+    assert warm.stats["recomputed_tokens"] == seams + len(q.token_ids)
+    # a smaller budget spends less
+    lean = engine.generate(segs, q, seam="auto", seam_budget=2, max_new_tokens=1)
+    assert sum(lean.stats["seam_widths"]) <= 2 * 4
+
+
+def test_a_fidelity_budget_of_zero_gives_full_and_says_so(checkpoint):
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    for seam in (8, "auto"):
+        out = engine.generate(segs, q, seam=seam, fidelity_budget=0.0, max_new_tokens=1)
+        assert _diff(out.prompt_logits, full) < TOL
+        assert out.stats["fidelity_action"] in ("exact", "widened") and out.stats["fidelity_estimate"] >= 0
+    out = engine.generate(segs, q, seam=8, fidelity_budget=1e9, max_new_tokens=1)
+    assert out.stats["fidelity_action"] == "none"
+    assert _diff(out.prompt_logits, engine.prompt_logits(segs, q, mode="hypic", seam=8)) < 1e-6
+    guarded = Engine.from_pretrained(checkpoint("qwen3_5_text"), min_cached_tokens=0, fidelity_budget=0.0)
+    assert guarded.generate(segs, q, max_new_tokens=1).stats["fidelity_action"] in ("exact", "widened")
+    with pytest.raises(ValueError, match="fidelity_budget"):
+        engine.generate(segs, q, fidelity_budget=-1.0, max_new_tokens=1)

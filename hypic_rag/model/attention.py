@@ -36,6 +36,8 @@ def attend(
     queries attend over it by position (``stitch``), or, for a fresh state, causally over themselves.
     ``pad_mask [B, T]`` (True for real tokens) hides padding keys; it is for a fresh state only."""
     t = q.shape[2]
+    if state is not None and state.queries is not None:
+        state.queries[layer_idx] = (q, scale)
     if state is not None:
         kv = state.append_kv(layer_idx, k, v, positions)
         if kv.keys.shape[2] != t:  # earlier tokens are held: attend over the reassembled KV

@@ -93,11 +93,13 @@ class HybridModel(nn.Module):
         pad_mask: torch.Tensor | None = None,
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
+        through_layer: int | None = None,
     ) -> torch.Tensor:
         """Final-norm hidden states ``[B, T, H]``; ``pad_mask [B, T]`` marks real tokens of left-padded
         rows; ``capture`` records the linear layers' segment operators of a zero-start forward;
         ``jumps`` skips over cached segments between the tokens of a fused forward (whose ``positions``
-        then say where each token sits)."""
+        then say where each token sits). ``through_layer`` stops after that layer (a probe of the first
+        layers: the residual stream there, and ``state`` left partly written, for a throwaway state)."""
         start = state.seq_len if state is not None else 0
         self.check_input_ids(input_ids, start)
         t = input_ids.shape[1]
@@ -112,8 +114,10 @@ class HybridModel(nn.Module):
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
-        for layer in layers:
+        for i, layer in enumerate(layers):
             x = layer(x, positions, rope, state, pad_mask, capture, jumps)
+            if i == through_layer:
+                return x
         if state is not None:
             state.advance(t)
         return norm(x)

@@ -113,6 +113,9 @@ class RequestState:
         self._kv: dict[int, _KVBuffer] = {}
         self._reserve = 0
         self._seq_len = 0
+        # Set to {} by a probe (``deviation``) to keep each attention layer's queries of the last forward and
+        # their softmax scale; None (the default) keeps nothing.
+        self.queries: dict[int, tuple[torch.Tensor, float]] | None = None
 
     @property
     def seq_len(self) -> int:
@@ -168,9 +171,7 @@ class RequestState:
 
     # -- written by the engine's parts --------------------------------------------------------------
 
-    def restore(
-        self, seq_len: int, linear: Mapping[int, LinearLayerState], kv: Mapping[int, AttentionLayerKV]
-    ) -> None:
+    def restore(self, seq_len: int, linear: Mapping[int, LinearLayerState], kv: Mapping[int, AttentionLayerKV]) -> None:
         """Become the state of a cached prefix of ``seq_len`` tokens (an empty state only)."""
         if self._seq_len or self._linear or self._kv:
             raise ValueError("restore needs an empty request state")

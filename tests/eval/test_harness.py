@@ -32,6 +32,21 @@ def test_eval_report_follows_the_api(trained):
     assert report["gap_points"]["hypic"] == report["results"]["full"]["score"] - report["results"]["hypic"]["score"]
 
 
+def test_eval_reports_the_tokens_each_seam_recomputes(trained):
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    report = evaluate(
+        engine, "memory", ["full", "hypic"], n=2, seed=5, max_new_tokens=2, log=lambda _: None, seams=[0, 32, "auto"]
+    )
+    rows = report["results"]
+    assert set(rows) == {"full", "hypic", "hypic@w0", "hypic@w32", "hypic@auto"}
+    # full runs every prompt token; the seams recompute more as they widen, and only auto probes
+    assert rows["full"]["recomputed_tokens"] > rows["hypic@w32"]["recomputed_tokens"]
+    assert rows["hypic@w32"]["recomputed_tokens"] >= rows["hypic"]["recomputed_tokens"]
+    assert rows["hypic"]["recomputed_tokens"] > rows["hypic@w0"]["recomputed_tokens"]
+    assert rows["hypic@auto"]["probe_tokens"] > 0 and rows["hypic"]["probe_tokens"] == 0
+    assert rows["full"]["filled_tokens"] == 0 and "kl" in rows["hypic@auto"]
+
+
 def test_each_example_goes_through_chat_with_its_messages_and_tools(trained, monkeypatch):
     engine = Engine.from_pretrained(trained, min_cached_tokens=0)
     seen, chat = [], engine.chat

@@ -1,0 +1,137 @@
+"""How far each boundary of a composed request is from its in-context self: the signal ``seam="auto"`` widths
+and the fidelity guard read (docs/design.md §4).
+
+A probe runs the request's fused forward, with a short seam at every boundary, through the first attention
+layer only, on a throwaway state, and compares the seam tokens' in-context keys and values there with the
+ones their cache entry holds (computed with the segment alone), and how much attention the query pays each
+segment there. A boundary whose first tokens already differ
+much at that depth is one whose cached tokens drift far by the last layer. The probe jumps over every cached
+segment with its whole operator (variant A), so it needs no remainder entries, and runs the query too.
+
+Signals (each a per-boundary number; a request's is their sum):
+
+- ``v``: mean relative L2 distance of the seam tokens' values from the cached ones;
+- ``k``: the same for keys, the cached ones rotated to where the segment now sits;
+- ``v_last``, ``k_last``: the distance at the probe's last token only (how unsettled the boundary still is);
+- ``mass``: the share of attention the query's tokens pay the segment there (the query runs in the probe too);
+  ``mass_v``: ``mass`` times ``v``;
+- ``deep_*``: the same at the last attention layer, from a probe through it (``deep=True``: the whole stack but
+  its last layers, so several times the cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from .assembly import FusedInputs, fused_inputs
+from .cache.entry import CachedSegment
+from .kernels.algebra import rerotate
+from .kernels.indices import int64
+from .kernels.rope import apply_rope, rope_cos_sin
+from .model import HybridModel, RequestState
+from .plan import RequestPlan, with_widths
+
+FIRST_SIGNALS = ("v", "k", "v_last", "k_last")
+# deep_: at the last attention layer
+SIGNALS = (*FIRST_SIGNALS, "mass", "mass_v", *(f"deep_{s}" for s in (*FIRST_SIGNALS, "mass")))
+SIGNAL = "v_last"  # the one ``auto`` and the guard use: it ranked the bundled model's requests by KL best
+PROBE_WIDTH = 4
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """Per boundary (segment index), each signal's value; ``probe_tokens`` went through the probed layers."""
+
+    per_boundary: dict[int, dict[str, float]]
+    probe_tokens: int
+    probe_layers: int
+
+    def signal(self, name: str | None = None) -> dict[int, float]:
+        """Each boundary's value of signal ``name`` (default ``SIGNAL``)."""
+        return {i: sig[name or SIGNAL] for i, sig in self.per_boundary.items()}
+
+
+def _relative(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:
+    """Per token (dim 1 of ``[H, T, D]``), ``|fresh - cached| / |cached|``."""
+    diff = (fresh.float() - cached.float()).pow(2).sum(dim=(0, 2)).sqrt()
+    return diff / cached.float().pow(2).sum(dim=(0, 2)).sqrt().clamp_min(1e-12)
+
+
+@torch.inference_mode()
+def boundary_deviation(
+    model: HybridModel,
+    plan: RequestPlan,
+    cached: Sequence[CachedSegment | None],
+    width: int = PROBE_WIDTH,
+    deep: bool = False,
+) -> Deviation:
+    """The signals of every boundary of ``plan`` whose segment ``cached`` holds, from a probe with a
+    ``width``-token seam there; ``deep`` probes through the last attention layer too."""
+    state = model.new_state()
+    layers = state.attention_layer_ids
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
+    if not layers or not bounds or width < 1:
+        return Deviation({}, 0, 0)
+    layer, last = layers[0], layers[-1] if deep else layers[0]
+    probe = with_widths(replace(plan, variant="A"), {i: width for i in bounds})
+    inputs = fused_inputs(model, state, probe, cached)
+    state.queries = {}
+    model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps, through_layer=last)
+    lengths = [len(seg.ids) for seg in plan.segments]
+    mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths)
+    deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep else mass
+    out: dict[int, dict[str, float]] = {}
+    for i in bounds:
+        seam = inputs.seams.get(i)
+        if not seam:
+            continue
+        found, offset = cached[i], inputs.offsets[i]
+        assert found is not None
+        fresh = [inputs.placed + j for j in seam]
+        out[i] = _signals(model, state, layer, found, fresh, offset)
+        out[i]["mass"] = mass[i]
+        out[i]["mass_v"] = mass[i] * out[i]["v"]
+        if deep:
+            out[i].update({f"deep_{k}": v for k, v in _signals(model, state, last, found, fresh, offset).items()})
+            out[i]["deep_mass"] = deep_mass[i]
+    return Deviation(out, inputs.ids.shape[1], last + 1)
+
+
+def _signals(
+    model: HybridModel, state: RequestState, layer: int, found: CachedSegment, fresh: list[int], offset: int
+) -> dict[str, float]:
+    """One attention layer's signals at one boundary: the seam's fresh keys and values (at ``fresh`` in the
+    state's KV) against the cached ones, those keys rotated to the segment's ``offset``."""
+    kv = state.attention(layer)
+    assert kv is not None
+    idx = int64(fresh, kv.keys.device)
+    fresh_k, fresh_v = kv.keys[0].index_select(1, idx), kv.values[0].index_select(1, idx)
+    entry = found.entry.attention[layer]
+    w = len(fresh)
+    keys = rerotate(entry.keys[None, :, :w], int64([offset] * w, kv.keys.device), model.inv_freq)[0]
+    dk, dv = _relative(fresh_k, keys), _relative(fresh_v, entry.values[:, :w])
+    return {"v": float(dv.mean()), "k": float(dk.mean()), "v_last": float(dv[-1]), "k_last": float(dk[-1])}
+
+
+def _query_mass(
+    model: HybridModel, state: RequestState, layer: int, query: int, inputs: FusedInputs, lengths: list[int]
+) -> list[float]:
+    """Per segment, the share of attention the query's tokens pay its tokens at ``layer`` (mean over heads
+    and query tokens): how much of what the answer reads comes from that segment."""
+    kv = state.attention(layer)
+    assert kv is not None and state.queries is not None
+    q, scale = state.queries[layer]
+    q = q[0, :, -query:].float()  # [Hq, Tq, D]
+    keys = kv.keys[0].float()
+    if bool(kv.shift.any()):
+        cos, sin = rope_cos_sin(model.inv_freq, kv.shift)
+        keys = apply_rope(keys[None], cos, sin)[0]
+    keys = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
+    scores = torch.einsum("htd,hsd->hts", q, keys) * scale
+    visible = kv.positions[None, :] <= inputs.positions[-query:][:, None]
+    probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1).mean(dim=(0, 1))  # [S]
+    per_position = torch.zeros(sum(lengths) + query, device=probs.device).index_add_(0, kv.positions, probs)
+    return [float(chunk.sum()) for chunk in per_position[: sum(lengths)].split(lengths)]
