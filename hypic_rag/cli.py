@@ -151,6 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="CORS origins, comma-separated ('*': any)",
     )
+    srv.add_argument(
+        "--fidelity-budget",
+        type=float,
+        default=None,
+        help="deviation estimate past which a request widens its seams or runs exactly (default: no guard)",
+    )
+    srv.add_argument(
+        "--shadow-rate", type=float, default=0.0, help="share of requests also run in full when idle, KL exported"
+    )
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
     cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
@@ -274,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 prefill_workers=args.prefill_workers,
                 api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
                 allowed_origins=args.allowed_origins,
+                shadow_rate=args.shadow_rate,
+                fidelity_budget=args.fidelity_budget,
             )
         except ValueError as exc:
             parser.error(str(exc))

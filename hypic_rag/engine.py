@@ -417,6 +417,7 @@ class Engine:
             fidelity_budget=fidelity_budget,
         )
         stats.probe_tokens, stats.fidelity_estimate, stats.fidelity_action = dev.probe_tokens, estimate, action
+        stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         if action == "exact":
             return None
         plan = with_widths(plan, dict(zip(bounds, widths, strict=True)))

@@ -25,6 +25,7 @@ def serve(
     log_level: str = "info",
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
+    shadow_rate: float = 0.0,
     **engine_options: Any,
 ) -> None:
     """Load ``model`` (a checkpoint directory, a hub id, or None for the bundled model) and serve it, as ``name``
@@ -43,6 +44,7 @@ def serve(
         max_active=max_active,
         api_key=api_key,
         allowed_origins=allowed_origins,
+        shadow_rate=shadow_rate,
     )
     print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

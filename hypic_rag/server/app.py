@@ -148,11 +148,14 @@ def create_app(
     body_timeout_s: float = BODY_TIMEOUT_S,
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
+    shadow_rate: float = 0.0,
 ) -> FastAPI:
     """The app serving ``engine`` under ``model_names`` (the first is the one listed; the engine's own name
     is always accepted). The engine worker starts and stops with the app. A body must arrive whole within
     ``body_timeout_s`` of its headers (uvicorn has no such limit): else a 408. ``api_key``: the Bearer token
-    every ``/v1`` route asks for; ``allowed_origins``: the origins browsers may call it from (``"*"``: any)."""
+    every ``/v1`` route asks for; ``allowed_origins``: the origins browsers may call it from (``"*"``: any);
+    ``shadow_rate``: the share of composed requests also run in ``full`` when the engine is idle, their KL
+    exported as ``hypic_shadow_kl`` (``worker.py``)."""
     check_mode(default_mode)
     if api_key is not None and not api_key:
         raise ValueError("api_key must not be empty (leave it None for no key)")
@@ -173,8 +176,17 @@ def create_app(
     def retry_after() -> int:
         return max(1, math.ceil(state["service_s"] * (worker.queue.qsize() + 1) / max_active))
 
+    def shadowed(job: Job, kl: float) -> None:
+        metrics.shadow_kl.labels(job.arguments["options"].mode).observe(kl)
+
     worker = EngineWorker(
-        engine, max_queue=max_queue, max_active=max_active, queue_timeout_s=queue_timeout_s, observe=observe
+        engine,
+        max_queue=max_queue,
+        max_active=max_active,
+        queue_timeout_s=queue_timeout_s,
+        observe=observe,
+        shadow_rate=shadow_rate,
+        shadowed=shadowed,
     )
     metrics = ServerMetrics(engine, worker.queue.qsize, lambda: len(worker.active))
 

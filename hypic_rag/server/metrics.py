@@ -13,6 +13,9 @@ from ..engine import Engine
 # Seconds: from a millisecond-scale warm hit to a long cold prompt on CPU.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# A request's deviation estimate (``RequestStats.fidelity_estimate``) and a shadow's KL to full, in nats.
+ESTIMATE_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2)
+KL_BUCKETS = (1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3)
 
 
 class _CacheBytes(Collector):
@@ -66,6 +69,23 @@ class ServerMetrics:
         )
         self.finished = Counter("hypic_finished_requests", "Answers by how they ended", ["reason"], registry=r)
         self.generated = Counter("hypic_generated_tokens", "Tokens generated", ["mode"], registry=r)
+        self.estimate = Histogram(
+            "hypic_fidelity_estimate",
+            "Deviation estimate of requests that probed their boundaries (seam auto or a fidelity budget)",
+            ["mode"],
+            buckets=ESTIMATE_BUCKETS,
+            registry=r,
+        )
+        self.actions = Counter(
+            "hypic_fidelity_actions", "What the fidelity guard did: none, widened, exact", ["action"], registry=r
+        )
+        self.shadow_kl = Histogram(
+            "hypic_shadow_kl",
+            "KL(full || served) of the next-token distribution, on requests shadowed in full",
+            ["mode"],
+            buckets=KL_BUCKETS,
+            registry=r,
+        )
         depth = Gauge("hypic_queue_depth", "Requests waiting for the engine", registry=r)
         depth.set_function(queue_depth)
         running = Gauge("hypic_active_requests", "Requests admitted and decoding", registry=r)
@@ -86,6 +106,9 @@ class ServerMetrics:
         self.prompt_tokens.labels(mode).inc(stats.get("prompt_tokens", 0))
         self.cached_tokens.labels(mode).inc(stats.get("cached_tokens", 0))
         self.generated.labels(mode).inc(stats.get("generated_tokens", 0))
+        if stats.get("fidelity_estimate") is not None:
+            self.estimate.labels(mode).observe(stats["fidelity_estimate"])
+            self.actions.labels(stats.get("fidelity_action", "none")).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -10,6 +10,12 @@ runtime's request states are single-sequence. ``max_active=1`` serves requests o
 
 Each request is a ``Job``: its engine arguments, a cancel flag the HTTP side sets when the client goes away,
 and the events (first token, text deltas, the finished output, or an error) handed back to the event loop.
+
+``shadow_rate`` (0: off) picks that share of finished composed requests (every ``1 / rate``-th, counted
+deterministically) to run again in ``full``, prompt only, once the worker is idle (nothing admitted, nothing
+waiting): the KL of its next-token distribution to the served one goes to ``shadowed(job, kl)``. A shadow
+runs after its request's answer has gone out and never writes the segment cache (``full`` reads none), so it
+changes no answer and no request's TTFT; at most ``SHADOW_BACKLOG`` wait, the oldest dropped first.
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ import asyncio
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..decoding import Generation
 from ..engine import Engine
+from ..fidelity import kl_divergence
 
 FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
+SHADOW_BACKLOG = 16
 
 
 class QueueFull(Exception):
@@ -65,9 +74,16 @@ class EngineWorker:
         max_active: int = 8,
         queue_timeout_s: float = 120.0,
         observe: Callable[[Job, Any], None] | None = None,
+        shadow_rate: float = 0.0,
+        shadowed: Callable[[Job, float], None] | None = None,
     ) -> None:
         if max_queue < 1 or max_active < 1:
             raise ValueError("max_queue and max_active must be >= 1")
+        if isinstance(shadow_rate, bool) or not isinstance(shadow_rate, (int, float)) or not 0 <= shadow_rate <= 1:
+            raise ValueError(f"shadow_rate must be a number in [0, 1], got {shadow_rate!r}")
+        self.shadow_rate, self.shadowed = float(shadow_rate), shadowed
+        self._shadow_credit = 0.0
+        self.shadows: deque[tuple[Job, Any]] = deque(maxlen=SHADOW_BACKLOG)
         self.engine = engine
         self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
@@ -104,6 +120,28 @@ class EngineWorker:
             self._admit()
             for job in list(self.active):
                 self._step(job)
+            if self.shadows and not self.active and self.queue.empty():
+                self._shadow(*self.shadows.popleft())
+
+    def _sample_shadow(self, job: Job, output: Any) -> None:
+        """Keep ``job`` for a shadow run if its turn has come (composed modes only: ``full`` is its own)."""
+        mode = getattr(job.arguments.get("options"), "mode", None)
+        if not self.shadow_rate or mode in (None, "full") or getattr(output, "prompt_logits", None) is None:
+            return
+        self._shadow_credit += self.shadow_rate
+        if self._shadow_credit >= 1.0:
+            self._shadow_credit -= 1.0
+            self.shadows.append((job, output))
+
+    def _shadow(self, job: Job, output: Any) -> None:
+        """``job``'s prompt again in ``full``, to its first token; the KL to what was served, to ``shadowed``."""
+        options = job.arguments["options"].replace(mode="full", max_new_tokens=1)
+        try:
+            run = getattr(self.engine, job.method)(**{**job.arguments, "options": options})
+        except Exception:  # the request was served; a shadow that fails measures nothing
+            return
+        if self.shadowed is not None:
+            self.shadowed(job, kl_divergence(run.prompt_logits, output.prompt_logits))
 
     def _admit(self) -> None:
         while len(self.active) < self.max_active:
@@ -148,3 +186,4 @@ class EngineWorker:
             if self.observe is not None:
                 self.observe(job, output)
             job.emit(DONE, output)
+            self._sample_shadow(job, output)

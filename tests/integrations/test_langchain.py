@@ -515,3 +515,20 @@ def test_a_chain_with_cache_url_shares_its_documents_with_another_replica(tmp_pa
             [{"role": "user", "content": [*parts, {"type": "text", "text": question}]}], max_new_tokens=2
         )
         assert out.stats["remote_hits"] >= 2 and out.stats["hit_segments"] == 2  # both documents, reordered
+
+
+def test_auto_seams_and_the_fidelity_guard_are_chat_model_fields(engine):
+    docs = [
+        Document(page_content="Ana Lee lives in Oslo and works as a pilot at Nordfly Systems in the north."),
+        Document(page_content="Bo Ek lives in Rome and works as a baker at Forno Labs near the old market."),
+    ]
+    inputs = {"context": docs, "question": "Where does Ana Lee live?"}
+    exact = (documents_to_messages() | ChatHypic(engine=engine, max_tokens=4, mode="full")).invoke(inputs)
+    llm = ChatHypic(engine=engine, max_tokens=4, seam="auto", fidelity_budget=0.0)
+    guarded = (documents_to_messages() | llm).invoke(inputs)
+    stats = guarded.response_metadata["hypic"]
+    assert stats["segments"] >= 2 and stats["seam"] == "auto"
+    assert stats["fidelity_action"] in ("exact", "widened") and stats["fidelity_estimate"] > 0
+    assert guarded.content == exact.content
+    with pytest.raises(ValueError, match="fidelity_budget"):
+        ChatHypic(engine=engine, fidelity_budget=-1.0)
