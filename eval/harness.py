@@ -52,20 +52,31 @@ Seam = int | float | str
 
 
 def seam_label(seam: Seam) -> str:
-    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``."""
+    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``, ``hypic@auto:9.6``."""
     return f"hypic@{seam}" if isinstance(seam, str) else f"hypic@w{seam:g}"
 
 
-def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, str, Seam | None]]:
-    """(label, mode, seam): each mode at the engine's seam, plus ``hypic@wN`` (or ``hypic@auto``) for each
-    swept seam."""
+def seam_options(seam: Seam) -> dict[str, Any]:
+    """The request options of a swept seam: ``auto:B`` is ``seam="auto"`` with ``seam_budget=B`` tokens per
+    boundary."""
+    if isinstance(seam, str) and seam.startswith("auto:"):
+        try:
+            budget = float(seam.removeprefix("auto:"))
+        except ValueError:
+            raise ValueError(f"auto:BUDGET takes a number of tokens per boundary, got {seam!r}") from None
+        return {"seam": "auto", "seam_budget": budget}
+    check_seam(seam)
+    return {"seam": seam}
+
+
+def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, mode, options): each mode at the engine's seam, plus ``hypic@wN`` (or ``hypic@auto``,
+    ``hypic@auto:B``) for each swept seam."""
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ValueError(f"modes must come from {', '.join(MODES)}; got {list(modes)}")
-    for w in seams:
-        check_seam(w)
-    out: list[tuple[str, str, Seam | None]] = [(m, m, None) for m in modes]
-    return out + [(seam_label(w), "hypic", w) for w in seams]
+    out: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in modes]
+    return out + [(seam_label(w), "hypic", seam_options(w)) for w in seams]
 
 
 def prediction(engine: Engine, out: GenerationOutput) -> str:
@@ -103,12 +114,12 @@ def evaluate(
                 ex.messages,
                 tools=ex.tools,
                 mode=mode,
-                seam=seam,
+                **options,
                 segmentation=SEGMENTATION,
                 temperature=0.0,
                 max_new_tokens=max_new_tokens,
             )
-            for label, mode, seam in variants
+            for label, mode, options in variants
         }
         full = outputs["full"].prompt_logits if "full" in outputs else None
         if full is None and kls:

@@ -28,8 +28,9 @@ _lengths = _csv(int, 1, "token counts")
 
 
 def _seam(text: str) -> int | float | str:
-    """A seam as ``--seam`` takes it: ``auto``, a token count (>= 1) or a fraction (< 1)."""
-    if text == "auto":
+    """A seam as ``--seam`` takes it: ``auto``, a token count (>= 1) or a fraction (< 1); ``--seams`` also
+    takes ``auto:B`` (``auto`` under a budget of B tokens per boundary)."""
+    if text == "auto" or text.startswith("auto:"):
         return text
     try:
         value = float(text)
@@ -120,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seam", type=_seam, default=None, help='seam tokens (>= 1), fraction (< 1) or "auto"')
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
     ev.add_argument(
-        "--seams", type=_seams, default=[], help="also run hypic at each of these seams (e.g. 0,4,8,16,32,auto)"
+        "--seams",
+        type=_seams,
+        default=[],
+        help="also run hypic at each of these seams (e.g. 0,4,8,16,32,auto; auto:B: a budget of B per boundary)",
     )
     ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")

@@ -22,7 +22,7 @@ Signals (each a per-boundary number; a request's is their sum):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -38,7 +38,7 @@ FIRST_SIGNALS = ("v", "k", "v_last", "k_last")
 # deep_: at the last attention layer
 SIGNALS = (*FIRST_SIGNALS, "mass", "mass_v", *(f"deep_{s}" for s in (*FIRST_SIGNALS, "mass")))
 SIGNAL = "v_last"  # the one ``auto`` and the guard use: it ranked the bundled model's requests by KL best
-PROBE_WIDTH = 4
+PROBE_WIDTH = 8
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Deviation:
     per_boundary: dict[int, dict[str, float]]
     probe_tokens: int
     probe_layers: int
+    # per boundary, the value distance of each probed token at the first attention layer (``auto`` reads it)
+    profiles: dict[int, list[float]] = field(default_factory=dict)
 
     def signal(self, name: str | None = None) -> dict[int, float]:
         """Each boundary's value of signal ``name`` (default ``SIGNAL``)."""
@@ -84,6 +86,7 @@ def boundary_deviation(
     mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths)
     deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep else mass
     out: dict[int, dict[str, float]] = {}
+    profiles: dict[int, list[float]] = {}
     for i in bounds:
         seam = inputs.seams.get(i)
         if not seam:
@@ -91,18 +94,19 @@ def boundary_deviation(
         found, offset = cached[i], inputs.offsets[i]
         assert found is not None
         fresh = [inputs.placed + j for j in seam]
-        out[i] = _signals(model, state, layer, found, fresh, offset)
+        out[i], profiles[i] = _signals(model, state, layer, found, fresh, offset)
         out[i]["mass"] = mass[i]
         out[i]["mass_v"] = mass[i] * out[i]["v"]
         if deep:
-            out[i].update({f"deep_{k}": v for k, v in _signals(model, state, last, found, fresh, offset).items()})
+            deeper = _signals(model, state, last, found, fresh, offset)[0]
+            out[i].update({f"deep_{k}": v for k, v in deeper.items()})
             out[i]["deep_mass"] = deep_mass[i]
-    return Deviation(out, inputs.ids.shape[1], last + 1)
+    return Deviation(out, inputs.ids.shape[1], last + 1, profiles)
 
 
 def _signals(
     model: HybridModel, state: RequestState, layer: int, found: CachedSegment, fresh: list[int], offset: int
-) -> dict[str, float]:
+) -> tuple[dict[str, float], list[float]]:
     """One attention layer's signals at one boundary: the seam's fresh keys and values (at ``fresh`` in the
     state's KV) against the cached ones, those keys rotated to the segment's ``offset``."""
     kv = state.attention(layer)
@@ -113,7 +117,8 @@ def _signals(
     w = len(fresh)
     keys = rerotate(entry.keys[None, :, :w], int64([offset] * w, kv.keys.device), model.inv_freq)[0]
     dk, dv = _relative(fresh_k, keys), _relative(fresh_v, entry.values[:, :w])
-    return {"v": float(dv.mean()), "k": float(dk.mean()), "v_last": float(dv[-1]), "k_last": float(dk[-1])}
+    signals = {"v": float(dv.mean()), "k": float(dk.mean()), "v_last": float(dv[-1]), "k_last": float(dk[-1])}
+    return signals, dv.tolist()
 
 
 def _query_mass(

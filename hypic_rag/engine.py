@@ -407,9 +407,8 @@ class Engine:
             cold = []
         dev = boundary_deviation(self.model, plan, found)
         bounds = sorted(dev.per_boundary)
-        signal = dev.signal()
         widths, estimate, action = choose_widths(
-            [signal[i] for i in bounds],
+            [dev.profiles[i] for i in bounds],
             [len(plan.segments[i].ids) for i in bounds],
             [plan.segments[i].seam for i in bounds],
             auto=plan.seam == AUTO,

@@ -4,8 +4,8 @@ of its leading tokens the seam recomputes, and which remainder it composes (docs
 This is the one home of the seam rule:
 
 - a seam is ``seam`` tokens, or a fraction of each segment rounded up, capped at the segment; ``"auto"``
-  gives each boundary its own width, chosen from a deviation signal under a token budget
-  (``allocate_seams``, then ``with_widths``);
+  gives each boundary its own width, from a probe of how far its first tokens are from their in-context
+  selves, under a token budget (``allocate_seams``, then ``with_widths``);
 - the first segment of the prompt has no seam (nothing precedes it); ``pic`` mode has none at all;
 - under seam variant B a segment whose seam leaves part of it cached composes the operator of that
   remainder (its tokens after the seam: ``cache.entry.RemainderEntry``); a cold segment records the
@@ -22,9 +22,6 @@ from dataclasses import dataclass, replace
 
 VARIANTS = ("A", "B")
 AUTO = "auto"
-# The widths ``auto`` picks from (and a whole segment): each one a remainder entry a segment may be stored with,
-# so a few fixed widths keep the entries shared across requests.
-AUTO_WIDTHS = (0, 4, 8, 16, 32)
 AUTO_MEAN_SEAM = 8  # ``auto``'s default budget: on average the tokens of this fixed seam per boundary
 
 Seam = int | float | str
@@ -136,58 +133,72 @@ def with_widths(plan: RequestPlan, widths: dict[int, int]) -> RequestPlan:
     return replace(plan, segments=segments)
 
 
-def error_left(width: int, length: int) -> float:
-    """The share of a boundary's deviation a seam of ``width`` leaves: none for a whole segment, else
-    ``1 / (1 + width / AUTO_MEAN_SEAM)`` (a seam of 8 halves it)."""
-    return 0.0 if width >= length else 1.0 / (1.0 + width / AUTO_MEAN_SEAM)
+SETTLED = 0.03  # a probed token whose value is this close (relative) to its cached one needs no recompute
 
 
-def estimate(deviation: Sequence[float], widths: Sequence[int], lengths: Sequence[int]) -> float:
-    """A request's fidelity estimate: each boundary's deviation times the share its seam leaves, averaged over
-    the boundaries (0 for none)."""
-    left = [d * error_left(w, n) for d, w, n in zip(deviation, widths, lengths, strict=True)]
+def settled_width(profile: Sequence[float], length: int, threshold: float = SETTLED) -> int:
+    """The seam a boundary needs: through the last probed token still more than ``threshold`` from its cached
+    self, and one more, capped at the segment; 0 where every probed token is settled."""
+    unsettled = [t for t, d in enumerate(profile) if d > threshold]
+    return min(length, unsettled[-1] + 2) if unsettled else 0
+
+
+def error_left(profile: Sequence[float], width: int, length: int) -> float:
+    """How far the first cached token after a ``width``-token seam is from its in-context self (the probe's
+    last token stands for those past it): 0 for a whole segment, ``1`` with no probe."""
+    if width >= length:
+        return 0.0
+    return float(profile[min(width, len(profile) - 1)]) if profile else 1.0
+
+
+def estimate(profiles: Sequence[Sequence[float]], widths: Sequence[int], lengths: Sequence[int]) -> float:
+    """A request's fidelity estimate: ``error_left`` of each boundary, averaged (0 for no boundary)."""
+    left = [error_left(p, w, n) for p, w, n in zip(profiles, widths, lengths, strict=True)]
     return float(sum(left) / len(left)) if left else 0.0
 
 
 def allocate_seams(
-    deviation: Sequence[float],
+    profiles: Sequence[Sequence[float]],
     lengths: Sequence[int],
     budget: float,
-    widths: Sequence[int] = AUTO_WIDTHS,
     start: Sequence[int] | None = None,
     target: float | None = None,
 ) -> list[int]:
-    """Each boundary's seam width, from ``widths`` or its whole segment, so that the total is at most
-    ``budget`` tokens and the estimate (``estimate``) is small: greedily, the step that removes the most
-    deviation per token first, from ``start`` (default no seams). With ``target``, it stops as soon as the
-    estimate is at most that. A boundary with no deviation gets no seam; a budget past every segment's length
+    """Each boundary's seam width within ``budget`` tokens in all. Every boundary first gets its settled width
+    (``settled_width``; raised to it from ``start``, if given), cut evenly when they exceed the budget; what is
+    left recomputes whole segments, the most deviation removed per token first: past its first tokens, a
+    cached segment's error is spread through it, which a wider seam barely repairs and recomputing it removes.
+    With ``target``, it stops as soon as the estimate is at most that. A budget past every segment's length
     recomputes them all (``hypic`` then equals ``full``)."""
-    if len(deviation) != len(lengths):
-        raise ValueError("one deviation per boundary")
+    if len(profiles) != len(lengths):
+        raise ValueError("one profile per boundary")
     if not budget >= 0:
         raise ValueError(f"a seam budget is a token count >= 0, got {budget!r}")
     if budget >= sum(lengths) and target is None:
         return list(lengths)
-    first = [min(w, n) for w, n in zip(start or [0] * len(lengths), lengths, strict=True)]
-    steps = [sorted({min(w, n) for w in widths} | {n, f}) for n, f in zip(lengths, first, strict=True)]
-    at = [st.index(f) for st, f in zip(steps, first, strict=True)]
-    spent = float(sum(steps[i][k] for i, k in enumerate(at)))
-    while target is None or estimate(deviation, [steps[i][k] for i, k in enumerate(at)], lengths) > target:
-        best, best_gain = -1, 0.0
-        for i, (d, n) in enumerate(zip(deviation, lengths, strict=True)):
-            if at[i] + 1 >= len(steps[i]):
-                continue
-            w, nxt = steps[i][at[i]], steps[i][at[i] + 1]
-            if spent + nxt - w > budget:
-                continue
-            gain = d * (error_left(w, n) - error_left(nxt, n)) / (nxt - w)
-            if gain > best_gain:
-                best, best_gain = i, gain
-        if best < 0:
+    widths = [settled_width(p, n) for p, n in zip(profiles, lengths, strict=True)]
+    if start is not None:
+        widths = [max(w, min(s, n)) for w, s, n in zip(widths, start, lengths, strict=True)]
+    elif sum(widths) > budget:
+        cap = int(budget // max(1, len(widths)))
+        widths = [min(w, cap) for w in widths]
+    spent = sum(widths)
+
+    def done() -> bool:
+        return target is not None and estimate(profiles, widths, lengths) <= target
+
+    while not done():
+        options = [
+            (error_left(p, w, n) / (n - w), i)
+            for i, (p, w, n) in enumerate(zip(profiles, widths, lengths, strict=True))
+            if w < n and spent + n - w <= budget
+        ]
+        if not options:
             break
-        spent += steps[best][at[best] + 1] - steps[best][at[best]]
-        at[best] += 1
-    return [steps[i][k] for i, k in enumerate(at)]
+        _, best = max(options)
+        spent += lengths[best] - widths[best]
+        widths[best] = lengths[best]
+    return widths
 
 
 WIDEN_FACTOR = 4  # the guard widens seams up to this many times the tokens they had (or a seam of 8 each)
@@ -195,7 +206,7 @@ ACTIONS = ("none", "widened", "exact")
 
 
 def choose_widths(
-    deviation: Sequence[float],
+    profiles: Sequence[Sequence[float]],
     lengths: Sequence[int],
     current: Sequence[int],
     *,
@@ -203,7 +214,8 @@ def choose_widths(
     seam_budget: float | None = None,
     fidelity_budget: float | None = None,
 ) -> tuple[list[int], float, str]:
-    """The boundaries' widths, the request's estimate with them, and what the guard did (``ACTIONS``).
+    """The boundaries' widths, the request's estimate with them, and what the guard did (``ACTIONS``), from
+    each boundary's probe ``profiles``.
 
     ``auto`` allocates ``seam_budget`` tokens per boundary on average (default ``AUTO_MEAN_SEAM``) by
     ``allocate_seams``; otherwise the ``current`` widths stay. Where the estimate is above
@@ -212,15 +224,15 @@ def choose_widths(
     n = len(lengths)
     mean = AUTO_MEAN_SEAM if seam_budget is None else seam_budget
     if auto:
-        widths = allocate_seams(deviation, lengths, mean * n)
+        widths = allocate_seams(profiles, lengths, mean * n)
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
-    est = estimate(deviation, widths, lengths)
+    est = estimate(profiles, widths, lengths)
     if fidelity_budget is None or est <= fidelity_budget:
         return widths, est, "none"
     cap = WIDEN_FACTOR * max(sum(widths), AUTO_MEAN_SEAM * n)
-    wider = allocate_seams(deviation, lengths, cap, start=widths, target=fidelity_budget)
-    wider_est = estimate(deviation, wider, lengths)
+    wider = allocate_seams(profiles, lengths, cap, start=widths, target=fidelity_budget)
+    wider_est = estimate(profiles, wider, lengths)
     if wider_est <= fidelity_budget:
         return wider, wider_est, "widened"
     return widths, est, "exact"

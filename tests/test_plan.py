@@ -75,29 +75,45 @@ def test_auto_is_a_seam_and_plans_no_width_until_one_is_chosen():
     assert wide.seam == "auto"
 
 
-def test_seams_are_allocated_under_the_budget_to_the_boundaries_that_deviate():
+def test_a_boundary_needs_the_seam_that_covers_its_unsettled_tokens():
+    from hypic_rag.plan import error_left, settled_width
+
+    assert settled_width([0.5, 0.2, 0.01, 0.1, 0.01, 0.0], 40) == 5  # through token 3, and one more
+    assert settled_width([0.01, 0.0], 40) == 0 and settled_width([0.5, 0.5, 0.5], 2) == 2
+    profile = [0.5, 0.2, 0.01]
+    assert error_left(profile, 1, 40) == 0.2 and error_left(profile, 8, 40) == 0.01  # past the probe: its last
+    assert error_left(profile, 40, 40) == 0.0 and error_left([], 3, 40) == 1.0
+
+
+def test_seams_settle_every_boundary_then_recompute_whole_segments_with_what_is_left():
     from hypic_rag.plan import allocate_seams
 
-    lengths = [40, 40, 40, 40]
-    widths = allocate_seams([0.1, 0.1, 2.0, 0.0], lengths, budget=32)
-    assert sum(widths) <= 32 and widths[3] == 0 and widths[2] == max(widths)
-    assert all(w in (0, 4, 8, 16, 32, 40) for w in widths)
-    assert allocate_seams([0.1, 0.1, 0.1, 0.1], lengths, budget=32) == [8, 8, 8, 8]
-    assert allocate_seams([0.0] * 4, lengths, budget=float("inf")) == lengths  # unlimited: every segment whole
-    assert allocate_seams([1.0] * 4, lengths, budget=0) == [0, 0, 0, 0]
+    profiles = [[0.4, 0.2, 0.1, 0.01], [0.4, 0.01, 0.01, 0.01], [0.4, 0.3, 0.2, 0.2]]
+    lengths = [40, 20, 40]
+    assert allocate_seams(profiles, lengths, budget=11) == [4, 2, 5]  # settled: 11 tokens
+    # 18 more tokens recompute the 20-token segment whole; the 40-token ones cost more than is left
+    assert allocate_seams(profiles, lengths, budget=29) == [4, 20, 5]
+    # with enough, the segment whose cached tokens deviate most goes first
+    assert allocate_seams(profiles, lengths, budget=46) == [4, 2, 40]
+    assert allocate_seams(profiles, lengths, budget=float("inf")) == lengths  # unlimited: every segment whole
+    assert sum(allocate_seams(profiles, lengths, budget=3)) <= 3  # settling cut evenly to fit
+    assert allocate_seams(profiles, lengths, budget=0) == [0, 0, 0]
     with pytest.raises(ValueError, match="budget"):
-        allocate_seams([1.0], [40], budget=-1)
+        allocate_seams(profiles, lengths, budget=-1)
+    with pytest.raises(ValueError, match="profile"):
+        allocate_seams(profiles[:1], lengths, budget=8)
 
 
 def test_the_guard_keeps_widens_or_computes_exactly():
     from hypic_rag.plan import choose_widths, estimate
 
-    dev, lengths = [0.2, 0.3], [40, 40]
-    kept, est, action = choose_widths(dev, lengths, [8, 8], auto=False, fidelity_budget=1.0)
-    assert (kept, action) == ([8, 8], "none") and est == pytest.approx(estimate(dev, [8, 8], lengths))
-    wider, est, action = choose_widths(dev, lengths, [8, 8], auto=False, fidelity_budget=0.1)
-    assert action == "widened" and est <= 0.1 and sum(wider) > 16
-    _, est, action = choose_widths(dev, lengths, [8, 8], auto=False, fidelity_budget=0.0)
+    profiles, lengths = [[0.4, 0.2, 0.1, 0.05], [0.4, 0.3, 0.2, 0.1]], [40, 40]
+    kept, est, action = choose_widths(profiles, lengths, [2, 2], auto=False, fidelity_budget=1.0)
+    assert (kept, action) == ([2, 2], "none") and est == pytest.approx(estimate(profiles, [2, 2], lengths))
+    assert est == pytest.approx((0.1 + 0.2) / 2)
+    wider, est, action = choose_widths(profiles, lengths, [2, 2], auto=False, fidelity_budget=0.06)
+    assert action == "widened" and est <= 0.06 and sum(wider) > 4
+    _, est, action = choose_widths(profiles, lengths, [2, 2], auto=False, fidelity_budget=0.0)
     assert action == "exact" and est > 0  # a whole recompute of both is past the widening allowance
-    auto, _, action = choose_widths(dev, lengths, [0, 0], auto=True, seam_budget=4)
+    auto, _, action = choose_widths(profiles, lengths, [0, 0], auto=True, seam_budget=4)
     assert sum(auto) <= 8 and action == "none"

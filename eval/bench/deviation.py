@@ -3,9 +3,9 @@
     python -m hypic_rag.eval.bench.deviation --n 40 --json deviation.json
 
 For each request: its ``hypic`` logits at seam 8 (variant B), KL(full ‖ hypic), and every signal of
-``deviation.SIGNALS`` from a probe of ``PROBE_WIDTH`` tokens per boundary, summed over the boundaries (and
-their maximum). Reported: Spearman's rank correlation of each with the KL, per model: the bundled model on the
-five workloads (chat prompts as ``hypic-rag eval`` makes them), and random 8-layer models of three families
+``deviation.SIGNALS`` from a probe of ``PROBE_WIDTH`` tokens per boundary, aggregated over the boundaries
+(``AGGREGATES``), and the guard's estimate at seam 8 (``plan.estimate``). Reported: Spearman's rank
+correlation of each with the KL, per model: the bundled model on the five workloads (chat prompts as ``hypic-rag eval`` makes them), and random 8-layer models of three families
 (``families.FIDELITY``: Gated DeltaNet, Mamba2, KDA with MLA) on random-token prompts of 2-8 segments of
 16-160 tokens.
 """
@@ -25,6 +25,7 @@ from scipy.stats import spearmanr
 from hypic_rag import Engine, Segment
 from hypic_rag.deviation import SIGNALS, boundary_deviation
 from hypic_rag.fidelity import kl_divergence
+from hypic_rag.plan import estimate
 
 from ..data.workloads import SEGMENTATION, WORKLOADS, make
 from .common import RandomSegments
@@ -63,7 +64,14 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
         if not dev.per_boundary:
             continue
         total = sum(len(seg.ids) for seg in plan.segments) + len(plan.query)
-        row = {"kl": kl_divergence(full, hypic), "boundaries": len(dev.per_boundary)}
+        bounds = sorted(dev.per_boundary)
+        lengths = [len(plan.segments[i].ids) for i in bounds]
+        row = {
+            "kl": kl_divergence(full, hypic),
+            "boundaries": len(bounds),
+            # what the guard would report for this request at seam 8
+            "estimate": estimate([dev.profiles[i] for i in bounds], [SEAM] * len(bounds), lengths),
+        }
         for s in SIGNALS:
             per = dev.signal(s)
             values = list(per.values())
@@ -72,7 +80,7 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
             row[f"{s}@share"] = sum(v * len(plan.segments[i].ids) for i, v in per.items()) / total
         rows.append(row)
     kls = [r["kl"] for r in rows]
-    names = [f"{s}@{agg}" for s in SIGNALS for agg in AGGREGATES] + ["boundaries"]
+    names = [f"{s}@{agg}" for s in SIGNALS for agg in AGGREGATES] + ["boundaries", "estimate"]
     corr = {name: float(spearmanr([r[name] for r in rows], kls).statistic) for name in names}
     return {"requests": len(rows), "mean_kl": sum(kls) / max(1, len(kls)), "spearman": corr}
 

@@ -143,3 +143,13 @@ def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
     md, png = write_report(report, tmp_path / "rep", "hypic-rag eval ...")
     assert "| memory | f1 |" in md.read_text() and "hypic@w2" in md.read_text()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_swept_seams_read_auto_with_a_budget():
+    from hypic_rag.eval.harness import seam_label, seam_options
+
+    assert seam_options("auto:12") == {"seam": "auto", "seam_budget": 12.0} and seam_label("auto:12") == "hypic@auto:12"
+    assert seam_options(8) == {"seam": 8} and seam_label(8) == "hypic@w8" and seam_label(0.25) == "hypic@w0.25"
+    for bad in ("auto:x", "wide", -1):
+        with pytest.raises(ValueError):
+            seam_options(bad)
