@@ -5,9 +5,9 @@
 For each request: its ``hypic`` logits at seam 8 (variant B), KL(full ‖ hypic), and every signal of
 ``deviation.SIGNALS`` from a probe of ``PROBE_WIDTH`` tokens per boundary, aggregated over the boundaries
 (``AGGREGATES``), and the guard's estimate at seam 8 (``plan.estimate``). Reported: Spearman's rank
-correlation of each with the KL, per model: the bundled model on the five workloads (chat prompts as ``hypic-rag eval`` makes them), and random 8-layer models of three families
-(``families.FIDELITY``: Gated DeltaNet, Mamba2, KDA with MLA) on random-token prompts of 2-8 segments of
-16-160 tokens.
+correlation of each with the KL, per model: the bundled model on the five workloads (chat prompts as
+``hypic-rag eval`` makes them), and random 8-layer models of three families (``families.FIDELITY``: Gated
+DeltaNet, Mamba2, KDA with MLA) on random-token prompts of 2-8 segments of 16-160 tokens.
 """
 
 from __future__ import annotations
