@@ -1,4 +1,5 @@
-"""``hypic-rag eval --report DIR``: an evaluation's JSON as a Markdown table and a PNG bar chart."""
+"""``hypic-rag eval --report DIR``: an evaluation's JSON as a Markdown table, a PNG bar chart and, where the
+modes record the tokens they recompute, the Pareto picture: gap and KL against tokens recomputed."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ def write_report(report: dict[str, Any], directory: str | Path, command: str = "
             cells = [f"{r['results'][m]['kl']:.2e} / {r['results'][m]['top1']:.2f}" for m in with_kl]
             lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
     lines += ["", "![scores](scores.png)"]
+    pareto = [m for m in with_kl if "recomputed_tokens" in reports[0]["results"][m]]
+    if pareto:
+        lines += ["", "![gap and KL against tokens recomputed](pareto.png)"]
     md = out / "report.md"
     md.write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(reports)), 3.5))
@@ -53,4 +57,40 @@ def write_report(report: dict[str, Any], directory: str | Path, command: str = "
     png = out / "scores.png"
     fig.savefig(png, dpi=120)
     plt.close(fig)
-    return [md, png]
+    written = [md, png]
+    if pareto:
+        written.append(_pareto(plt, reports, pareto, out / "pareto.png"))
+    return written
+
+
+def _pareto(plt: Any, reports: list[dict[str, Any]], labels: list[str], path: Path) -> Path:
+    """Per workload and on their mean: each mode's gap to ``full`` and KL against its mean tokens recomputed."""
+    rows = [*reports, _mean_row(reports, labels)] if len(reports) > 1 else reports
+    fig, axes = plt.subplots(2, len(rows), figsize=(3.2 * len(rows), 5.5), squeeze=False)
+    for j, r in enumerate(rows):
+        for m in labels:
+            x = r["results"][m]["recomputed_tokens"]
+            axes[0][j].scatter(x, r.get("gap_points", {}).get(m, 0.0), s=14)
+            axes[1][j].scatter(x, max(r["results"][m]["kl"], 1e-12), s=14)
+            for k, y in ((0, r.get("gap_points", {}).get(m, 0.0)), (1, max(r["results"][m]["kl"], 1e-12))):
+                axes[k][j].annotate(m.removeprefix("hypic@"), (x, y), fontsize=6)
+        axes[0][j].set_title(r["workload"], fontsize=9)
+        axes[1][j].set_yscale("log")
+        axes[1][j].set_xlabel("tokens recomputed")
+    axes[0][0].set_ylabel("gap to full (points)")
+    axes[1][0].set_ylabel("KL(full ‖ mode)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _mean_row(reports: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    results = {
+        m: {key: mean([r["results"][m][key] for r in reports]) for key in ("recomputed_tokens", "kl")} for m in labels
+    }
+    gaps = {m: mean([r.get("gap_points", {}).get(m, 0.0) for r in reports]) for m in labels}
+    return {"workload": "mean", "results": results, "gap_points": gaps}
