@@ -8,6 +8,9 @@ For each request: its ``hypic`` logits at seam 8 (variant B), KL(full ‖ hypic)
 correlation of each with the KL, per model: the bundled model on the five workloads (chat prompts as
 ``hypic-rag eval`` makes them), and random 8-layer models of three families (``families.FIDELITY``: Gated
 DeltaNet, Mamba2, KDA with MLA) on random-token prompts of 2-8 segments of 16-160 tokens.
+
+``--pareto`` instead runs each seam of ``PARETO_SEAMS`` (``auto`` at the default budget and at 12 tokens per
+boundary among them) on the three random models: mean KL and the tokens a warm request recomputes.
 """
 
 from __future__ import annotations
@@ -85,6 +88,34 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
     return {"requests": len(rows), "mean_kl": sum(kls) / max(1, len(kls)), "spearman": corr}
 
 
+PARETO_SEAMS: tuple[Any, ...] = (0, 4, 8, 16, 32, "auto", ("auto", 12.0))
+
+
+def pareto(n: int, seed: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """On the random models of ``FAMILY_KINDS``: each seam's mean KL(full ‖ hypic) and tokens recomputed by a
+    warm request (its second run), ``("auto", B)`` being ``auto`` under a budget of B tokens per boundary."""
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {"benchmark": "deviation-pareto", "n": n, "seed": seed, "models": {}}
+    for kind in FAMILY_KINDS:
+        engine = Engine(_model(FIDELITY[kind]), seam_variant="B", min_cached_tokens=12)
+        rows: dict[str, dict[str, list[float]]] = {}
+        for segments, query in _prompts_random(FIDELITY[kind]["vocab_size"], n, seed):
+            full = engine.prompt_logits(segments, query, mode="full")
+            for seam in PARETO_SEAMS:
+                options = {"seam": seam[0], "seam_budget": seam[1]} if isinstance(seam, tuple) else {"seam": seam}
+                label = f"auto:{seam[1]:g}" if isinstance(seam, tuple) else str(seam)
+                engine.generate(segments, query, mode="hypic", max_new_tokens=1, **options)  # fills the cache
+                warm = engine.generate(segments, query, mode="hypic", max_new_tokens=1, **options)
+                row = rows.setdefault(label, {"kl": [], "recomputed_tokens": []})
+                row["kl"].append(kl_divergence(full, warm.prompt_logits))
+                row["recomputed_tokens"].append(warm.stats["recomputed_tokens"])
+        means = {label: {k: sum(v) / len(v) for k, v in row.items()} for label, row in rows.items()}
+        out["models"][kind] = means
+        parts = [f"{k} KL {v['kl']:.2e} ({v['recomputed_tokens']:.0f} tok)" for k, v in means.items()]
+        log(f"{kind}: " + ", ".join(parts))
+    return out
+
+
 def run(n: int, seed: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     torch.set_num_threads(1)
     out: dict[str, Any] = {"benchmark": "deviation", "seam": SEAM, "n": n, "seed": seed, "models": {}}
@@ -109,8 +140,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=40, help="requests per model")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--pareto", action="store_true", help="instead: KL and tokens of each seam, random models")
     args = parser.parse_args()
-    report = run(args.n, args.seed)
+    report = pareto(args.n, args.seed) if args.pareto else run(args.n, args.seed)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

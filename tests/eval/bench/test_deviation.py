@@ -1,0 +1,18 @@
+"""The deviation benchmark on a tiny random checkpoint: each signal's rank correlation with the KL, and the
+seams' KL and tokens, computed from real requests."""
+
+from __future__ import annotations
+
+import math
+
+from hypic_rag import Engine
+from hypic_rag.deviation import SIGNALS
+from hypic_rag.eval.bench.deviation import AGGREGATES, _prompts_random, measure
+
+
+def test_every_signal_gets_a_rank_correlation_with_the_kl(checkpoint):
+    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), min_cached_tokens=12)
+    res = measure(engine, _prompts_random(320, 6, seed=3))
+    assert res["requests"] == 6 and res["mean_kl"] > 0
+    assert set(res["spearman"]) == {f"{s}@{a}" for s in SIGNALS for a in AGGREGATES} | {"boundaries", "estimate"}
+    assert all(math.isnan(v) or -1 <= v <= 1 for v in res["spearman"].values())
