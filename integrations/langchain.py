@@ -164,6 +164,7 @@ def to_chat_messages(
     *,
     chat_format: ChatFormat = NONE,
     registry: TextRegistry | None = REGISTRY,
+    segmentation: str = "auto",
 ) -> list[dict[str, Any]]:
     """LangChain messages as ``engine.chat``'s OpenAI-style dicts.
 
@@ -171,8 +172,9 @@ def to_chat_messages(
     ``assistant`` with ``tool_calls`` in OpenAI form, tool → ``tool`` with ``format_tool_result``'s canonical
     text. Registered texts inside flat system and user text become ``document`` parts. ``chat_format`` (the
     engine's, ``prompting.format_of``) then writes them as its model reads them
-    (``ChatFormat.prepare_messages``). Content that cannot be rendered (a non-text block, a text block without
-    text, a tool result with no earlier call) is a ValueError, never dropped.
+    (``ChatFormat.prepare_messages``, with the request's ``segmentation``). Content that cannot be rendered (a
+    non-text block, a text block without text, a tool result with no earlier call) is a ValueError, never
+    dropped.
     """
     if not messages:
         raise ValueError("no messages")
@@ -203,7 +205,7 @@ def to_chat_messages(
             thought = msg.additional_kwargs.get("reasoning_content") or "".join(reasoning)
             if thought:
                 out[-1]["reasoning_content"] = thought
-    return chat_format.prepare_messages(out)
+    return chat_format.prepare_messages(out, segmentation)
 
 
 # -- the chat model ----------------------------------------------------------------------------------------------
@@ -387,7 +389,8 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         if "parallel_tool_calls" in kwargs:
             arguments["parallel_tool_calls"] = kwargs["parallel_tool_calls"]
         engine = self.get_engine()
-        chat = to_chat_messages(messages, chat_format=format_of(engine), registry=self.registry)
+        fmt = format_of(engine)
+        chat = to_chat_messages(messages, chat_format=fmt, registry=self.registry, segmentation=options.segmentation)
         return engine, chat, arguments
 
     def cache_documents(

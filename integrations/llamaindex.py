@@ -275,7 +275,9 @@ def _registered(text: str) -> list[tuple[str, str | None]]:
     return [(run, "document" if found else None) for found, run in REGISTRY.spans(text)]
 
 
-def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat = NONE) -> list[dict[str, Any]]:
+def to_openai_messages(
+    messages: Sequence[ChatMessage], chat_format: ChatFormat = NONE, segmentation: str = "auto"
+) -> list[dict[str, Any]]:
     """LlamaIndex ``ChatMessage``s as the OpenAI-style dicts ``Engine.chat`` takes.
 
     - Roles: system/developer → system; user; assistant/chatbot/model → assistant; tool/function → tool.
@@ -288,7 +290,7 @@ def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat 
     - A tool message's text goes through ``tool_result_text``; its ``tool_call_id`` (and ``name``) come
       from ``additional_kwargs``.
     - ``chat_format`` (the engine's, ``prompting.format_of``) then writes them as its model reads them
-      (``ChatFormat.prepare_messages``).
+      (``ChatFormat.prepare_messages``, with the request's ``segmentation``).
     """
     out = []
     for i, message in enumerate(messages):
@@ -352,7 +354,7 @@ def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat 
                 if message.additional_kwargs.get(key) is not None:
                     entry[key] = message.additional_kwargs[key]
         out.append(entry)
-    return chat_format.prepare_messages(out)
+    return chat_format.prepare_messages(out, segmentation)
 
 
 def to_chat_response(out: GenerationOutput, delta: str | None = None) -> ChatResponse:
@@ -481,7 +483,7 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         if engine.chat_setup is None:
             raise ValueError(f"checkpoint {engine.name!r} has no chat template; HypicLLM needs one")
         request = {
-            "messages": to_openai_messages(messages, format_of(engine)),
+            "messages": to_openai_messages(messages, format_of(engine), options.segmentation),
             "tools": list(tools) if tools and choice != "none" else None,
             "options": options,
         }

@@ -309,6 +309,45 @@ def test_documents_cached_when_indexed_are_hits_for_a_plain_chain_through_the_re
     assert reply.content == qa[8][1]
 
 
+FLAT_PROMPTS = {
+    "human": [("human", "Answer the question based only on the following context:\n{context}\n\nQuestion: {question}")],
+    "system": [("system", "Answer the question using only the documents.\n\n{context}"), ("human", "{question}")],
+}
+
+
+@pytest.mark.parametrize("layout", FLAT_PROMPTS)
+def test_plain_chain_on_the_bundled_model_reuses_reordered_documents(engine, world, fmt, layout):
+    """A plain LCEL chain, documents joined into one "Context:" string, no retriever wrapper: the bundled model's
+    flat prompt is cut at its paragraphs, each document one ``<doc>`` segment, found again in another order."""
+    engine.clear_cache()
+    texts = corpus(16, seed=11)[0]
+    _, qa = world
+    docs = [Document(page_content=texts[i]) for i in (8, 0, 4)]  # qa[8] is about texts[8], qa[0] about texts[0]
+    ranked = {qa[8][0]: docs, qa[0][0]: docs[::-1]}
+    prompt = ChatPromptTemplate.from_messages(FLAT_PROMPTS[layout])
+
+    def format_docs(found):
+        return "\n\n".join(d.page_content for d in found)
+
+    llm = ChatHypic(engine=engine, max_tokens=24)
+    chain = {"context": RankedRetriever(ranked=ranked) | format_docs, "question": RunnablePassthrough()} | prompt | llm
+    first, second = (chain.invoke(q) for q in ranked)
+    messages = prompt.invoke({"context": format_docs(docs[::-1]), "question": qa[0][0]}).to_messages()
+    rendered = engine.render(to_chat_messages(messages, chat_format=BUNDLED))
+    assert [s.text for s in rendered.segments if s.kind == "document"] == [
+        fmt.segment("document", d.page_content).text for d in docs[::-1]
+    ]
+    assert qa[0][0] in rendered.query.text
+    assert first.response_metadata["hypic"]["hit_segments"] == 0 or layout == "system"  # a system prompt may recur
+    stats = second.response_metadata["hypic"]
+    assert stats["hit_segments"] >= len(docs)
+    assert stats["recomputed_tokens"] < first.response_metadata["hypic"]["recomputed_tokens"]
+    assert (first.content, second.content) == (qa[8][1], qa[0][1])
+    # segmentation="none" leaves the flat text whole: nothing to find again
+    whole = ChatHypic(engine=engine, max_tokens=4, segmentation="none").invoke(messages)
+    assert whole.response_metadata["hypic"]["hit_segments"] == 0
+
+
 def test_streaming_matches_invoke(engine, world):
     _, qa = world
     llm = ChatHypic(engine=engine, max_tokens=24)
