@@ -130,6 +130,20 @@ def test_nodes_cached_when_indexed_are_hits_on_the_default_query_engines_first_q
     _node_segments(calls[-1], PEOPLE)
 
 
+def test_default_query_engine_on_the_bundled_model_hits_every_node_in_another_order(engine, index):
+    """The compact synthesizer's flat prompt on the bundled model: each node becomes a ``<doc>`` part
+    (``Bundled.prepare_messages`` cuts it as the completions route cuts a flat prompt), found again reordered."""
+    engine.clear_cache()
+    query_engine = index.as_query_engine(llm=HypicLLM(engine=engine, max_tokens=4), similarity_top_k=3)
+    first = query_engine.query(FIRST)
+    assert _texts(first) == PEOPLE and first.metadata["hypic"]["miss_segments"] >= len(PEOPLE)
+    second = query_engine.query(SECOND)
+    assert _texts(second) == PEOPLE[::-1]
+    stats = second.metadata["hypic"]
+    assert stats["miss_segments"] == 0 and stats["hit_segments"] >= len(PEOPLE)  # every node, and the constant text
+    assert stats["recomputed_tokens"] < first.metadata["hypic"]["recomputed_tokens"]
+
+
 @pytest.mark.parametrize("chat_mode", ["context", "condense_plus_context"])
 def test_chat_engines_hit_every_node_in_another_order(llm, index, calls, chat_mode):
     chat_engine = index.as_chat_engine(chat_mode=chat_mode, similarity_top_k=3)

@@ -170,7 +170,7 @@ def _flat_parts(text: str, question: bool) -> list[tuple[str | None, str]]:
     units = flat_units(text)
     pieces = [i for i, (kind, _) in enumerate(units) if kind != GLUE]
     keep = {i for i, (kind, _) in enumerate(units) if kind == QUESTION} if question else set(pieces[:1])
-    documents = [("document", t) for i, (kind, t) in enumerate(units) if kind != GLUE and i not in keep]
+    documents = [("document", collapse_space(t)) for i, (kind, t) in enumerate(units) if kind != GLUE and i not in keep]
     rest = " ".join(t for i, (kind, t) in enumerate(units) if kind == GLUE or i in keep)
     return [*documents, (None, rest)] if documents else [(None, text)]
 
