@@ -10,12 +10,13 @@ hold next, and the allowed set is unpacked into a boolean row as wide as the log
 that matters; with no hub here, its tokenizer is a byte-level vocabulary of that size made up of random words
 (``wide_tokenizer``), whose trie is as large as a real one's.
 
-Each prompt is decoded twice, alternately: free, and under ``response_format`` ``json_schema`` (an object with
-one free string, so a random model keeps writing inside it; a free answer's stop ids are cleared, so it runs to
-``--max-new-tokens`` too). Decode tokens/s is the tokens after the first over the time of the steps that
-produced them. The mask's time is then measured alone: the masked run's tokens are
-replayed through a fresh ``GrammarMask`` (``apply`` on a logits row of the model's width, then ``advance``), with
-no model in the loop; its share is that time over the masked step's.
+Each prompt is decoded twice in lockstep, a step of one then a step of the other: free, and under
+``response_format`` ``json_schema`` (an object with one free string, so a random model keeps writing inside it;
+a free answer's stop ids are cleared, so it runs to ``--max-new-tokens`` too). On a shared machine whatever else
+runs slows both alike, so their ratio holds where the seconds do not. Decode tokens/s is the decode steps over
+their time. The mask's own time is measured beside them: each token the masked run chose is replayed through a
+fresh ``GrammarMask`` (``apply`` on a logits row of the model's width, then ``advance``) with no model in the
+loop; its share is that time over a masked step's.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from hypic_rag import Engine, Segment
+from hypic_rag.decoding import Generation
 from hypic_rag.grammar import SPACED, GrammarMask, check_response_format, response_lark
 
 from ..data.corpus import corpus
@@ -90,62 +91,74 @@ def wide_engine(layers: int, log: Callable[[str], None]) -> Engine:
         return Engine.from_pretrained(tmp)
 
 
-def _decode(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens: int, masked: bool) -> tuple:
-    """One request's decode steps after its first token: (seconds, tokens decoded, every token id)."""
+def _start(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens: int, masked: bool) -> Generation:
     extra = {"response_format": RESPONSE_FORMAT} if masked else {}
     run = engine.start(*prompt, max_new_tokens=max_new_tokens, temperature=0.0, **extra)
-    if not masked:  # the same number of steps as a masked answer that runs on: no stop ends a free one
+    if not masked:  # as many steps as a masked answer that runs on: no stop ends a free one
         run.decoder.stops = frozenset()
+    return run
+
+
+def _timed_step(run: Generation) -> float:
     start = time.perf_counter()
-    out = run.run()
-    seconds = time.perf_counter() - start
-    return seconds, max(len(out.token_ids) - 1, 0), list(out.token_ids)
+    run.step()
+    return time.perf_counter() - start
 
 
-def _replay(engine: Engine, tokens: list[int], repeats: int = 3) -> float:
-    """Seconds per token of the mask alone on ``tokens``: ``apply`` on a row as wide as the logits, ``advance``."""
-    tokenizer = engine.grammar_tokenizer()
+def lockstep(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens: int) -> dict[str, Any]:
+    """One prompt decoded free and masked in lockstep (a step of one, then of the other, in turns that swap each
+    time), with each token the masked run chose replayed through a fresh mask right after: the three share
+    whatever else the machine is doing. Seconds and decode steps of each, and the masked answer's tokens."""
+    free, masked = _start(engine, prompt, max_new_tokens, False), _start(engine, prompt, max_new_tokens, True)
+    replay = GrammarMask(engine.grammar_tokenizer(), LARK)
     row = torch.zeros(engine.config.vocab_size)
-    best = float("inf")
-    for _ in range(repeats):
-        mask = GrammarMask(tokenizer, LARK)
-        start = time.perf_counter()
-        for token in tokens:
-            mask.apply(row)
-            mask.advance(token)
-        best = min(best, (time.perf_counter() - start) / max(len(tokens), 1))
-    return best
+    picked = masked.decoder.picker.picked
+    replay.apply(row)
+    replay.advance(picked[0])  # the first token, chosen with the prefill
+    replayed = 1
+    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0}
+    turn = 0
+    while not (free.done and masked.done):
+        for name, run in [("free", free), ("masked", masked)][:: 1 if turn % 2 == 0 else -1]:
+            if not run.done:
+                seconds[name] += _timed_step(run)
+        for token in picked[replayed:]:
+            begin = time.perf_counter()
+            replay.apply(row)
+            replay.advance(token)
+            seconds["mask"] += time.perf_counter() - begin
+        replayed = len(picked)
+        turn += 1
+    steps = {"free": len(free.decoder.picker.picked) - 1, "masked": len(picked) - 1}
+    return {"seconds": seconds, "steps": steps, "tokens": list(masked.output().token_ids)}
 
 
 def measure(
     engine: Engine, prompts: list[tuple[list[Segment], Segment]], max_new_tokens: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Free and masked decoding of each prompt, alternately, each first on every other prompt (after a warm-up of
-    each), and the mask replayed."""
-    _decode(engine, prompts[0], 4, False)
-    _decode(engine, prompts[0], 4, True)
-    totals = {False: [0.0, 0], True: [0.0, 0]}
-    replays = []
+    """Every prompt in lockstep (after a short warm-up); decode tokens/s free and masked, the mask's time."""
+    lockstep(engine, prompts[0], 4)
+    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0}
+    steps = {"free": 0, "masked": 0}
     for i, prompt in enumerate(prompts):
-        for masked in (False, True) if i % 2 == 0 else (True, False):  # neither always runs first
-            seconds, n, tokens = _decode(engine, prompt, max_new_tokens, masked)
-            totals[masked][0] += seconds
-            totals[masked][1] += n
-            if masked:
-                replays.append(_replay(engine, tokens))
-                if len(tokens) < max_new_tokens:  # a finished answer parses, or the grammar did not hold
-                    json.loads(engine.decode(tokens))
+        one = lockstep(engine, prompt, max_new_tokens)
+        for key in seconds:
+            seconds[key] += one["seconds"][key]
+        for key in steps:
+            steps[key] += one["steps"][key]
+        if len(one["tokens"]) < max_new_tokens:  # a finished answer parses, or the grammar did not hold
+            json.loads(engine.decode(one["tokens"]))
         log(f"  prompt {i + 1}/{len(prompts)}")
-    free_rate = totals[False][1] / totals[False][0]
-    masked_rate = totals[True][1] / totals[True][0]
-    mask_ms = 1000 * statistics.median(replays)
+    free_rate, masked_rate = steps["free"] / seconds["free"], steps["masked"] / seconds["masked"]
+    mask_ms = 1000 * seconds["mask"] / steps["masked"]
     return {
         "decode_tokens_per_s": round(free_rate, 2),
         "masked_decode_tokens_per_s": round(masked_rate, 2),
         "masked_vs_free": round(masked_rate / free_rate, 3),
-        "tokens": {"free": totals[False][1], "masked": totals[True][1]},
+        "steps": steps,
+        "step_ms": {"free": round(1000 / free_rate, 3), "masked": round(1000 / masked_rate, 3)},
         "mask_ms_per_token": round(mask_ms, 3),
-        "mask_share_of_masked_step": round(mask_ms / (1000 / masked_rate), 4),
+        "mask_share_of_masked_step": round(mask_ms * masked_rate / 1000, 4),
         "vocab_size": engine.config.vocab_size,
     }
 
