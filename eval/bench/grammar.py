@@ -52,17 +52,17 @@ SPECIALS = ("<|endoftext|>", "<|im_end|>")
 
 
 def wide_tokenizer(path: Path, vocab_size: int, seed: int = 0) -> None:
-    """A byte-level BPE ``tokenizer.json`` of ``vocab_size`` tokens (the 256 bytes, ``SPECIALS``, then random
+    """A byte-level BPE ``tokenizer.json`` of ``vocab_size`` tokens (``SPECIALS``, the 256 bytes, then random
     words of 2-12 letters, digits and punctuation, half of them after a space) and the files an engine reads
     with it. No merges: the benchmark never encodes text, it only needs the vocabulary llguidance walks."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    # The specials first, at the pad and EOS ids random checkpoints' configs name (0 and 1), then the bytes.
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?-_()[]{}/=+*&%$#@"
     rng = random.Random(seed)
     words: set[str] = set()
-    room = vocab_size - len(vocab) - len(SPECIALS)
+    room = vocab_size - len(vocab)
     while len(words) < room:
         word = "".join(rng.choices(letters, k=rng.randint(2, 12)))
         words.add(("Ġ" if rng.random() < 0.5 else "") + word)
