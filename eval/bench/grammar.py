@@ -16,7 +16,8 @@ a free answer's stop ids are cleared, so it runs to ``--max-new-tokens`` too). O
 runs slows both alike, so their ratio holds where the seconds do not. Decode tokens/s is the decode steps over
 their time. The mask's own time is measured beside them: each token the masked run chose is replayed through a
 fresh ``GrammarMask`` (``apply`` on a logits row of the model's width, then ``advance``) with no model in the
-loop; its share is that time over a masked step's.
+loop; its share is that time over a masked step's. ``extra_share_of_masked_step`` is the other reading: what a
+masked step costs beyond a free one, over the masked step.
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ def measure(
         "step_ms": {"free": round(1000 / free_rate, 3), "masked": round(1000 / masked_rate, 3)},
         "mask_ms_per_token": round(mask_ms, 3),
         "mask_share_of_masked_step": round(mask_ms * masked_rate / 1000, 4),
+        # what the masked step costs beyond the free one, as a share of it (the mask's work and whatever it
+        # takes from the forward, e.g. llguidance's threads competing for the cores)
+        "extra_share_of_masked_step": round(1 - masked_rate / free_rate, 4),
         "vocab_size": engine.config.vocab_size,
     }
 
