@@ -220,9 +220,11 @@ def _truncate(text: str, stop: Sequence[str] | None) -> str:
 
 def _tool_choice(choice: Any, names: Sequence[str]) -> str | None:
     """``None``, ``"auto"``, ``"none"``, ``"any"``, ``"required"`` or a bound tool's name (also in OpenAI's dict
-    form)."""
+    form, or ``True``)."""
     if isinstance(choice, Mapping):
         choice = (choice.get("function") or {}).get("name") or choice.get("name")
+    if isinstance(choice, bool):  # ChatOpenAI's: True forces the one bound tool (or a call of any)
+        choice = (names[0] if len(names) == 1 else "any") if choice else None
     if choice in (None, "auto", "none", "any", "required") or choice in names:
         return choice
     raise ValueError(f"tool_choice {choice!r} is not one of the bound tools ({', '.join(names) or 'none bound'})")
@@ -314,7 +316,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
 
     def with_structured_output(
         self,
-        schema: dict[str, Any] | type,
+        schema: dict[str, Any] | type | None = None,
         *,
         include_raw: bool = False,
         method: str = "function_calling",
@@ -327,7 +329,8 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         - ``function_calling``: the schema bound as a tool the answer must call; its arguments are the object;
         - ``json_schema``: ``response_format`` ``json_schema`` (``strict`` passed on); the content is the object;
         - ``json_mode``: ``response_format`` ``json_object``; the content, JSON, parsed (and validated against a
-          pydantic ``schema``); the schema is not shown to the model, so the prompt must describe it.
+          pydantic ``schema``; with no schema, a dict); the schema is not shown to the model, so the prompt must
+          describe it.
 
         A missing call or an object that does not fit raises ``OutputParserException``; with
         ``include_raw=True`` it is ``parsing_error``."""

@@ -435,6 +435,11 @@ def test_structured_output_returns_the_object_with_every_method(engine, method, 
     assert llm.with_structured_output(schema).invoke(WEATHER_QUESTION) == expected
 
 
+def test_json_mode_without_a_schema_is_a_dict(engine):
+    llm = ChatHypic(engine=engine, max_tokens=40)
+    assert llm.with_structured_output(None, method="json_mode").invoke(WEATHER_QUESTION) == {"city": "Kothvenville"}
+
+
 def test_structured_output_methods_are_checked(engine):
     llm = ChatHypic(engine=engine)
     with pytest.raises(ValueError, match="method must be one of function_calling, json_schema, json_mode"):
@@ -472,6 +477,9 @@ def test_bound_tool_choice_is_honoured_through_the_grammar(engine):
             jsonschema.validate(call["args"], schemas[call["name"]])
         if isinstance(choice, dict):
             assert [c["name"] for c in reply.tool_calls] == ["get_weather"]
+    # True (ChatOpenAI's spelling): the one bound tool
+    forced = llm.bind_tools([WEATHER], tool_choice=True).invoke("Hello there!")
+    assert [c["name"] for c in forced.tool_calls] == ["get_weather"]
     # "none": the tools are left out of the prompt, so no call can come back
     unoffered = llm.bind_tools([WEATHER], tool_choice="none").invoke(WEATHER_QUESTION)
     stats = unoffered.response_metadata["hypic"]
