@@ -140,9 +140,9 @@ def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
         assert r["results"]["hypic@w2"]["kl"] >= 0.0
     gaps = [r["gap_points"]["hypic"] for r in report["workloads"]]
     assert report["mean_gap_points"]["hypic"] == sum(gaps) / 2
-    md, png = write_report(report, tmp_path / "rep", "hypic-rag eval ...")
+    md, png, pareto = write_report(report, tmp_path / "rep", "hypic-rag eval ...")
     assert "| memory | f1 |" in md.read_text() and "hypic@w2" in md.read_text()
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.read_bytes()[:8] == pareto.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_swept_seams_read_auto_with_a_budget():
