@@ -1,22 +1,22 @@
-"""How far each boundary of a composed request is from its in-context self: the signal ``seam="auto"`` widths
-and the fidelity guard read (docs/design.md §4).
+"""How far each boundary of a composed request is from its in-context self: what ``seam="auto"`` and the
+fidelity guard read (docs/design.md §4).
 
-A probe runs the request's fused forward, with a short seam at every boundary, through the first attention
-layer only, on a throwaway state, and compares the seam tokens' in-context keys and values there with the
-ones their cache entry holds (computed with the segment alone), and how much attention the query pays each
-segment there. A boundary whose first tokens already differ
-much at that depth is one whose cached tokens drift far by the last layer. The probe jumps over every cached
-segment with its whole operator (variant A), so it needs no remainder entries, and runs the query too.
+A probe runs the request's fused forward, with a ``PROBE_WIDTH``-token seam at every boundary, through the first
+attention layer only, on a throwaway state, and compares the seam tokens' in-context keys and values there with
+the ones their cache entry holds (computed with the segment alone), and measures how much attention the query
+pays each segment there. The probe jumps over every cached segment with its whole operator (variant A), so it
+needs no remainder entries; it runs the query too.
 
-Signals (each a per-boundary number; a request's is their sum):
+``auto`` and the guard read the per-token value distances (``Deviation.profiles``): where a boundary's first
+tokens settle is the seam it needs (``plan.settled_width``). The per-boundary summaries below are the
+candidates ``eval/bench/deviation.py`` ranks requests by (none ranked them well on every family):
 
 - ``v``: mean relative L2 distance of the seam tokens' values from the cached ones;
 - ``k``: the same for keys, the cached ones rotated to where the segment now sits;
 - ``v_last``, ``k_last``: the distance at the probe's last token only (how unsettled the boundary still is);
-- ``mass``: the share of attention the query's tokens pay the segment there (the query runs in the probe too);
-  ``mass_v``: ``mass`` times ``v``;
-- ``deep_*``: the same at the last attention layer, from a probe through it (``deep=True``: the whole stack but
-  its last layers, so several times the cost).
+- ``mass``: the share of attention the query's tokens pay the segment there; ``mass_v``: ``mass`` times ``v``;
+- ``deep_*``: the same at the last attention layer, from a probe through it (``deep=True``: nearly the whole
+  stack, so several times the cost).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .plan import RequestPlan, with_widths
 FIRST_SIGNALS = ("v", "k", "v_last", "k_last")
 # deep_: at the last attention layer
 SIGNALS = (*FIRST_SIGNALS, "mass", "mass_v", *(f"deep_{s}" for s in (*FIRST_SIGNALS, "mass")))
-SIGNAL = "v_last"  # the one ``auto`` and the guard use: it ranked the bundled model's requests by KL best
+SIGNAL = "v_last"  # ``Deviation.signal``'s default
 PROBE_WIDTH = 8
 
 
