@@ -325,3 +325,13 @@ def test_a_fidelity_budget_of_zero_gives_full_and_says_so(checkpoint):
     assert guarded.generate(segs, q, max_new_tokens=1).stats["fidelity_action"] in ("exact", "widened")
     with pytest.raises(ValueError, match="fidelity_budget"):
         engine.generate(segs, q, fidelity_budget=-1.0, max_new_tokens=1)
+
+
+def test_auto_is_also_an_engine_default(checkpoint):
+    engine = _engine(checkpoint("qwen3_5_text"), seam="auto")
+    segs, q = _segments([30, 41]), _query()
+    out = engine.generate(segs, q, max_new_tokens=1)
+    assert out.stats["seam"] == "auto" and out.stats["seam_widths"][0] == 0
+    assert engine.generate(segs, q, seam=8, max_new_tokens=1).stats["seam"] == 8  # a request's own wins
+    with pytest.raises(ValueError, match="seam"):
+        _engine(checkpoint("qwen3_5_text"), seam="widest")
