@@ -145,25 +145,42 @@ class Decoder:
 
     def step(self) -> bool:
         """Take the next token (running the model for the one after it); True once finished."""
-        if self.finish is not None:
+        token = self.take()
+        if token is None:
             return True
-        if self.cancelled is not None and self.cancelled():
-            self.finish = "cancelled"
-            return True
-        token = self._next
-        if token in self.stops:
-            return self._end("stop")
-        self.ids.append(token)
-        if self._read(token):
-            return self._end("stop")
-        if len(self.ids) >= self.max_new_tokens:
-            return self._end("length")
-        if self.state.seq_len >= self.model.config.max_position_embeddings:
-            return self._end("context")
         with torch.inference_mode():
             step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
-            self._next = self.picker.pick(self.model(step, state=self.state)[0, -1].float())
+            self.choose(self.model(step, state=self.state)[0, -1])
         return False
+
+    def take(self) -> int | None:
+        """Take the next token and return it, for the model to run next (``choose`` then gets the logits after
+        it); None once finished. ``step`` is ``take`` and ``choose`` around one forward; ``step_together``
+        runs many decoders' tokens in one."""
+        if self.finish is not None:
+            return None
+        if self.cancelled is not None and self.cancelled():
+            self.finish = "cancelled"
+            return None
+        token = self._next
+        if token in self.stops:
+            self._end("stop")
+            return None
+        self.ids.append(token)
+        if self._read(token):
+            self._end("stop")
+            return None
+        if len(self.ids) >= self.max_new_tokens:
+            self._end("length")
+            return None
+        if self.state.seq_len >= self.model.config.max_position_embeddings:
+            self._end("context")
+            return None
+        return token
+
+    def choose(self, logits: torch.Tensor) -> None:
+        """Choose the token after the one ``take`` returned, from the logits ``[V]`` the model gave for it."""
+        self._next = self.picker.pick(logits.float())
 
     def run(self) -> tuple[list[int], str]:
         while not self.step():
@@ -198,6 +215,22 @@ class Decoder:
                 self.on_token(FLUSH, text[self._emitted :])
                 self._emitted = len(text)
         return True
+
+
+def step_together(decoders: Sequence[Decoder]) -> list[bool]:
+    """One token of every decoder in one forward (``HybridModel.decode_batch``), each row then chosen by its own
+    ``Picker`` (sampler, penalties, grammar); a finished or cancelled decoder just leaves. Each decoder's done
+    flag after the step."""
+    taken = [(d, token) for d in decoders if (token := d.take()) is not None]
+    if taken:
+        model = taken[0][0].model
+        if any(d.model is not model for d, _ in taken):
+            raise ValueError("decoders stepped together must share one model")
+        with torch.inference_mode():
+            logits = model.decode_batch([token for _, token in taken], [d.state for d, _ in taken])
+        for row, (d, _) in enumerate(taken):
+            d.choose(logits[row])
+    return [d.done for d in decoders]
 
 
 class Generation:

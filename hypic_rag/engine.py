@@ -36,7 +36,7 @@ from .chat.grammar import answer_grammar, schema_as_call
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
-from .decoding import Decoder, Generation, Sampler, TokenCallback
+from .decoding import Decoder, Generation, Sampler, TokenCallback, step_together
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
@@ -553,6 +553,51 @@ class Engine:
             picker=picker,
         )
         return Generation(decoder, done.stats, ttft, done.logits, finalize)
+
+    def run_together(self, runs: Sequence[Generation]) -> list[GenerationOutput]:
+        """Decode started requests (``start``, ``start_chat``) to their ends in one forward per step for all of them
+        (``decoding.step_together``); each output is the one the request gets alone, in ``runs``' order."""
+        pending = list(runs)
+        while pending:
+            done = step_together([run.decoder for run in pending])
+            pending = [run for run, finished in zip(pending, done, strict=True) if not finished]
+        return [run.output() for run in runs]
+
+    def generate_batch(
+        self,
+        prompts: Sequence[tuple[Sequence[Segment], str | Segment]],
+        options: RequestOptions | None = None,
+        **overrides: Any,
+    ) -> list[GenerationOutput]:
+        """``generate`` for each ``(segments, query)`` under the same options, decoded together (``run_together``):
+        prompts run one after another (each finds the segments the ones before it cached), answers in one batch."""
+        prompts = as_list(prompts, "prompts", "(segments, query) pairs")
+        return self.run_together([self.start(segments, query, options, **overrides) for segments, query in prompts])
+
+    def chat_batch(
+        self,
+        conversations: Sequence[Sequence[Mapping[str, Any]]],
+        options: RequestOptions | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool = True,
+        **overrides: Any,
+    ) -> list[GenerationOutput]:
+        """``chat`` for each conversation under the same options and tools, decoded together (``run_together``)."""
+        conversations = as_list(conversations, "conversations", "lists of messages")
+        runs = [
+            self.start_chat(
+                messages,
+                options,
+                tools=tools,
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel_tool_calls,
+                **overrides,
+            )
+            for messages in conversations
+        ]
+        return self.run_together(runs)
 
     def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer:
         """The tokenizer as the output grammar reads it, with every EOS id and ``stop_ids`` as the ends of a
