@@ -217,11 +217,24 @@ class Decoder:
         return True
 
 
-def step_together(decoders: Sequence[Decoder]) -> list[bool]:
+def step_together(
+    decoders: Sequence[Decoder], failed: Callable[[Decoder, Exception], None] | None = None
+) -> list[bool]:
     """One token of every decoder in one forward (``HybridModel.decode_batch``), each row then chosen by its own
     ``Picker`` (sampler, penalties, grammar); a finished or cancelled decoder just leaves. Each decoder's done
-    flag after the step."""
-    taken = [(d, token) for d in decoders if (token := d.take()) is not None]
+    flag after the step. ``failed(decoder, exc)``, if given, takes an error of one decoder's own (its stream, its
+    grammar), which then leaves the step while the others go on; else the error is raised."""
+
+    def guarded(d: Decoder, work: Callable[[], int | None]) -> int | None:
+        if failed is None:
+            return work()
+        try:
+            return work()
+        except Exception as exc:
+            failed(d, exc)
+            return None
+
+    taken = [(d, token) for d in decoders if (token := guarded(d, d.take)) is not None]
     if taken:
         model = taken[0][0].model
         if any(d.model is not model for d, _ in taken):
@@ -229,7 +242,7 @@ def step_together(decoders: Sequence[Decoder]) -> list[bool]:
         with torch.inference_mode():
             logits = model.decode_batch([token for _, token in taken], [d.state for d, _ in taken])
         for row, (d, _) in enumerate(taken):
-            d.choose(logits[row])
+            guarded(d, lambda d=d, row=row: d.choose(logits[row]))
     return [d.done for d in decoders]
 
 

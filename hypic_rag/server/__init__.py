@@ -21,7 +21,8 @@ def serve(
     cache_url: str | None = None,
     mode: str = "hypic",
     max_queue: int = 64,
-    max_active: int = 8,
+    max_active: int = 16,
+    max_num_batched_tokens: int = 2048,
     log_level: str = "info",
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
@@ -41,6 +42,7 @@ def serve(
         default_mode=mode,
         max_queue=max_queue,
         max_active=max_active,
+        max_num_batched_tokens=max_num_batched_tokens,
         api_key=api_key,
         allowed_origins=allowed_origins,
     )

@@ -1,12 +1,15 @@
-"""The one thread that drives the engine, fed by a bounded queue.
+"""The one thread that drives the engine, fed by a bounded queue: a continuous-batching scheduler.
 
-The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. It
-schedules at the token, not the request: each turn it first admits every waiting request (up to
-``max_active`` at once) and runs its prompt to the first token, then decodes one token of each admitted
-request in turn. So a request that arrives while others are decoding waits for one decode step each, not for
-whole answers, and requests that share documents all hit the segment cache whatever order they arrive in (the
-first to be prefilled stores what the others then find). Decode steps are not batched into one forward: the
-runtime's request states are single-sequence. ``max_active=1`` serves requests one after another, whole.
+The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. Each
+step it first admits waiting requests, first come first served, and runs each prompt to its first token, then
+decodes one token of every admitted request in one forward (``decoding.step_together``). Admission stops at
+``max_active`` running requests or when the step's token budget (``max_num_batched_tokens``: a token for each
+running request's decode, and the prompt tokens each new request ran) is spent, so new prompts never hold the
+running requests' next token back by more than about one budget of prefill; the first waiting request is
+always admitted when there is room, so a prompt longer than the budget still runs. A request joins the batch at
+any step and leaves it at the step it finishes or is cancelled; requests that share documents all hit the
+segment cache whatever order they arrive in (the first to be prefilled stores what the others find).
+``max_active=1`` serves requests one after another, whole.
 
 Each request is a ``Job``: its engine arguments, a cancel flag the HTTP side sets when the client goes away,
 and the events (first token, text deltas, the finished output, or an error) handed back to the event loop.
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decoding import Generation
+from ..decoding import Decoder, Generation, step_together
 from ..engine import Engine
 
 FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
@@ -43,6 +46,7 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     run: Generation | None = None
+    prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model (the token budget's count)
     method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
 
     def emit(self, kind: str, payload: Any = None) -> None:
@@ -62,14 +66,25 @@ class EngineWorker:
         engine: Engine,
         *,
         max_queue: int = 64,
-        max_active: int = 8,
+        max_active: int = 16,
+        max_num_batched_tokens: int = 2048,
         queue_timeout_s: float = 120.0,
         observe: Callable[[Job, Any], None] | None = None,
+        observe_step: Callable[[int, int], None] | None = None,
     ) -> None:
+        """``observe(job, output)`` is told of each finished request, ``observe_step(running, tokens)`` of each
+        step: the requests it decoded and the tokens it ran (their decode tokens and the prompts admitted)."""
         if max_queue < 1 or max_active < 1:
             raise ValueError("max_queue and max_active must be >= 1")
+        if max_num_batched_tokens < max_active:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_active ({max_active}):"
+                " each running request takes a token of every step"
+            )
         self.engine = engine
         self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.observe_step = observe_step
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
         self.active: list[Job] = []
         self.observe = observe
@@ -101,25 +116,35 @@ class EngineWorker:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._admit()
-            for job in list(self.active):
-                self._step(job)
+            prefilled = self._admit()
+            if self.active:
+                running = len(self.active)
+                self._step_all()
+                if self.observe_step is not None:
+                    self.observe_step(running, running + prefilled)
 
-    def _admit(self) -> None:
-        while len(self.active) < self.max_active:
+    def _admit(self) -> int:
+        """Admit waiting requests within the step's budget; the prompt tokens their prefills ran."""
+        budget = self.max_num_batched_tokens - len(self.active)
+        used = admitted = 0
+        while len(self.active) < self.max_active and (admitted == 0 or used < budget):
             try:
-                job = self.queue.get(timeout=0.05) if not self.active else self.queue.get_nowait()
+                idle = not self.active and admitted == 0
+                job = self.queue.get(timeout=0.05) if idle else self.queue.get_nowait()
             except queue.Empty:
-                return
+                break
             if job.cancelled.is_set():
                 continue
             waited = time.perf_counter() - job.enqueued
             if waited > self.queue_timeout_s:
                 job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
                 continue
-            self._begin(job)
+            admitted += 1
+            if self._begin(job):
+                used += job.prefilled_tokens
+        return used
 
-    def _begin(self, job: Job) -> None:
+    def _begin(self, job: Job) -> bool:
         job.started = time.perf_counter()
         try:
             job.run = getattr(self.engine, job.method)(
@@ -129,22 +154,43 @@ class EngineWorker:
             )
         except Exception as exc:  # ValueError: bad input (400); anything else: a bug (500)
             job.emit(ERROR, exc)
-            return
+            return False
+        job.prefilled_tokens = job.run.stats.recomputed_tokens
         job.emit(FIRST, job.run)
         self.active.append(job)
-        self._step(job)  # the first token goes out at once
+        return True
 
-    def _step(self, job: Job) -> None:
-        assert job.run is not None
+    def _step_all(self) -> None:
+        """One token of every running request, in one forward; finished, cancelled and failed ones leave."""
+        jobs = {id(job.run.decoder): job for job in self.active if job.run is not None}
+        failures: dict[int, Exception] = {}
+
+        def failed(decoder: Decoder, exc: Exception) -> None:
+            failures[id(decoder)] = exc
+
         try:
-            done = job.run.step()
-            output = job.run.output() if done else None
+            done = step_together([job.run.decoder for job in self.active if job.run is not None], failed)
+        except Exception as exc:  # the batch's forward itself: every request in it fails
+            for job in self.active:
+                job.emit(ERROR, exc)
+            self.active.clear()
+            return
+        for key, finished in zip(list(jobs), done, strict=True):
+            job = jobs[key]
+            if key in failures:
+                self.active.remove(job)
+                job.emit(ERROR, failures[key])
+            elif finished:
+                self._finish(job)
+
+    def _finish(self, job: Job) -> None:
+        assert job.run is not None
+        self.active.remove(job)
+        try:
+            output = job.run.output()
         except Exception as exc:
-            self.active.remove(job)
             job.emit(ERROR, exc)
             return
-        if done:
-            self.active.remove(job)
-            if self.observe is not None:
-                self.observe(job, output)
-            job.emit(DONE, output)
+        if self.observe is not None:
+            self.observe(job, output)
+        job.emit(DONE, output)
