@@ -157,15 +157,15 @@ def timed_stream(
     client: httpx.Client, url: str, messages: list[dict], mode: str, max_tokens: int, timeout: float = 600
 ) -> tuple[float, float, int]:
     """Seconds to the first streamed chunk and to the last, and the tokens generated."""
-    first, last, tokens, _ = _stream(client, url, messages, mode, max_tokens, timeout)
+    first, last, tokens, _, _ = _stream(client, url, messages, mode, max_tokens, timeout)
     return first, last, tokens
 
 
 def _stream(
     client: httpx.Client, url: str, messages: list[dict], mode: str, max_tokens: int, timeout: float = 600
-) -> tuple[float, float, int, float]:
-    """Seconds to the first streamed chunk and to the last, the tokens generated, and the engine's own prefill
-    seconds (its ``ttft_s``: the prompt's forward, without queueing or HTTP)."""
+) -> tuple[float, float, int, float, str]:
+    """Seconds to the first streamed chunk and to the last, the tokens generated, the engine's own prefill
+    seconds (its ``ttft_s``: the prompt's forward, without queueing or HTTP) and the answer's text."""
     body = {
         "model": MODEL,
         "messages": messages,
@@ -177,18 +177,23 @@ def _stream(
     start = time.perf_counter()
     tokens, prefill = 0, float("nan")
     first = None
+    text: list[str] = []
     with client.stream("POST", url + "/v1/chat/completions", json=body, timeout=timeout) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{response.status_code}: {response.read().decode()}")
         for line in response.iter_lines():  # read to the end, so the next request finds the engine idle
             if first is None and line.startswith("data: "):
                 first = time.perf_counter() - start
-            if line.startswith('data: {"id"') and '"usage": {' in line:
-                final = json.loads(line[6:])
-                tokens, prefill = final["usage"]["completion_tokens"], final["hypic"]["ttft_s"]
+            if not line.startswith('data: {"id"'):
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices") or ():
+                text.append((choice.get("delta") or {}).get("content") or "")
+            if chunk.get("usage"):
+                tokens, prefill = chunk["usage"]["completion_tokens"], chunk["hypic"]["ttft_s"]
     if first is None:
         raise RuntimeError("the stream ended without a chunk")
-    return first, time.perf_counter() - start, tokens, prefill
+    return first, time.perf_counter() - start, tokens, prefill, "".join(text)
 
 
 def metric(url: str, name: str) -> float:
@@ -216,7 +221,7 @@ def measure_service(
                 if c and mode != "full":
                     ttft(client, url, corpus.messages(cached if mode == "prefix" else cached[::-1]), mode)
                 prompt = cached + [next(fresh) for _ in range(k - c)]
-                first, _, _, prefill = _stream(client, url, corpus.messages(prompt), mode, 1)
+                first, _, _, prefill, _ = _stream(client, url, corpus.messages(prompt), mode, 1)
                 times.append(first)
                 prefills.append(prefill)
                 stored += k
@@ -247,7 +252,7 @@ def probe(
                 time.sleep(delay)
             try:
                 lag = time.perf_counter() - (start + arrivals[i])  # the load generator's own delay, if any
-                first, _, _, prefills[i] = _stream(client, url, bodies[i], mode, 1, timeout=time_limit)
+                first, _, _, prefills[i], _ = _stream(client, url, bodies[i], mode, 1, timeout=time_limit)
                 results[i] = lag + first
             except Exception as exc:  # a failed request is reported, never dropped
                 errors.append(f"{type(exc).__name__}: {exc}")
@@ -421,7 +426,7 @@ def concurrency(
     layers: int = 2,
     clients: int = 16,
     max_tokens: int = 32,
-    actives: Sequence[int] = (1, 8),
+    actives: Sequence[int] = (1, 16),
     traffic: Traffic | None = None,
     threads: int = 1,
     seed: int = 0,
@@ -429,13 +434,15 @@ def concurrency(
     shapes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``clients`` requests sent at once (the same k documents, each in its own order, and its own question),
-    served with each ``max_active``: 1 answers them one after another, whole; more admits them together and
-    decodes a token of each in turn. TTFT and end-to-end times per request, over HTTP, documents warm."""
+    served with each ``max_active``: 1 answers them one after another, whole, each request alone; more decodes
+    every admitted request in one forward a step (continuous batching). TTFT and end-to-end times per request,
+    over HTTP, documents warm; each answer is checked against the same request's under ``max_active`` 1."""
     traffic = traffic or default_traffic()
 
     rng = random.Random(seed)
     orders = [rng.sample(range(traffic.k), traffic.k) for _ in range(clients)]
     report: dict[str, Any] = {"clients": clients, "max_tokens": max_tokens, "layers": layers, "runs": {}}
+    answers: dict[int, list[str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
         corpus = Corpus.of(checkpoint, traffic, seed)
@@ -446,17 +453,20 @@ def concurrency(
                     timed_stream(client, url, corpus.messages(list(range(traffic.k))), "hypic", 1)  # warm the docs
                 start = time.perf_counter()
 
-                def one(body: list[dict], start: float = start, url: str = url) -> tuple[float, float, int]:
+                def one(body: list[dict], start: float = start, url: str = url) -> tuple[float, float, int, str]:
                     with httpx.Client() as client:
                         lag = time.perf_counter() - start
-                        first, last, tokens = timed_stream(client, url, body, "hypic", max_tokens)
-                        return lag + first, lag + last, tokens
+                        first, last, tokens, _, text = _stream(client, url, body, "hypic", max_tokens)
+                        return lag + first, lag + last, tokens, text
 
                 with ThreadPoolExecutor(clients) as pool:
                     rows = list(pool.map(one, bodies))
                 wall = time.perf_counter() - start
+                steps = metric(url, "hypic_batch_size_count")
+                mean_batch = metric(url, "hypic_batch_size_sum") / max(1.0, steps)
             firsts, lasts = [r[0] for r in rows], [r[1] for r in rows]
             tokens = sum(r[2] for r in rows)
+            answers[active] = [r[3] for r in rows]
             run = {
                 "mean_ttft_s": statistics.mean(firsts),
                 "p90_ttft_s": percentile(firsts, 90),
@@ -465,13 +475,21 @@ def concurrency(
                 "wall_s": wall,
                 "generated_tokens": tokens,
                 "tokens_per_s": tokens / wall,
+                "engine_steps": steps,
+                "mean_batch_size": mean_batch,
             }
+            if min(actives) in answers:
+                same = sum(a == b for a, b in zip(answers[active], answers[min(actives)], strict=True))
+                run[f"answers_equal_to_max_active_{min(actives)}"] = f"{same}/{clients}"
             report["runs"][str(active)] = run
             log(
                 f"  max_active {active}: TTFT mean {run['mean_ttft_s']:.2f}s, P90 {run['p90_ttft_s']:.2f}s, "
                 f"max {run['max_ttft_s']:.2f}s; end-to-end mean {run['mean_e2e_s']:.2f}s; "
-                f"{clients} answers in {wall:.2f}s ({run['tokens_per_s']:.1f} tokens/s)"
+                f"{clients} answers in {wall:.2f}s ({run['tokens_per_s']:.1f} tokens/s, mean batch {mean_batch:.1f})"
             )
+    first, last = (report["runs"][str(a)]["tokens_per_s"] for a in (actives[0], actives[-1]))
+    report["tokens_per_s_ratio"] = last / first
+    log(f"tokens/s, max_active {actives[-1]} over {actives[0]}: {last / first:.2f}x")
     return report
 
 
@@ -555,7 +573,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="service-time measurements per point (median)")
     parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
     parser.add_argument(
-        "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 8"
+        "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 16"
     )
     parser.add_argument(
         "--replicas", action="store_true", help="instead: the hit ratio of 2 replicas with and without shared Redis"
