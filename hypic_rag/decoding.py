@@ -3,7 +3,7 @@ decode loop that continues a prefilled request state one token at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -244,6 +244,34 @@ def step_together(
         for row, (d, _) in enumerate(taken):
             guarded(d, lambda d=d, row=row: d.choose(logits[row]))
     return [d.done for d in decoders]
+
+
+class Prefilling:
+    """A request whose prompt runs a chunk at a time (``Engine.start(..., prefill_chunk=n)``), so that a long cold
+    prompt holds the requests decoding beside it back by one chunk, not by its whole prefill. ``advance`` runs
+    the next chunk and returns the prompt tokens it ran; once the prompt is in, ``generation`` is the started
+    request, as ``Engine.start`` without chunks returns it."""
+
+    thinking_open: bool = False  # passed on to the generation (see ``Generation``)
+    answer_prefix: str = ""
+
+    def __init__(self, steps: Generator[int, None, Generation]) -> None:
+        self._steps = steps
+        self._ran = 0
+        self.generation: Generation | None = None
+
+    def advance(self) -> int:
+        """Run the next chunk; the prompt tokens it ran through the model."""
+        if self.generation is not None:
+            raise ValueError("the prompt is already in")
+        try:
+            ran = next(self._steps)
+        except StopIteration as stop:
+            self.generation = stop.value
+            self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
+            ran = max(0, self.generation.stats.recomputed_tokens - self._ran)  # the last chunk's
+        self._ran += ran
+        return ran
 
 
 class Generation:

@@ -107,3 +107,24 @@ def test_chat_batch_equals_each_chat_alone(engine):
         _same(g, w)
     with pytest.raises(ValueError, match="conversations must be a list"):
         engine.chat_batch("hello")
+
+
+@pytest.mark.parametrize("mode", ["full", "prefix", "hypic"])
+def test_a_prompt_run_a_chunk_at_a_time_answers_as_whole(mode):
+    engine = Engine.from_pretrained(min_cached_tokens=0)
+    docs, query = DOCS * 3, "Where does Ana live?"
+    whole = engine.generate(docs, query, mode=mode, max_new_tokens=TOKENS)
+    engine.clear_cache()
+    pending = engine.start(docs, query, mode=mode, max_new_tokens=TOKENS, prefill_chunk=16)
+    chunks = []
+    while pending.generation is None:
+        chunks.append(pending.advance())
+    out = pending.generation.run()
+    assert out.token_ids == whole.token_ids
+    assert sum(chunks) == out.stats["recomputed_tokens"] == whole.stats["recomputed_tokens"]
+    if mode == "hypic":  # a cold segment a chunk, then one forward of the seams and the query
+        assert len(chunks) == len(docs) + 1
+    else:
+        assert max(chunks) <= 16 and len(chunks) >= whole.stats["prompt_tokens"] // 16
+    with pytest.raises(ValueError, match="prefill_chunk must be a positive"):
+        engine.start(docs, query, prefill_chunk=0)

@@ -1,12 +1,13 @@
 """The one thread that drives the engine, fed by a bounded queue: a continuous-batching scheduler.
 
 The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. Each
-step it first admits waiting requests, first come first served, and runs each prompt to its first token, then
-decodes one token of every admitted request in one forward (``decoding.step_together``). Admission stops at
-``max_active`` running requests or when the step's token budget (``max_num_batched_tokens``: a token for each
-running request's decode, and the prompt tokens each new request ran) is spent, so new prompts never hold the
-running requests' next token back by more than about one budget of prefill; the first waiting request is
-always admitted when there is room, so a prompt longer than the budget still runs. A request joins the batch at
+step it first runs prompts, first come first served, then decodes one token of every running request in one
+forward (``decoding.step_together``). A prompt runs in chunks of at most ``max_num_batched_tokens`` tokens
+(``Engine.start(prefill_chunk=...)``: in-context tokens cut at that size, a composed prompt's cold segments one
+a chunk), one prompt at a time; the step runs chunks while its budget (``max_num_batched_tokens``, less a token
+for each running request's decode) lasts, and always one, so a long cold prompt holds the others' next token
+back by one chunk, not by its whole prefill. A request whose prompt is in joins the running batch, up to
+``max_active``. A request joins the batch at
 any step and leaves it at the step it finishes or is cancelled; requests that share documents all hit the
 segment cache whatever order they arrive in (the first to be prefilled stores what the others find).
 ``max_active=1`` serves requests one after another, whole.
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decoding import Decoder, Generation, step_together
+from ..decoding import Decoder, Generation, Prefilling, step_together
 from ..engine import Engine
 
 FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
@@ -46,6 +47,7 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     run: Generation | None = None
+    pending: Prefilling | None = None  # its prompt, while it runs a chunk a step
     prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model (the token budget's count)
     method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
 
@@ -87,6 +89,7 @@ class EngineWorker:
         self.observe_step = observe_step
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
         self.active: list[Job] = []
+        self.prefilling: Job | None = None  # the one request whose prompt is running, a chunk a step
         self.observe = observe
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hypic-engine", daemon=True)
@@ -124,41 +127,70 @@ class EngineWorker:
                     self.observe_step(running, running + prefilled)
 
     def _admit(self) -> int:
-        """Admit waiting requests within the step's budget; the prompt tokens their prefills ran."""
+        """Run prompts, first come first served, a chunk at a time, while the step's budget lasts (always one
+        chunk); the prompt tokens they ran. A request whose prompt is in joins the running batch."""
         budget = self.max_num_batched_tokens - len(self.active)
-        used = admitted = 0
-        while len(self.active) < self.max_active and (admitted == 0 or used < budget):
+        used = 0
+        while len(self.active) < self.max_active and (used == 0 or used < budget):
+            if self.prefilling is None:
+                job = self._next(wait=not self.active and used == 0)
+                if job is None:
+                    break
+                if not self._begin(job):
+                    continue
+            used += self._advance()
+        return used
+
+    def _next(self, wait: bool) -> Job | None:
+        """The next waiting request still wanted, or None when there is none."""
+        while True:
             try:
-                idle = not self.active and admitted == 0
-                job = self.queue.get(timeout=0.05) if idle else self.queue.get_nowait()
+                job = self.queue.get(timeout=0.05) if wait else self.queue.get_nowait()
             except queue.Empty:
-                break
+                return None
             if job.cancelled.is_set():
                 continue
             waited = time.perf_counter() - job.enqueued
             if waited > self.queue_timeout_s:
                 job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
                 continue
-            admitted += 1
-            if self._begin(job):
-                used += job.prefilled_tokens
-        return used
+            return job
 
     def _begin(self, job: Job) -> bool:
         job.started = time.perf_counter()
         try:
-            job.run = getattr(self.engine, job.method)(
+            job.pending = getattr(self.engine, job.method)(
                 **job.arguments,
                 on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
                 cancelled=job.cancelled.is_set,
+                prefill_chunk=self.max_num_batched_tokens,
             )
         except Exception as exc:  # ValueError: bad input (400); anything else: a bug (500)
             job.emit(ERROR, exc)
             return False
-        job.prefilled_tokens = job.run.stats.recomputed_tokens
-        job.emit(FIRST, job.run)
-        self.active.append(job)
+        self.prefilling = job
         return True
+
+    def _advance(self) -> int:
+        """One chunk of the prompt running; the tokens it ran. A cancelled request's prompt stops here."""
+        job = self.prefilling
+        assert job is not None and job.pending is not None
+        if job.cancelled.is_set():
+            self.prefilling = None
+            return 0
+        try:
+            ran = job.pending.advance()
+        except Exception as exc:
+            self.prefilling = None
+            job.emit(ERROR, exc)
+            return 0
+        job.prefilled_tokens += ran
+        if job.pending.generation is not None:
+            self.prefilling = None
+            job.run = job.pending.generation
+            job.emit(FIRST, job.run)
+            self.active.append(job)
+        return ran
 
     def _step_all(self) -> None:
         """One token of every running request, in one forward; finished, cancelled and failed ones leave."""

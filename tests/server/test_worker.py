@@ -107,3 +107,25 @@ def test_a_bad_request_fails_alone(engine, alone):
 def test_the_budget_must_cover_a_step_of_every_running_request(engine):
     with pytest.raises(ValueError, match="at least max_active"):
         EngineWorker(engine, max_active=8, max_num_batched_tokens=4)
+
+
+LONG = [Segment(f"Note {i}: the ferry to the island leaves from pier {i} at {i} past the hour. ") for i in range(12)]
+
+
+def test_a_long_cold_prompt_runs_a_chunk_a_step_while_the_others_decode(engine):
+    chunk = 32
+    engine.clear_cache()
+    long_alone = engine.start(LONG, "When does the ferry leave?", max_new_tokens=6, mode="full").run()
+    prompt_tokens = long_alone.stats["prompt_tokens"]
+    assert prompt_tokens > 6 * chunk
+    short = [_arguments(q, max_new_tokens=40) for q in QUERIES[:2]]
+    short_alone = [engine.start(**a).run() for a in short]
+    long = _arguments("When does the ferry leave?", mode="full", max_new_tokens=6)
+    long["segments"] = LONG
+    results, steps = _serve(engine, [*short, long], max_active=3, max_num_batched_tokens=chunk)
+    assert [out.token_ids for _, out in results] == [w.token_ids for w in [*short_alone, long_alone]]
+    # The first step runs the two short prompts; then the long one runs in chunks of at most 32 tokens, each in
+    # a step that decodes the requests running (a step is recorded only when some are).
+    prefill = [tokens - running for running, tokens in steps[1:] if tokens > running]
+    assert all(ran <= chunk for ran in prefill)
+    assert sum(prefill) >= prompt_tokens - chunk and len(prefill) >= prompt_tokens // chunk
