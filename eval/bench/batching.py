@@ -31,7 +31,7 @@ def _prefilled(model: Any, batch: int, prompt_tokens: int, seed: int) -> tuple[l
     states, tokens = [], []
     for _ in range(batch):
         state = model.new_state()
-        ids = torch.randint(3, model.config.vocab_size, (1, prompt_tokens), generator=gen)
+        ids = torch.randint(3, model.config.vocab_size, (1, prompt_tokens), generator=gen).to(model.device)
         tokens.append(int(model(ids, state=state, logits_to_keep=1)[0, -1].argmax()))
         states.append(state)
     return states, tokens
@@ -39,13 +39,16 @@ def _prefilled(model: Any, batch: int, prompt_tokens: int, seed: int) -> tuple[l
 
 def _seconds(model: Any, states: list[Any], tokens: list[int], steps: int, serial: bool) -> tuple[float, list[int]]:
     """Seconds for ``steps`` decode steps of these requests (``serial``: a forward each), and their next tokens."""
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         if serial:
             pairs = zip(tokens, states, strict=True)
-            tokens = [int(model(torch.tensor([[t]]), state=s)[0, -1].argmax()) for t, s in pairs]
+            tokens = [int(model(torch.tensor([[t]], device=model.device), state=s)[0, -1].argmax()) for t, s in pairs]
         else:
             tokens = model.decode_batch(tokens, states).argmax(-1).tolist()
+    sync()
     return time.perf_counter() - start, tokens
 
 
@@ -57,10 +60,12 @@ def run(
     repeats: int = 3,
     log: Callable[[str], None] = print,
     shapes: dict[str, Any] | None = None,
+    **load: Any,
 ) -> dict[str, Any]:
     """Each round times every batch size once, in turn (this shared machine's speed drifts: rounds spread it over
     all of them), and each size keeps its best round. The requests are prefilled once; a batch of ``b`` decodes
-    the first ``b`` of them, which go on from wherever the rounds before left them."""
+    the first ``b`` of them, which go on from wherever the rounds before left them. ``load``: the model's device
+    and dtype (default CPU, fp32)."""
     if min(*layers, *batches, prompt_tokens, steps, repeats) < 1:
         raise ValueError("layers, batches, prompt_tokens, steps and repeats must be >= 1")
     report: dict[str, Any] = {
@@ -72,7 +77,7 @@ def run(
         "layers": {},
     }
     for n in layers:
-        model = random_model(layer_shapes(n, shapes))
+        model = random_model(layer_shapes(n, shapes), **load)
         best: dict[str, float] = {}
         with torch.inference_mode():
             states, tokens = _prefilled(model, max(batches), prompt_tokens, seed=n)
