@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past that, 429")
     srv.add_argument("--max-active", type=int, default=16, help="requests decoded together, in one forward a step")
     srv.add_argument(
+        "--queue-timeout", type=float, default=120.0, help="seconds a request may wait for the engine; past that, 429"
+    )
+    srv.add_argument(
         "--max-num-batched-tokens",
         type=int,
         default=2048,
@@ -252,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_queue=args.max_queue,
                 max_active=args.max_active,
                 max_num_batched_tokens=args.max_num_batched_tokens,
+                queue_timeout_s=args.queue_timeout,
                 log_level=args.log_level,
                 dtype=args.dtype,
                 device=args.device,

@@ -1,4 +1,4 @@
-"""One prepared run for a single GPU (about 8 minutes on an H200), every figure side by side:
+"""One prepared run for a single GPU (sized to fit 8 minutes on an H200), every figure side by side:
 
     python -m hypic_rag.eval.bench.gpu --json bench-gpu.json
 

@@ -122,6 +122,7 @@ def running_server(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--model", str(checkpoint), "--port", str(port)]
     command += ["--served-model-name", MODEL, "--max-queue", "4096", "--max-active", str(max_active)]
+    command += ["--queue-timeout", "3600"]  # a loaded machine's serial run must not turn into 429s
     command += ["--log-level", "warning"] + (["--cache-url", cache_url] if cache_url else [])
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

@@ -23,6 +23,7 @@ def serve(
     max_queue: int = 64,
     max_active: int = 16,
     max_num_batched_tokens: int = 2048,
+    queue_timeout_s: float = 120.0,
     log_level: str = "info",
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
@@ -43,6 +44,7 @@ def serve(
         max_queue=max_queue,
         max_active=max_active,
         max_num_batched_tokens=max_num_batched_tokens,
+        queue_timeout_s=queue_timeout_s,
         api_key=api_key,
         allowed_origins=allowed_origins,
     )
