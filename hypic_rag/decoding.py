@@ -137,6 +137,7 @@ class Decoder:
         self.text: str | None = None  # set when a stop string cut the text
         self.finish: str | None = None
         self._next = first
+        self._held: int | None = None  # taken early (``take_now``), for the next ``take`` to return
         self._emitted = 0
 
     @property
@@ -157,6 +158,9 @@ class Decoder:
         """Take the next token and return it, for the model to run next (``choose`` then gets the logits after
         it); None once finished. ``step`` is ``take`` and ``choose`` around one forward; ``step_together``
         runs many decoders' tokens in one."""
+        if self._held is not None:
+            token, self._held = self._held, None
+            return token
         if self.finish is not None:
             return None
         if self.cancelled is not None and self.cancelled():
@@ -177,6 +181,12 @@ class Decoder:
             self._end("context")
             return None
         return token
+
+    def take_now(self) -> None:
+        """Take the next token now, so its text goes out at once; the next ``take`` returns it. A server does this
+        when a prompt is in, so the first token does not wait for the step that decodes it."""
+        if self._held is None:
+            self._held = self.take()
 
     def choose(self, logits: torch.Tensor) -> None:
         """Choose the token after the one ``take`` returned, from the logits ``[V]`` the model gave for it."""

@@ -128,3 +128,13 @@ def test_a_prompt_run_a_chunk_at_a_time_answers_as_whole(mode):
         assert max(chunks) <= 16 and len(chunks) >= whole.stats["prompt_tokens"] // 16
     with pytest.raises(ValueError, match="prefill_chunk must be a positive"):
         engine.start(docs, query, prefill_chunk=0)
+
+
+def test_a_token_taken_early_goes_out_at_once_and_is_decoded_next(engine, alone):
+    segments, query, options = REQUESTS[0]
+    seen: list[int] = []
+    run = engine.start(segments, query, max_new_tokens=TOKENS, on_token=lambda i, _d: seen.append(i), **options)
+    run.decoder.take_now()
+    run.decoder.take_now()  # already held: takes nothing more
+    assert seen == alone[0].token_ids[:1]
+    _same(run.run(), alone[0])

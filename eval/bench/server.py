@@ -232,9 +232,17 @@ def measure_service(
 
 
 def probe(
-    url: str, corpus: Corpus, requests: list[list[int]], mode: str, qps: float, seed: int, time_limit: float
+    url: str,
+    corpus: Corpus,
+    requests: list[list[int]],
+    mode: str,
+    qps: float,
+    seed: int,
+    time_limit: float,
+    max_tokens: int = 1,
 ) -> dict[str, Any]:
-    """``requests`` at Poisson arrivals at ``qps``; TTFT measured from each one's scheduled arrival."""
+    """``requests`` at Poisson arrivals at ``qps``; TTFT measured from each one's scheduled arrival, and, for
+    answers of more than one token, TPOT (time per output token after the first)."""
     rng = random.Random(seed + 7)
     arrivals, clock = [], 0.0
     for _ in requests:
@@ -242,6 +250,7 @@ def probe(
         arrivals.append(clock)
     bodies = [corpus.messages(docs) for docs in requests]  # built before the clock starts
     results: list[float | None] = [None] * len(requests)
+    tpots: list[float | None] = [None] * len(requests)
     prefills: list[float] = [float("nan")] * len(requests)
     errors: list[str] = []
     start = time.perf_counter()
@@ -253,8 +262,10 @@ def probe(
                 time.sleep(delay)
             try:
                 lag = time.perf_counter() - (start + arrivals[i])  # the load generator's own delay, if any
-                first, _, _, prefills[i], _ = _stream(client, url, bodies[i], mode, 1, timeout=time_limit)
+                first, last, tokens, prefills[i], _ = _stream(client, url, bodies[i], mode, max_tokens, time_limit)
                 results[i] = lag + first
+                if tokens > 1:
+                    tpots[i] = (last - first) / (tokens - 1)
             except Exception as exc:  # a failed request is reported, never dropped
                 errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -262,11 +273,13 @@ def probe(
         list(pool.map(one, range(len(requests))))
     done = [t for t in results[len(requests) // 10 :] if t is not None]
     p90 = percentile(done, 90) if done else float("inf")
+    per_token = [t for t in tpots[len(requests) // 10 :] if t is not None]
     kept = [t for t in prefills[len(requests) // 10 :] if t == t]
     return {
         "qps": qps,
         "requests": len(requests),
         "p90_ttft_s": p90,
+        "p90_tpot_s": percentile(per_token, 90) if per_token else None,
         "mean_engine_prefill_s": statistics.mean(kept) if kept else float("nan"),
         "errors": errors,
         "wall_s": time.perf_counter() - start,
@@ -288,15 +301,18 @@ class Probes:
         capacity: int,
         slo: float,
         seed: int,
+        max_tokens: int = 1,
+        tpot_slo: float | None = None,
     ) -> None:
         self.url, self.corpus, self.mode, self.stream = url, corpus, mode, stream
         self.warmup, self.requests, self.service, self.capacity = warmup, requests, service, capacity
-        self.slo, self.seed = slo, seed
+        self.slo, self.seed, self.max_tokens, self.tpot_slo = slo, seed, max_tokens, tpot_slo
 
     def run(self, qps: float, i: int, log: Callable[[str], None]) -> dict[str, Any]:
         begin = self.warmup + i * self.requests
         batch = self.stream[begin : begin + self.requests]
-        row = probe(self.url, self.corpus, batch, self.mode, qps, self.seed + i, time_limit=max(60.0, 20 * self.slo))
+        limit = max(60.0, 20 * self.slo + self.max_tokens * 20 * (self.tpot_slo or 0.0))
+        row = probe(self.url, self.corpus, batch, self.mode, qps, self.seed + i, limit, self.max_tokens)
         # The simulator on the same requests at the same QPS, from the cache the live run had.
         cache = CacheModel(self.mode, self.capacity)
         for docs in self.stream[:begin]:
@@ -304,12 +320,14 @@ class Probes:
         row["predicted_p90_ttft_s"], row["predicted_mean_service_s"] = _predict(
             cache, self.service, batch, qps, self.seed + i
         )
-        row["ok"] = not row["errors"] and row["p90_ttft_s"] <= self.slo
+        tpot_ok = self.tpot_slo is None or (row["p90_tpot_s"] is not None and row["p90_tpot_s"] <= self.tpot_slo)
+        row["ok"] = not row["errors"] and row["p90_ttft_s"] <= self.slo and tpot_ok
         log(
             f"  {self.mode:<7} {qps:7.3f} QPS: P90 TTFT {row['p90_ttft_s']:.3f}s live, "
             f"{row['predicted_p90_ttft_s']:.3f}s simulated; mean prefill in the engine "
-            f"{row['mean_engine_prefill_s']:.3f}s, simulated service {row['predicted_mean_service_s']:.3f}s; "
-            f"{len(row['errors'])} errors -> {'within' if row['ok'] else 'over'} the SLO"
+            f"{row['mean_engine_prefill_s']:.3f}s, simulated service {row['predicted_mean_service_s']:.3f}s"
+            + (f"; P90 TPOT {row['p90_tpot_s']:.3f}s" if row["p90_tpot_s"] is not None else "")
+            + f"; {len(row['errors'])} errors -> {'within' if row['ok'] else 'over'} the SLO"
         )
         return row
 
@@ -346,11 +364,19 @@ def run(
     seed: int = 0,
     log: Callable[[str], None] = print,
     shapes: dict[str, Any] | None = None,
+    max_tokens: int = 1,
+    tpot_slo_factor: float = 3.0,
 ) -> dict[str, Any]:
+    """``max_tokens`` > 1: answers of that many tokens, and a probe is within the SLO only when its P90 TPOT is
+    within ``tpot_slo_factor`` x an idle ``full`` request's TPOT over HTTP too (each server step then decodes
+    every running answer together)."""
     traffic = traffic or default_traffic()
+    if max_tokens < 1 or tpot_slo_factor <= 0:
+        raise ValueError("max_tokens must be >= 1 and tpot_slo_factor > 0")
     if min(traffic.k, traffic.corpus - traffic.k, layers, requests, probes, repeats, threads) < 1 or slo_factor <= 0:
         raise ValueError("k, layers, requests, probes, repeats and threads must be >= 1, the corpus larger than k")
     service: dict[str, list[float]] = {}
+    tpot_slo = float("inf")
     engine_prefill: dict[str, list[float]] = {}
     per_entry: dict[str, float] = {}
     capacity: dict[str, int] = {"full": 1}
@@ -377,6 +403,15 @@ def run(
                 if mode == "full":
                     slo = slo_factor * service["full"][0]
                     log(f"SLO: P90 TTFT <= {slo:.3f}s ({slo_factor}x an idle full request over HTTP)")
+                    if max_tokens > 1:
+                        idle = []
+                        with httpx.Client() as client:
+                            for _ in range(repeats):
+                                docs = [next(fresh) for _ in range(traffic.k)]
+                                idle.append(timed_stream(client, url, corpus.messages(docs), "full", max_tokens))
+                        idle_tpot = statistics.median((last - first) / max(1, n - 1) for first, last, n in idle)
+                        tpot_slo = tpot_slo_factor * idle_tpot
+                        log(f"SLO: P90 TPOT <= {tpot_slo:.4f}s ({tpot_slo_factor}x an idle full request's)")
                 else:
                     tier = "memory" if mode == "hypic" else "prefix"
                     held = metric(url, f'hypic_cache_bytes{{tier="{tier}"}}')
@@ -389,13 +424,28 @@ def run(
                     for docs in stream[:warmup]:
                         ttft(client, url, corpus.messages(docs), mode)
                 runs: list[dict[str, Any]] = []
-                plan = Probes(url, corpus, mode, stream, warmup, requests, service[mode], capacity[mode], slo, seed)
+                plan = Probes(
+                    url,
+                    corpus,
+                    mode,
+                    stream,
+                    warmup,
+                    requests,
+                    service[mode],
+                    capacity[mode],
+                    slo,
+                    seed,
+                    max_tokens,
+                    tpot_slo if max_tokens > 1 else None,
+                )
 
                 def ok(q: float, plan: Probes = plan, runs: list = runs) -> bool:
                     runs.append(plan.run(q, len(runs), log))
                     return runs[-1]["ok"]
 
-                live, _ = live_max_qps(ok, predicted[mode], probes, log)
+                # A simulator that finds no QPS within the SLO (a noisy idle measurement) still leaves a probe to try.
+                guess = predicted[mode] if predicted[mode] > 0 else 1 / (4 * max(service[mode]))
+                live, _ = live_max_qps(ok, guess, probes, log)
                 results[mode] = {"live_max_qps": live, "simulated_max_qps": predicted[mode], "probes": runs}
                 log(f"  {mode:<7} max QPS live {live:.3f}, simulated {predicted[mode]:.3f}")
     live_ratio = {m: _ratio(results[m]["live_max_qps"], results["prefix"]["live_max_qps"]) for m in SIM_MODES}
@@ -407,6 +457,8 @@ def run(
         "layers": layers,
         "server_threads": threads,
         "slo_s": slo,
+        "max_tokens": max_tokens,
+        "tpot_slo_s": tpot_slo if max_tokens > 1 else None,
         "percentile": 90,
         "service_ttft_s": service,
         "engine_prefill_s": engine_prefill,
@@ -573,6 +625,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probes", type=int, default=4, help="live QPS probes per mode")
     parser.add_argument("--repeats", type=int, default=3, help="service-time measurements per point (median)")
     parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument("--max-tokens", type=int, default=1, help="answer length; above 1 a TPOT SLO applies too")
+    parser.add_argument("--tpot-slo-factor", type=float, default=3.0, help="x an idle full request's TPOT")
     parser.add_argument(
         "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 16"
     )
@@ -588,7 +642,16 @@ def main(argv: list[str] | None = None) -> None:
         report = replicas(args.layers, traffic=traffic, threads=args.threads)
     else:
         report = run(
-            traffic, args.layers, args.slo_factor, args.requests, args.warmup, args.probes, args.repeats, args.threads
+            traffic,
+            args.layers,
+            args.slo_factor,
+            args.requests,
+            args.warmup,
+            args.probes,
+            args.repeats,
+            args.threads,
+            max_tokens=args.max_tokens,
+            tpot_slo_factor=args.tpot_slo_factor,
         )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -189,6 +189,11 @@ class EngineWorker:
             self.prefilling = None
             job.run = job.pending.generation
             job.emit(FIRST, job.run)
+            try:
+                job.run.decoder.take_now()  # the first token goes out at once, not after the others' prompts
+            except Exception as exc:
+                job.emit(ERROR, exc)
+                return ran
             self.active.append(job)
         return ran
 
