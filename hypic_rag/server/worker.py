@@ -100,7 +100,7 @@ class EngineWorker:
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
-        for job in self.active:
+        for job in [*self.active, *([self.prefilling] if self.prefilling is not None else [])]:
             job.emit(ERROR, RuntimeError("the server is shutting down"))
         while not self.queue.empty():
             self.queue.get_nowait().emit(ERROR, RuntimeError("the server is shutting down"))
