@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--seam", type=float, default=None, help="seam tokens (>= 1) or fraction (< 1)")
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
+    ev.add_argument("--entry-dtype", default=None, help="cache entries kept in float32, bfloat16 or float16")
     ev.add_argument("--seams", type=_lengths, default=[], help="also run hypic at each of these seam widths")
     ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--max-active", type=int, default=8, help="requests decoded at once, a token each in turn")
     srv.add_argument("--prefill-workers", type=int, default=0, help="Ray actors that prefill cold segments")
     srv.add_argument("--dtype", default="float32")
+    srv.add_argument(
+        "--entry-dtype", default="float32", help="what cache entries are kept in: float32, bfloat16 or float16"
+    )
     srv.add_argument("--device", default="cpu")
     srv.add_argument("--log-level", default="info")
     srv.add_argument(
@@ -207,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                 options["seam"] = int(args.seam) if args.seam >= 1 else args.seam
             if args.min_cached_tokens is not None:
                 options["min_cached_tokens"] = args.min_cached_tokens
+            if args.entry_dtype is not None:
+                options["entry_dtype"] = args.entry_dtype
             workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
             engine = Engine.from_pretrained(args.model, **options)
             modes = args.modes.split(",")
@@ -245,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_active=args.max_active,
                 log_level=args.log_level,
                 dtype=args.dtype,
+                entry_dtype=args.entry_dtype,
                 device=args.device,
                 prefill_workers=args.prefill_workers,
                 api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,

@@ -27,6 +27,8 @@ from .cache import (
     module_fingerprint,
     segment_key,
 )
+from .cache.entry import entry_dtype as entry_dtype_of
+from .cache.keys import entry_fingerprint
 from .cache.lru import ByteLRU
 from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
@@ -123,6 +125,7 @@ class Engine:
         fuse_forwards: bool = True,
         flush_denormals: bool = True,
         prefill_pool: Any = None,
+        entry_dtype: str | torch.dtype = "float32",
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
@@ -138,7 +141,9 @@ class Engine:
         a tenth of the disk's free space, at most 8 GiB);
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
         long decays leave subnormal floats in its state, and CPU matmuls on them are many times slower;
-        values below 1.2e-38 become 0."""
+        values below 1.2e-38 become 0. ``entry_dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``) is what cache
+        entries are kept in (states, operators, KV; compute stays in the model's dtypes), part of their
+        fingerprint."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -169,15 +174,23 @@ class Engine:
         self.prefill_pool = prefill_pool  # ray_prefill.RayPrefill: cold misses prefilled across Ray actors
         if flush_denormals:
             torch.set_flush_denormal(True)
-        self.fingerprint = fingerprint or module_fingerprint(model)
+        self.entry_dtype = entry_dtype_of(entry_dtype)
+        self.fingerprint = entry_fingerprint(fingerprint or module_fingerprint(model), self.entry_dtype)
         disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
         self.cache_url = cache_url
         remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
         # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
         self.memory = ByteLRU(memory_bytes)
-        layout = EntryLayout.of(model)
+        layout = EntryLayout.of(model, self.entry_dtype)
         self.segment_store = SegmentStore(
-            self.fingerprint, self.memory, disk, device=model.device, layout=layout, remote=remote
+            self.fingerprint,
+            self.memory,
+            disk,
+            device=model.device,
+            layout=layout,
+            remote=remote,
+            entry_dtype=self.entry_dtype,
+            model_dtype=model.dtype,
         )
         self.prefix_store = PrefixStore(self.fingerprint, self.memory)
         self._grammar_tokenizers: dict[tuple[int, ...], GrammarTokenizer] = {}
@@ -362,7 +375,7 @@ class Engine:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
         stats.recomputed_tokens = filled + ran
-        stats.cache_bytes = sum(f.nbytes for f in found if f is not None)
+        stats.cache_bytes = sum(self.segment_store.held_nbytes(f) for f in found if f is not None)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         return logits, deferred
 
@@ -384,12 +397,11 @@ class Engine:
         fresh = pool.prefill(ids, widths) if pool is not None else prefill_isolated(self.model, ids, widths)
         out = []
         for (seg, had), made in zip(misses, fresh, strict=True):
-            if had is None:
-                self.segment_store.put(seg.key, made.entry)
-            if made.remainder is not None:
-                self.segment_store.put_remainder(seg.key, made.remainder)
-            entry = had.entry if had else made.entry
-            out.append(CachedSegment(entry, made.remainder if seg.remainder else None))
+            entry = had.entry if had else self.segment_store.put(seg.key, made.entry)
+            remainder = made.remainder
+            if remainder is not None:
+                remainder = self.segment_store.put_remainder(seg.key, remainder)
+            out.append(CachedSegment(entry, remainder if seg.remainder else None))
         return out
 
     @torch.inference_mode()

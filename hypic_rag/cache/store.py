@@ -12,6 +12,10 @@ Persistent tiers (``tier.BytesTier``) are looked up in order, the local disk the
 index, a server that is down) is bypassed: the failure is counted (``tier_errors``), logged once, and
 the tier is tried again after ``retry_s`` seconds; meanwhile requests are served from memory or
 recomputed.
+
+Entries are kept in ``entry_dtype`` in every tier (``entry.py``) and widened to the compute dtypes when handed out.
+One that does not fit its dtype (a float16 state past 65504) is not stored (``unstorable``) and its request uses it
+as computed.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, TypeVar
 import torch
 
 from .disk import ForeignPath, PickledValue
-from .entry import CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
+from .entry import CachedSegment, CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
 from .keys import remainder_key
 from .lru import ByteLRU, Space, memory_space
 from .tier import BytesTier, UnreadableKey
@@ -32,7 +36,7 @@ from .validate import EntryLayout
 E = TypeVar("E", SegmentEntry, RemainderEntry)
 log = logging.getLogger("hypic_rag.cache")
 TIERS = ("disk", "remote")  # the lookup order after memory
-COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors")
+COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors", "unstorable")
 
 
 class _Tier:
@@ -54,13 +58,18 @@ class SegmentStore:
         layout: EntryLayout | None = None,
         retry_s: float = 30.0,
         remote: BytesTier | None = None,
+        entry_dtype: torch.dtype = torch.float32,
+        model_dtype: torch.dtype = torch.float32,
     ) -> None:
         """Lookups go memory, then ``disk``, then ``remote`` (a shared tier), and a hit is copied to the faster
         tiers. Entries read from a tier are checked against ``layout`` (the model's) and placed on ``device``.
-        ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
+        ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own. Entries are
+        kept in ``entry_dtype`` and handed out in the compute dtypes (fp32 states, ``model_dtype`` KV); pass a
+        ``fingerprint`` that names the entry dtype (``keys.entry_fingerprint``)."""
         self.device = torch.device(device)
         self.fingerprint = fingerprint
         self.layout = layout
+        self.entry_dtype, self.model_dtype = entry_dtype, model_dtype
         self.retry_s = retry_s
         self._memory: Space[CacheEntry] = memory_space(memory, "segment")
         self._tiers: dict[str, _Tier] = {}
@@ -101,18 +110,23 @@ class SegmentStore:
             return None
         return entry
 
-    def put(self, key: str, entry: SegmentEntry) -> None:
-        self._put(key, entry)
+    def put(self, key: str, entry: SegmentEntry) -> SegmentEntry:
+        """Store ``entry``; returns it as a later ``get`` will give it (rounded to ``entry_dtype``)."""
+        return self._put(key, entry)
 
-    def put_remainder(self, key: str, entry: RemainderEntry) -> None:
-        self._put(remainder_key(key, entry.seam), entry)
+    def put_remainder(self, key: str, entry: RemainderEntry) -> RemainderEntry:
+        return self._put(remainder_key(key, entry.seam), entry)
+
+    def held_nbytes(self, cached: CachedSegment) -> int:
+        """The bytes the store keeps for a segment it handed out (in ``entry_dtype``)."""
+        return cached.nbytes_as(self.entry_dtype)
 
     def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E]) -> E | None:
         entry = self._memory.get(key)
         if entry is not None:
             if isinstance(entry, kind) and entry.token_ids == token_ids:
                 self.counters["memory_hits"] += 1
-                return entry
+                return self._widened(entry)
             self._memory.pop(key)
             self.counters["corrupt"] += 1
         faster: list[_Tier] = []
@@ -123,7 +137,7 @@ class SegmentStore:
                 self._memory.put(key, found)
                 for up in faster:  # promoted: the next lookup finds it nearer
                     self._call(up, lambda t, data=data: t.set(key, data))
-                return found
+                return self._widened(found)
             faster.append(tier)
         self.counters["misses"] += 1
         return None
@@ -174,13 +188,21 @@ class SegmentStore:
         for tier in self._tiers.values():
             self._call(tier, lambda t: t.delete(key))
 
-    def _put(self, key: str, entry: CacheEntry) -> None:
+    def _put(self, key: str, entry: E) -> E:
+        stored = entry.stored_as(self.entry_dtype)
+        if stored is not entry and not stored.finite():
+            self.counters["unstorable"] += 1
+            return entry
         self.counters["writes"] += 1
-        self._memory.put(key, entry)
+        self._memory.put(key, stored)
         if self._tiers:
-            data = entry.to_bytes(self.fingerprint)
+            data = stored.to_bytes(self.fingerprint)
             for tier in self._tiers.values():
                 self._call(tier, lambda t: t.set(key, data))
+        return self._widened(stored)
+
+    def _widened(self, entry: E) -> E:
+        return entry if self.entry_dtype == torch.float32 else entry.widened(self.model_dtype)
 
     def clear(self) -> None:
         self._memory.clear()

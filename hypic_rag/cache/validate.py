@@ -28,10 +28,10 @@ class EntryLayout:
     kv_heads: int
     head_dim: int
     vocab_size: int
-    dtypes: frozenset[torch.dtype]  # fp32 (states, operators) and the model's dtype (KV, conv tails)
+    dtypes: frozenset[torch.dtype]  # fp32 (states, operators), the model's dtype (KV, conv tails), the entry dtype
 
     @classmethod
-    def of(cls, model: HybridModel) -> EntryLayout:
+    def of(cls, model: HybridModel, entry_dtype: torch.dtype = torch.float32) -> EntryLayout:
         config = model.config
         shapes = {i: tuple(mixer.state_shapes().items()) for i, mixer in model.linear_mixers().items()}
         return cls(
@@ -40,7 +40,7 @@ class EntryLayout:
             kv_heads=config.num_key_value_heads,
             head_dim=config.head_dim,
             vocab_size=config.vocab_size,
-            dtypes=frozenset({torch.float32, model.dtype}),
+            dtypes=frozenset({torch.float32, model.dtype, entry_dtype}),
         )
 
     @property
