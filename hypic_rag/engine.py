@@ -126,6 +126,7 @@ class Engine:
         flush_denormals: bool = True,
         prefill_pool: Any = None,
         entry_dtype: str | torch.dtype = "float32",
+        cache_policy: str = "value",
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
@@ -143,7 +144,9 @@ class Engine:
         long decays leave subnormal floats in its state, and CPU matmuls on them are many times slower;
         values below 1.2e-38 become 0. ``entry_dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``) is what cache
         entries are kept in (states, operators, KV; compute stays in the model's dtypes), part of their
-        fingerprint."""
+        fingerprint; ``cache_policy`` is the memory tier's: ``"value"`` admits a segment that needs room only once
+        it recurs and evicts by prefill saved per byte, ``"lru"`` keeps the least recently used out
+        (``cache/lru.py``)."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -180,7 +183,7 @@ class Engine:
         self.cache_url = cache_url
         remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
         # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
-        self.memory = ByteLRU(memory_bytes)
+        self.memory = ByteLRU(memory_bytes, cache_policy)
         layout = EntryLayout.of(model, self.entry_dtype)
         self.segment_store = SegmentStore(
             self.fingerprint,
@@ -278,7 +281,7 @@ class Engine:
         segments = as_list(segments, "segments", "Segment", Segment)
         seg_ids = self._segments_ids(segments)
         query_ids = self.segment_ids(as_query(query))
-        prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments))
+        prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments), tuple(s.kind for s in segments))
         n = len(prompt.ids)
         if n == 0:
             raise ValueError("the prompt is empty: give at least one segment or a non-empty query")
@@ -321,7 +324,7 @@ class Engine:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
-            logits, deferred = self._prefill_composed(self.plan(prompt, mode, seam), state, stats)
+            logits, deferred = self._prefill_composed(self.plan(prompt, mode, seam), state, stats, prompt.kinds)
             return Prefilled(logits, state, stats, deferred)
         last = prompt.ids  # full: one forward over the whole prompt
         if mode == "prefix":
@@ -348,11 +351,11 @@ class Engine:
         stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
 
     def _prefill_composed(
-        self, plan: RequestPlan, state: RequestState, stats: RequestStats
+        self, plan: RequestPlan, state: RequestState, stats: RequestStats, kinds: Sequence[str] | None = None
     ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]]:
         """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
         the query: the next-token logits and the misses whose filling is deferred."""
-        found = self._lookup(plan)
+        found = self._lookup(plan, kinds)
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
         hits = sum(f is not None for f in found) - sum(had is not None for _, had in deferred)
@@ -379,12 +382,13 @@ class Engine:
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         return logits, deferred
 
-    def _lookup(self, plan: RequestPlan) -> list[CachedSegment | None]:
+    def _lookup(self, plan: RequestPlan, kinds: Sequence[str] | None = None) -> list[CachedSegment | None]:
         """Each cached segment's entry, with the remainder its plan composes when that is cached too."""
         out: list[CachedSegment | None] = []
         store = self.segment_store
-        for seg in plan.segments:
-            entry = store.get(seg.key, seg.ids) if seg.key is not None else None
+        for i, seg in enumerate(plan.segments):
+            kind = kinds[i] if kinds is not None else "segment"
+            entry = store.get(seg.key, seg.ids, kind) if seg.key is not None else None
             remainder = store.get_remainder(seg.key, seg.ids, seg.remainder) if entry and seg.remainder else None
             out.append(CachedSegment(entry, remainder) if entry is not None else None)
         return out
@@ -424,7 +428,7 @@ class Engine:
         # gives the prompt's first none)
         plan = replace(plan, segments=[replace(seg, remainder=seg.record_remainder) for seg in plan.segments])
         misses, seen = [], set()
-        for seg, found in zip(plan.segments, self._lookup(plan), strict=True):
+        for seg, found in zip(plan.segments, self._lookup(plan, [s.kind for s in segments]), strict=True):
             if _missing(seg, found) and seg.key not in seen:
                 misses.append((seg, found))
                 seen.add(seg.key)

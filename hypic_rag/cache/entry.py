@@ -155,6 +155,11 @@ class SegmentEntry:
         return len(self.token_ids)
 
     @property
+    def prefill_tokens(self) -> int:
+        """The tokens a hit saves prefilling: what the memory tier's value policy weighs it by."""
+        return len(self.token_ids)
+
+    @property
     def nbytes(self) -> int:
         return _tensors_nbytes(self.linear) + _tensors_nbytes(self.attention)
 
@@ -215,6 +220,10 @@ class RemainderEntry:
     @property
     def nbytes(self) -> int:
         return _tensors_nbytes(self.linear)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return len(self.token_ids) - self.seam
 
     def to(self, device: torch.device | str) -> RemainderEntry:
         moved = {i: LinearRemainder(e.b.to(device), e.p.to(device)) for i, e in self.linear.items()}

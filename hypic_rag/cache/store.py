@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Any, TypeVar
 
 import torch
@@ -75,6 +76,7 @@ class SegmentStore:
         self._tiers: dict[str, _Tier] = {}
         self.disk, self.remote = disk, remote
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.lookups: Counter[tuple[str, str]] = Counter()  # (segment kind, "hit" or "miss")
 
     @property
     def disk(self) -> BytesTier | None:
@@ -98,13 +100,16 @@ class SegmentStore:
             self._tiers[name] = _Tier(name, tier)
         self._tiers = {n: self._tiers[n] for n in TIERS if n in self._tiers}
 
-    def get(self, key: str, token_ids: tuple[int, ...]) -> SegmentEntry | None:
-        """The shared part of the segment cached under ``key``."""
-        return self._get(key, token_ids, SegmentEntry)
+    def get(self, key: str, token_ids: tuple[int, ...], kind: str = "segment") -> SegmentEntry | None:
+        """The shared part of the segment cached under ``key``; ``kind`` (the segment's: document, tool, turn)
+        counts the lookup in the hit ratio by kind."""
+        entry = self._get(key, token_ids, SegmentEntry, key)
+        self.lookups[kind, "hit" if entry is not None else "miss"] += 1
+        return entry
 
     def get_remainder(self, key: str, token_ids: tuple[int, ...], seam: int) -> RemainderEntry | None:
         """The remainder after ``seam`` tokens of the segment cached under ``key``."""
-        entry = self._get(remainder_key(key, seam), token_ids, RemainderEntry)
+        entry = self._get(remainder_key(key, seam), token_ids, RemainderEntry, key)
         if entry is not None and entry.seam != seam:
             self._drop(remainder_key(key, seam))
             return None
@@ -112,29 +117,30 @@ class SegmentStore:
 
     def put(self, key: str, entry: SegmentEntry) -> SegmentEntry:
         """Store ``entry``; returns it as a later ``get`` will give it (rounded to ``entry_dtype``)."""
-        return self._put(key, entry)
+        return self._put(key, entry, key)
 
     def put_remainder(self, key: str, entry: RemainderEntry) -> RemainderEntry:
-        return self._put(remainder_key(key, entry.seam), entry)
+        return self._put(remainder_key(key, entry.seam), entry, key)
 
     def held_nbytes(self, cached: CachedSegment) -> int:
         """The bytes the store keeps for a segment it handed out (in ``entry_dtype``)."""
         return cached.nbytes_as(self.entry_dtype)
 
-    def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E]) -> E | None:
-        entry = self._memory.get(key)
+    def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E], segment: str) -> E | None:
+        """``segment``: the key of the segment the entry belongs to, which the admission policy counts."""
+        entry = self._memory.get(key, segment)
         if entry is not None:
             if isinstance(entry, kind) and entry.token_ids == token_ids:
                 self.counters["memory_hits"] += 1
                 return self._widened(entry)
-            self._memory.pop(key)
+            self._memory.pop(key, "corrupt")
             self.counters["corrupt"] += 1
         faster: list[_Tier] = []
         for tier in self._tiers.values():
             found, data = self._read(tier, key, token_ids, kind)
             if found is not None:
                 self.counters[f"{tier.name}_hits"] += 1
-                self._memory.put(key, found)
+                self._memory.put(key, found, segment)
                 for up in faster:  # promoted: the next lookup finds it nearer
                     self._call(up, lambda t, data=data: t.set(key, data))
                 return self._widened(found)
@@ -184,17 +190,17 @@ class SegmentStore:
 
     def _drop(self, key: str) -> None:
         self.counters["corrupt"] += 1
-        self._memory.pop(key)
+        self._memory.pop(key, "corrupt")
         for tier in self._tiers.values():
             self._call(tier, lambda t: t.delete(key))
 
-    def _put(self, key: str, entry: E) -> E:
+    def _put(self, key: str, entry: E, segment: str) -> E:
         stored = entry.stored_as(self.entry_dtype)
         if stored is not entry and not stored.finite():
             self.counters["unstorable"] += 1
             return entry
         self.counters["writes"] += 1
-        self._memory.put(key, stored)
+        self._memory.put(key, stored, segment)
         if self._tiers:
             data = stored.to_bytes(self.fingerprint)
             for tier in self._tiers.values():
@@ -212,11 +218,21 @@ class SegmentStore:
     def __contains__(self, key: str) -> bool:
         return key in self._memory
 
+    def hit_ratio_by_kind(self) -> dict[str, float]:
+        """Per segment kind, the share of its entry lookups that some tier answered."""
+        kinds = {kind for kind, _ in self.lookups}
+        return {k: self.lookups[k, "hit"] / (self.lookups[k, "hit"] + self.lookups[k, "miss"]) for k in sorted(kinds)}
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "memory_entries": len(self._memory),
             "memory_bytes": self._memory.used,
             "evictions": self._memory.evictions,
+            "policy": self._memory.lru.policy,
+            "admitted": self._memory.lru.admitted,
+            "refused": dict(self._memory.lru.refused),
+            "evicted": dict(self._memory.lru.evicted),
+            "hit_ratio_by_kind": self.hit_ratio_by_kind(),
             **self.counters,
         }
         for tier in self._tiers.values():

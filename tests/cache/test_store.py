@@ -11,6 +11,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.cache import DiskCacheTier, EntryLayout, PickledValue, SegmentStore, segment_key
 from hypic_rag.cache.keys import entry_fingerprint
+from hypic_rag.cache.lru import ByteLRU
 
 from .test_entry import assert_same, make_entry, make_remainder
 
@@ -200,3 +201,23 @@ def test_a_float16_entry_out_of_range_is_not_stored_and_used_as_computed():
     store = SegmentStore(entry_fingerprint("fp", torch.float16), entry_dtype=torch.float16)
     assert store.put("k", entry) is entry
     assert "k" not in store and store.counters["unstorable"] == 1
+
+
+def test_a_one_off_segment_is_refused_under_pressure_and_admitted_once_it_recurs():
+    a, b, c = make_entry(1), make_entry(2), make_entry(3)
+    store = SegmentStore("fp", memory=ByteLRU(2 * a.nbytes, "value"))
+    for key, entry in (("a", a), ("b", b)):
+        for _ in range(3):
+            store.get(key, entry.token_ids, "document")
+        store.put(key, entry)
+    assert store.get("a", a.token_ids, "document") is a
+    assert store.get("c", c.token_ids, "tool") is None
+    assert store.put("c", c) is c  # handed back to its request, but not kept: seen once, it needs room
+    assert "c" not in store and "a" in store and "b" in store
+    assert store.stats()["refused"] == {"frequency": 1}
+    for _ in range(4):  # it recurs; lookups of its remainders count for the segment too
+        store.get_remainder("c", c.token_ids, 2)
+    store.put("c", c)
+    stats = store.stats()
+    assert "c" in store and stats["evicted"] == {"capacity": 1} and stats["policy"] == "value"
+    assert stats["hit_ratio_by_kind"] == {"document": 1 / 7, "tool": 0.0}
