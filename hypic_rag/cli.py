@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=None, help="runs per case, the best kept (default: 3 with --runtime, else 2)"
     )
     bench.add_argument(
-        "--sweep", choices=["length", "segments", "hits", "seam", "cold", "memory"], help="TTFT across one dimension"
+        "--sweep",
+        choices=["length", "segments", "hits", "seam", "cold", "memory", "flood"],
+        help="TTFT across one dimension; flood: pool hit ratio and TTFT of LRU against the value policy under one-off "
+        "documents (eval/bench/flood.py)",
     )
     bench.add_argument("--values", type=_numbers, default=None, help="the swept values (default: the sweep's own)")
     bench.add_argument("--total-tokens", type=int, default=8192, help="context tokens for segments/hits/seam/cold")
@@ -157,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             from hypic_rag.eval.bench.slo import run as run_slo
 
             _write_json(run_slo(layers=layers), args.json)
+            return 0
+        if args.sweep == "flood":
+            from hypic_rag.eval.bench import flood
+
+            report = flood.run(layers=layers)
+            _write_json(report, args.json)
+            if args.plot is not None:
+                print(f"wrote {flood.plot(report, args.plot)}")
             return 0
         if args.sweep:
             from hypic_rag.eval.bench.sweeps import plot, sweep
