@@ -129,6 +129,11 @@ class ByteLRU(Generic[V]):
             self._heap = [(p, o, k) for p, o, k in self._heap if self._priority.get(k) == p]
             heapq.heapify(self._heap)
 
+    def note(self, key: str) -> None:
+        """Count a lookup of ``key`` without reading it: a value not yet kept that a caller wanted."""
+        if self.sketch is not None:
+            self.sketch.increment(key)
+
     def get(self, key: str, seen_as: str | None = None) -> V | None:
         """The value, now most recently used (or ranked higher); None when absent. Counts the lookup."""
         if self.sketch is not None:
@@ -222,6 +227,9 @@ class Space(Generic[V]):
 
     def __init__(self, lru: ByteLRU[V], prefix: str) -> None:
         self.lru, self.prefix = lru, prefix
+
+    def note(self, key: str) -> None:
+        self.lru.note(self.prefix + key)
 
     def get(self, key: str, seen_as: str | None = None) -> V | None:
         return self.lru.get(self.prefix + key, self.prefix + (seen_as or key))

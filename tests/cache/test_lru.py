@@ -102,3 +102,12 @@ def test_the_sketch_counts_and_ages():
     for i in range(640):  # a period of other keys halves every counter
         sketch.increment(f"x{i}")
     assert sketch.estimate("hot") < 15
+
+
+def test_a_noted_lookup_counts_for_admission():
+    lru: ByteLRU[Entry] = ByteLRU(50, "value")
+    lru.get("old")
+    lru.put("old", Entry(50, 50))
+    for _ in range(2):
+        lru.space("p").note("new")  # wanted twice, never read: a prefix chain that recurs
+    assert lru.space("p").put("new", Entry(50, 50)) and "old" not in lru

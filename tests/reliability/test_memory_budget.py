@@ -49,3 +49,15 @@ def test_a_tiny_budget_still_answers_exactly(oracle):
 
     out = tiny.generate(segments(), QUESTION, max_new_tokens=1)
     assert tiny.memory.used == 0 and same(out.prompt_logits, oracle(DOCS))
+
+
+def test_a_recurring_prefix_is_admitted_under_pressure():
+    probe = engine()
+    probe.generate(_docs(0), QUESTION, max_new_tokens=1, mode="prefix")
+    full = engine(memory_bytes=probe.memory.used)  # room for one request's chain
+    full.generate(_docs(0), QUESTION, max_new_tokens=1, mode="prefix")  # kept: there was room
+    once = full.generate(_docs(1), QUESTION, max_new_tokens=1, mode="prefix")
+    assert once.stats["hit_segments"] == 0 and full.memory.refused["frequency"] > 0  # new: not let in
+    full.generate(_docs(1), QUESTION, max_new_tokens=1, mode="prefix")  # it recurs: let in
+    again = full.generate(_docs(1), QUESTION, max_new_tokens=1, mode="prefix")
+    assert again.stats["hit_segments"] > 0
