@@ -257,6 +257,41 @@ def compose_forms(form: str, p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor 
     return torch.stack(outs)
 
 
+@dataclass(frozen=True)
+class WYOperator:
+    """A Gated DeltaNet segment's operator in WY form, per head: ``P = gamma (I - W Y^T)``, ``gamma [H]`` the
+    product of the gates (scalars per head, so they factor out) and ``w, y [H, K, L]`` for ``L`` tokens. It holds
+    ``2 K L + 1`` numbers per head against the dense ``K^2``: smaller while ``L < K / 2``."""
+
+    gamma: torch.Tensor
+    w: torch.Tensor
+    y: torch.Tensor
+
+    def apply(self, s: torch.Tensor) -> torch.Tensor:
+        """``P S`` for states ``s [..., H, K, V]`` without forming ``P``: ``gamma (S - W (Y^T S))``."""
+        s = s.float()
+        inner = torch.matmul(self.y.transpose(-1, -2), s)
+        return self.gamma[:, None, None] * (s - torch.matmul(self.w, inner))
+
+    def dense(self) -> torch.Tensor:
+        """``P`` ``[H, K, K]``, for checking against the dense form."""
+        eye = torch.eye(self.w.shape[1], dtype=torch.float32, device=self.w.device)
+        return self.gamma[:, None, None] * (eye - torch.matmul(self.w, self.y.transpose(-1, -2)))
+
+
+def wy_operator(k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> WYOperator:
+    """The WY form of one segment's operator from its keys ``k [T, H, K]`` (as the delta rule sees them), log
+    gates ``g [T, H]`` and ``beta [T, H]``. ``P = A_T .. A_1`` with ``A_t = e^{g_t} (I - b_t k_t k_t^T)``; peeling
+    one factor at a time, ``P = gamma (I - sum_t w_t y_t^T)`` with ``w_t = b_t k_t`` and ``y_t = P_{t-1}^T k_t``,
+    that is ``(I + M) Y^T = K^T`` for the strictly lower ``M[t, s] = w_s . k_t``: one triangular solve."""
+    kf, bf = k.float().transpose(0, 1), beta.float().transpose(0, 1)  # [H, T, K], [H, T]
+    w = kf * bf[..., None]
+    m = torch.tril(torch.matmul(kf, w.transpose(-1, -2)), diagonal=-1)
+    eye = torch.eye(kf.shape[1], dtype=torch.float32, device=k.device)
+    yt = torch.linalg.solve_triangular(eye + m, kf, upper=False, unitriangular=True)
+    return WYOperator(torch.exp(g.float().sum(0)), w.transpose(-1, -2).contiguous(), yt.transpose(-1, -2).contiguous())
+
+
 def ssd_split_transition(
     x: torch.Tensor,
     dt: torch.Tensor,

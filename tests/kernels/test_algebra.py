@@ -222,3 +222,16 @@ def test_rerotation_moves_keys_to_new_positions():
     cos2, sin2 = rope_cos_sin(inv, at + 1000)
     assert (moved - apply_rope(keys, cos2, sin2)).abs().max() < 1e-4
     assert torch.equal(moved[..., 8:], keys[..., 8:])  # only the rotary dims move
+
+
+@pytest.mark.parametrize("t", [1, 5, 16, 40])
+def test_the_wy_form_is_the_dense_operator_and_applies_without_forming_it(t):
+    k, v, g, beta = _inputs(t, seed=3 * t, h=2, dk=64, dv=8)
+    dense = transition(k, v, g, beta, backend="torch").p[0]  # [H, K, K]
+    wy = algebra.wy_operator(k[0], g[0], beta[0])
+    assert wy.w.shape == wy.y.shape == (2, 64, t)
+    assert (wy.dense() - dense).abs().max() < 1e-5
+    s = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(t))
+    assert (wy.apply(s) - dense @ s).abs().max() < 1e-5
+    numbers = sum(x.numel() for x in (wy.gamma, wy.w, wy.y))
+    assert (numbers < dense.numel()) == (t < 32)  # smaller than dense while L < K / 2
