@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hypic_rag import Engine, Segment
+from hypic_rag.testing.parity import rounding_bound
 
 KINDS = [
     "qwen3_next",
@@ -60,10 +61,13 @@ def test_fused_equals_per_segment_warm_and_reordered(checkpoint, kind, variant, 
         assert (a - b).abs().max() < TOL, (seam, float((a - b).abs().max()))
         assert sa == sb
     # A whole seam recomputes everything: the fused forward is then `full`'s one forward, and the
-    # reference path a split prefill (stretch, then query), which the model tests bound at 1e-4.
+    # reference path a split prefill (stretch, then query), bounded as the model tests bound one: by this
+    # CPU's measured fp32 rounding on the same prompt.
     a, b, sa, sb = _both(fused, reference, segs, q, seam=1.0)
     full = fused.prompt_logits(segs, q, mode="full")
-    assert (a - full).abs().max() < TOL and (b - full).abs().max() < 1e-4 and sa == sb
+    prompt = torch.tensor([[t for s in (*segs, q) for t in s.token_ids]])
+    assert (a - full).abs().max() < TOL and sa == sb
+    assert (b - full).abs().max() <= rounding_bound(fused.model, prompt)
 
 
 @pytest.mark.parametrize("kind", ["qwen3_5_text", "nemotron_h"])
