@@ -7,9 +7,10 @@ the pool's bytes, plain LRU against the value policy (TinyLFU admission, GreedyD
 Each request is ``per_request`` documents drawn without replacement by Zipf(``zipf``) from a pool of ``pool``,
 plus ``novel`` documents never seen before and never seen again (the same ones for both policies), in random
 order, then a query; a real engine serves each in ``hypic`` mode, cold misses prefilled in isolation. Both
-policies see the same stream on the same random checkpoint (``TINY_SHAPES``: small enough that thousands of
+policies serve the same stream on the same random checkpoint (``TINY_SHAPES``: small enough that thousands of
 requests take minutes on a CPU; the entries' layout — per linear layer a state and an operator of fixed size,
-per attention layer KV — is the real one's). A pool document is a hit when its entry is in the memory tier as
+per attention layer KV — is the real one's), taking turns request by request, so that a busy machine slows both
+alike. A pool document is a hit when its entry is in the memory tier as
 its request arrives. Reported per window of ``window`` requests and overall: the pool hit ratio and the mean
 TTFT.
 """
@@ -100,32 +101,38 @@ def run(
     budget = int(budget_share * pool * per_doc)
     log(f"{requests} requests, {per_request} of {pool} documents (Zipf {zipf}) + {novel} new each; ")
     log(f"  {per_doc / 2**20:.2f} MiB per document, memory tier {budget / 2**20:.1f} MiB ({budget_share:.0%} of pool)")
-    results: dict[str, Any] = {}
-    for policy in policies:
-        serving = Engine(
+    serving = {
+        policy: Engine(
             probe.model, fingerprint=probe.fingerprint, min_cached_tokens=1, memory_bytes=budget, cache_policy=policy
         )
-        keys = {
-            i: segment_key(serving.segment_ids(doc(i)), serving.fingerprint, serving.model.dtype) for i in range(pool)
-        }
-        hits, ttfts = [], []
-        for n, request in enumerate(docs):
-            pooled = [i for i in request if i < pool]
-            hits.append(sum(keys[i] in serving.segment_store for i in pooled) / len(pooled))
-            out = serving.generate([doc(i) for i in request], query, max_new_tokens=1)
-            ttfts.append(out.ttft_s)
-            if (n + 1) % window == 0:
+        for policy in policies
+    }
+    keys = {i: segment_key(probe.segment_ids(doc(i)), probe.fingerprint, probe.model.dtype) for i in range(pool)}
+    hits: dict[str, list[float]] = {policy: [] for policy in policies}
+    ttfts: dict[str, list[float]] = {policy: [] for policy in policies}
+    for n, request in enumerate(docs):
+        pooled = [i for i in request if i < pool]
+        # the policies take turns on each request, first one then the other, so that a busy machine slows both
+        for policy in policies if n % 2 == 0 else policies[::-1]:
+            engine = serving[policy]
+            hits[policy].append(sum(keys[i] in engine.segment_store for i in pooled) / len(pooled))
+            ttfts[policy].append(engine.generate([doc(i) for i in request], query, max_new_tokens=1).ttft_s)
+        if (n + 1) % window == 0:
+            for policy in policies:
                 log(
-                    f"  {policy:<5} {n + 1:>5}: pool hit ratio {np.mean(hits[-window:]):.3f}, "
-                    f"mean TTFT {1e3 * np.mean(ttfts[-window:]):.1f} ms"
+                    f"  {policy:<5} {n + 1:>5}: pool hit ratio {np.mean(hits[policy][-window:]):.3f}, "
+                    f"mean TTFT {1e3 * np.mean(ttfts[policy][-window:]):.1f} ms"
                 )
-        stats = serving.segment_store.stats()
+    results: dict[str, Any] = {}
+    for policy, engine in serving.items():
+        stats = engine.segment_store.stats()
+        h, t = hits[policy], ttfts[policy]
         results[policy] = {
-            "pool_hit_ratio": float(np.mean(hits)),
-            "mean_ttft_s": float(np.mean(ttfts)),
+            "pool_hit_ratio": float(np.mean(h)),
+            "mean_ttft_s": float(np.mean(t)),
             "windows": {
-                "pool_hit_ratio": [float(np.mean(hits[s : s + window])) for s in range(0, requests, window)],
-                "mean_ttft_s": [float(np.mean(ttfts[s : s + window])) for s in range(0, requests, window)],
+                "pool_hit_ratio": [float(np.mean(h[s : s + window])) for s in range(0, requests, window)],
+                "mean_ttft_s": [float(np.mean(t[s : s + window])) for s in range(0, requests, window)],
             },
             "refused": stats["refused"],
             "evicted": stats["evicted"],
