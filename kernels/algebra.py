@@ -278,6 +278,22 @@ class WYOperator:
         eye = torch.eye(self.w.shape[1], dtype=torch.float32, device=self.w.device)
         return self.gamma[:, None, None] * (eye - torch.matmul(self.w, self.y.transpose(-1, -2)))
 
+    def packed(self) -> torch.Tensor:
+        """One tensor ``[H, K, 2 L + 1]``: ``W``, ``Y`` and a column of ``gamma``, which an entry stores in place
+        of the dense ``[H, K, K]`` (told apart by its last dimension, ``2 L + 1 < K``)."""
+        gamma = self.gamma[:, None, None].expand(-1, self.w.shape[1], 1)
+        return torch.cat([self.w, self.y, gamma], dim=-1)
+
+    @classmethod
+    def unpacked(cls, p: torch.Tensor) -> WYOperator:
+        n = (p.shape[-1] - 1) // 2
+        return cls(p[:, 0, 2 * n].float(), p[..., :n].float(), p[..., n : 2 * n].float())
+
+
+def dense_operator(p: torch.Tensor) -> torch.Tensor:
+    """A Gated DeltaNet operator as the kernels take it: ``[H, K, K]`` as it is, a packed WY form expanded."""
+    return p if p.shape[-1] == p.shape[-2] else WYOperator.unpacked(p).dense()
+
 
 def wy_operator(k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> WYOperator:
     """The WY form of one segment's operator from its keys ``k [T, H, K]`` (as the delta rule sees them), log

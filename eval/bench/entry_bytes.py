@@ -4,9 +4,10 @@
 
 One random checkpoint on Qwen3.5-0.8B layer shapes (``layers`` decoder layers, three Gated DeltaNet to one
 attention); per length, one segment prefilled in isolation with the remainder an 8-token seam leaves (what a
-cold ``hypic`` request stores), kept as a store of each ``entry_dtype`` keeps it. ``float32`` is today's entry.
-The remainder holds, per linear layer, a state and an operator of the same shapes as the entry's own: the
-``remainder_share`` is the part of a segment's bytes that repeats the entry's linear part in shape.
+cold ``hypic`` request stores), kept as a store of each ``entry_dtype`` keeps it. Entries keep a short segment's
+Gated DeltaNet operators in WY form (``2 L + 1 < K``); ``float32_all_dense`` is the entry before that form, every
+operator dense ``[H, K, K]``. The remainder holds, per linear layer, a state and an operator over the tokens after
+the seam: ``remainder_share`` is its part of a segment's bytes.
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ def run(
     rows = []
     for n in lengths:
         made = prefill_isolated(model, [list(range(3, 3 + n))], [seam])[0]
-        row: dict[str, Any] = {"tokens": n}
+        dense = prefill_isolated(model, [list(range(3, 3 + n))], [seam], wy=False)[0]
+        row: dict[str, Any] = {
+            "tokens": n,
+            "float32_all_dense": {"bytes": dense.nbytes, "bytes_per_token": dense.nbytes / n},
+        }
         for name, dtype in ENTRY_DTYPES.items():
             entry, rest = made.entry.nbytes_as(dtype), made.remainder.nbytes_as(dtype)
-            operators = sum(e.p.numel() for e in made.entry.linear.values()) * 2 * dtype.itemsize
+            ops = [*made.entry.linear.values(), *made.remainder.linear.values()]
+            operators = sum(e.p.numel() for e in ops) * dtype.itemsize
             row[name] = {
                 "bytes": entry + rest,
                 "bytes_per_token": (entry + rest) / n,
@@ -46,6 +52,7 @@ def run(
             }
         row["remainder_share"] = row["float32"]["remainder_bytes"] / row["float32"]["bytes"]
         rows.append(row)
+        log(f"  {n:>5} tokens: dense operators, float32: {row['float32_all_dense']['bytes_per_token'] / 1024:.1f} KiB")
         cells = "  ".join(f"{name} {row[name]['bytes_per_token'] / 1024:9.1f} KiB" for name in ENTRY_DTYPES)
         log(f"  {n:>5} tokens: per token {cells}; remainder {row['remainder_share']:.0%} of the bytes")
     return {

@@ -18,6 +18,11 @@ from ..model.config import FULL, HYBRID
 from .entry import CacheEntry, CorruptEntry, SegmentEntry
 
 
+def _packed_wy(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> bool:
+    """A dense operator's place holding the packed WY form of ``tokens`` tokens (``kernels.algebra.WYOperator``)."""
+    return len(dense) == 3 == len(got) and dense[1] == dense[2] and got[:2] == dense[:2] and got[2] == 2 * tokens + 1
+
+
 @dataclass(frozen=True)
 class EntryLayout:
     """The shapes and dtypes of one model's entries (``L`` is the segment's length): per linear layer its
@@ -70,7 +75,10 @@ class EntryLayout:
                 expected += [(f"attention.{i}.keys", att.keys, kv), (f"attention.{i}.values", att.values, kv)]
         elif not 0 < entry.seam < n:
             raise CorruptEntry(f"a remainder after {entry.seam} of {n} tokens")
+        covered = n if isinstance(entry, SegmentEntry) else n - entry.seam  # the tokens its operators span
         for name, tensor, shape in expected:
+            if name.endswith(".p") and _packed_wy(tuple(tensor.shape), shape, covered):
+                shape = tuple(tensor.shape)
             if tuple(tensor.shape) != shape:
                 raise CorruptEntry(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
             if tensor.dtype not in self.dtypes:

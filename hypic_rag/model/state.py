@@ -48,6 +48,8 @@ class TransitionCapture:
 
     rest_start: torch.Tensor
     operators: dict[int, SplitTransition] = field(default_factory=dict)
+    # Gated DeltaNet layers' keys, log gates and betas ([B, T, H, K], [B, T, H]): their operators' WY form
+    inputs: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 @dataclass
