@@ -35,7 +35,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.output_parsers import BaseGenerationOutputParser
+from langchain_core.output_parsers import BaseGenerationOutputParser, JsonOutputParser, PydanticOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, Generation
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableMap, RunnablePassthrough
@@ -76,7 +76,9 @@ _CHAT_ROLES = {"system": "system", "user": "user", "human": "user", "assistant":
 _CALL_BLOCKS = ("tool_call", "tool_call_chunk", "tool_use", "function_call")
 _REASONING_BLOCKS = ("reasoning", "thinking")
 # What a call may pass besides the request options (``stream`` and ``model`` come from langchain-core).
-_CALL_ARGUMENTS = frozenset({"tools", "tool_choice", "stream", "model"})
+_CALL_ARGUMENTS = frozenset({"tools", "tool_choice", "parallel_tool_calls", "stream", "model"})
+# ``with_structured_output``'s methods: LangChain's names, as ``ChatOpenAI`` takes them.
+STRUCTURED_METHODS = ("function_calling", "json_schema", "json_mode")
 
 
 # -- messages ----------------------------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ def to_chat_messages(
     *,
     chat_format: ChatFormat = NONE,
     registry: TextRegistry | None = REGISTRY,
+    segmentation: str = "auto",
 ) -> list[dict[str, Any]]:
     """LangChain messages as ``engine.chat``'s OpenAI-style dicts.
 
@@ -170,8 +173,9 @@ def to_chat_messages(
     ``assistant`` with ``tool_calls`` in OpenAI form, tool → ``tool`` with ``format_tool_result``'s canonical
     text. Registered texts inside flat system and user text become ``document`` parts. ``chat_format`` (the
     engine's, ``prompting.format_of``) then writes them as its model reads them
-    (``ChatFormat.prepare_messages``). Content that cannot be rendered (a non-text block, a text block without
-    text, a tool result with no earlier call) is a ValueError, never dropped.
+    (``ChatFormat.prepare_messages``, with the request's ``segmentation``). Content that cannot be rendered (a
+    non-text block, a text block without text, a tool result with no earlier call) is a ValueError, never
+    dropped.
     """
     if not messages:
         raise ValueError("no messages")
@@ -202,7 +206,7 @@ def to_chat_messages(
             thought = msg.additional_kwargs.get("reasoning_content") or "".join(reasoning)
             if thought:
                 out[-1]["reasoning_content"] = thought
-    return chat_format.prepare_messages(out)
+    return chat_format.prepare_messages(out, segmentation)
 
 
 # -- the chat model ----------------------------------------------------------------------------------------------
@@ -216,12 +220,25 @@ def _truncate(text: str, stop: Sequence[str] | None) -> str:
 
 
 def _tool_choice(choice: Any, names: Sequence[str]) -> str | None:
-    """``None``, ``"auto"``, ``"any"``, ``"required"`` or a bound tool's name (also in OpenAI's dict form)."""
+    """``None``, ``"auto"``, ``"none"``, ``"any"``, ``"required"`` or a bound tool's name (also in OpenAI's dict
+    form, or ``True``)."""
     if isinstance(choice, Mapping):
         choice = (choice.get("function") or {}).get("name") or choice.get("name")
-    if choice in (None, "auto", "any", "required") or choice in names:
+    if isinstance(choice, bool):  # ChatOpenAI's: True forces the one bound tool (or a call of any)
+        choice = (names[0] if len(names) == 1 else "any") if choice else None
+    if choice in (None, "auto", "none", "any", "required") or choice in names:
         return choice
     raise ValueError(f"tool_choice {choice!r} is not one of the bound tools ({', '.join(names) or 'none bound'})")
+
+
+def _engine_tool_choice(choice: str | None) -> str | dict[str, Any] | None:
+    """A checked ``tool_choice`` as ``Engine.chat`` takes it (OpenAI's): LangChain's ``"any"`` is ``"required"``,
+    a tool's name the named-function dict."""
+    if choice in (None, "auto", "none", "required"):
+        return choice
+    if choice == "any":
+        return "required"
+    return {"type": "function", "function": {"name": choice}}
 
 
 class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_sequences"})):
@@ -295,8 +312,9 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Each tool (a function, pydantic model, TypedDict, BaseTool or OpenAI dict) goes to ``engine.chat`` as an
-        OpenAI schema, one ``tool`` segment each. ``tool_choice`` must name a bound tool (or be ``auto``, ``any``,
-        ``required``); the engine does not constrain decoding, so the model may still answer in text."""
+        OpenAI schema, one ``tool`` segment each. ``tool_choice`` (a bound tool's name, ``auto``, ``none``, ``any``
+        or ``required``) goes to the engine, whose output grammar then makes the answer a call (of that tool)
+        with arguments valid under its schema."""
         formatted = [convert_to_openai_tool(t) for t in tools]
         choice = _tool_choice(tool_choice, tool_names(formatted))
         if choice is not None:
@@ -305,28 +323,48 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
 
     def with_structured_output(
         self,
-        schema: dict[str, Any] | type,
+        schema: dict[str, Any] | type | None = None,
         *,
         include_raw: bool = False,
         method: str = "function_calling",
         strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
-        """The answer parsed into ``schema`` (a pydantic model, TypedDict, JSON schema or OpenAI tool): the schema
-        is bound as a tool that the model is asked to call, and the call's arguments are validated. Every method
-        goes through that call, as the engine has no constrained JSON decoding. A missing call or invalid
-        arguments raise ``OutputParserException``; with ``include_raw=True`` they are ``parsing_error``."""
+        """The answer parsed into ``schema`` (a pydantic model, TypedDict, JSON schema or OpenAI tool), by
+        LangChain's methods, each held to its shape by the engine's output grammar:
+
+        - ``function_calling``: the schema bound as a tool the answer must call; its arguments are the object;
+        - ``json_schema``: ``response_format`` ``json_schema`` (``strict`` passed on); the content is the object;
+        - ``json_mode``: ``response_format`` ``json_object``; the content, JSON, parsed (and validated against a
+          pydantic ``schema``; with no schema, a dict); the schema is not shown to the model, so the prompt must
+          describe it.
+
+        A missing call or an object that does not fit raises ``OutputParserException``; with
+        ``include_raw=True`` it is ``parsing_error``."""
         if kwargs:
             raise ValueError(f"Received unsupported arguments {kwargs}")
-        if method not in ("function_calling", "json_schema", "json_mode"):
-            raise ValueError(f"method must be function_calling, json_schema or json_mode, got {method!r}")
-        name = convert_to_openai_tool(schema)["function"]["name"]
-        llm = self.bind_tools(
-            [schema],
-            tool_choice=name,
-            ls_structured_output_format={"kwargs": {"method": method, "strict": strict}, "schema": schema},
-        )
-        parser = ToolArgumentsParser(tool_schema=schema, name=name)
+        if method not in STRUCTURED_METHODS:
+            raise ValueError(f"method must be one of {', '.join(STRUCTURED_METHODS)}, got {method!r}")
+        if schema is None and method != "json_mode":
+            raise ValueError(f"method {method!r} needs a schema")
+        traced = {"ls_structured_output_format": {"kwargs": {"method": method, "strict": strict}, "schema": schema}}
+        pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
+        parser: Runnable
+        if method == "function_calling":
+            name = convert_to_openai_tool(schema)["function"]["name"]
+            llm = self.bind_tools([schema], tool_choice=name, **traced)
+            parser = ToolArgumentsParser(tool_schema=schema, name=name)
+        else:
+            if method == "json_schema":
+                function = convert_to_openai_tool(schema, strict=strict)["function"]
+                spec = {"name": function["name"], "schema": function.get("parameters") or {}, "strict": bool(strict)}
+                if function.get("description"):
+                    spec["description"] = function["description"]
+                response_format: dict[str, Any] = {"type": "json_schema", "json_schema": spec}
+            else:
+                response_format = {"type": "json_object"}
+            llm = self.bind(response_format=response_format, **traced)
+            parser = PydanticOutputParser(pydantic_object=schema) if pydantic else JsonOutputParser()
         if not include_raw:
             return llm | parser
         parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
@@ -343,7 +381,6 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
             raise ValueError(f"ChatHypic does not take {', '.join(map(repr, unknown))}")
         if kwargs.get("model", self.model) != self.model:
             raise ValueError(f"this ChatHypic serves {self.model!r}; make another one for {kwargs['model']!r}")
-        _tool_choice(kwargs.get("tool_choice"), tool_names(kwargs.get("tools") or []))
         given = {name: value for name, value in kwargs.items() if name in options}
         if stop:
             given["stop"] = stop
@@ -353,9 +390,17 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         self, messages: list[BaseMessage], kwargs: dict[str, Any], stop: list[str] | None
     ) -> tuple[Engine, list[dict], dict[str, Any]]:
         """The engine, the messages as it takes them, and ``Engine.chat``'s other arguments for this call."""
-        arguments = {"options": self._options(kwargs, stop), "tools": kwargs.get("tools") or None}
+        options = self._options(kwargs, stop)
+        tools = kwargs.get("tools") or None
+        arguments: dict[str, Any] = {"options": options, "tools": tools}
+        choice = _tool_choice(kwargs.get("tool_choice"), tool_names(tools or []))
+        if tools and choice is not None:
+            arguments["tool_choice"] = _engine_tool_choice(choice)
+        if "parallel_tool_calls" in kwargs:
+            arguments["parallel_tool_calls"] = kwargs["parallel_tool_calls"]
         engine = self.get_engine()
-        chat = to_chat_messages(messages, chat_format=format_of(engine), registry=self.registry)
+        fmt = format_of(engine)
+        chat = to_chat_messages(messages, chat_format=fmt, registry=self.registry, segmentation=options.segmentation)
         return engine, chat, arguments
 
     def cache_documents(

@@ -275,7 +275,9 @@ def _registered(text: str) -> list[tuple[str, str | None]]:
     return [(run, "document" if found else None) for found, run in REGISTRY.spans(text)]
 
 
-def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat = NONE) -> list[dict[str, Any]]:
+def to_openai_messages(
+    messages: Sequence[ChatMessage], chat_format: ChatFormat = NONE, segmentation: str = "auto"
+) -> list[dict[str, Any]]:
     """LlamaIndex ``ChatMessage``s as the OpenAI-style dicts ``Engine.chat`` takes.
 
     - Roles: system/developer → system; user; assistant/chatbot/model → assistant; tool/function → tool.
@@ -288,7 +290,7 @@ def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat 
     - A tool message's text goes through ``tool_result_text``; its ``tool_call_id`` (and ``name``) come
       from ``additional_kwargs``.
     - ``chat_format`` (the engine's, ``prompting.format_of``) then writes them as its model reads them
-      (``ChatFormat.prepare_messages``).
+      (``ChatFormat.prepare_messages``, with the request's ``segmentation``).
     """
     out = []
     for i, message in enumerate(messages):
@@ -352,7 +354,7 @@ def to_openai_messages(messages: Sequence[ChatMessage], chat_format: ChatFormat 
                 if message.additional_kwargs.get(key) is not None:
                     entry[key] = message.additional_kwargs[key]
         out.append(entry)
-    return chat_format.prepare_messages(out)
+    return chat_format.prepare_messages(out, segmentation)
 
 
 def to_chat_response(out: GenerationOutput, delta: str | None = None) -> ChatResponse:
@@ -389,6 +391,16 @@ def _completion(response: ChatResponse) -> CompletionResponse:
 _TOOL_CHOICES = (None, "auto", "none", "required", "any")
 
 
+def _engine_tool_choice(choice: Any, required: bool) -> str | Mapping[str, Any] | None:
+    """LlamaIndex's ``tool_choice`` and ``tool_required`` as ``Engine.chat``'s (OpenAI's) ``tool_choice``: ``"any"``
+    and ``tool_required=True`` are ``"required"``, a bare tool name the named-function dict."""
+    if (choice in (None, "auto") and required) or choice == "any":
+        return "required"
+    if isinstance(choice, str) and choice not in _TOOL_CHOICES:
+        return {"type": "function", "function": {"name": choice}}
+    return choice
+
+
 # LlamaIndex's LLM interface has no stop sequences.
 class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_token_ids"))):
     """A chat, function-calling LLM served by hypic-rag: every call is one ``Engine.chat``.
@@ -402,11 +414,12 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
     construction and per call.
 
     Tools: ``chat_with_tools``/``predict_and_call``/``FunctionAgent`` send OpenAI schemas (each one a ``tool``
-    segment); calls come back as ``ToolCallBlock``s, parsed in the template's own format. The engine does not
-    constrain decoding: ``tool_choice="none"`` renders the prompt without the tools, while ``"required"``, a
-    tool's name and ``tool_required=True`` are asked of the model but not enforced (a reply without the call
-    comes back as it is, as ``FunctionCallingProgram`` then reports). With ``allow_parallel_tool_calls=False``
-    only the first call is kept, as other LlamaIndex LLMs do.
+    segment); calls come back as ``ToolCallBlock``s, parsed in the template's own format. ``tool_choice`` and
+    ``tool_required`` go to the engine, whose output grammar holds the answer to them: ``"none"`` renders the
+    prompt without the tools; ``"required"``/``"any"``, ``tool_required=True`` and a tool's name make the answer
+    a call (of that tool) with arguments valid under its schema, so ``structured_predict`` and
+    ``as_structured_llm`` (LlamaIndex's ``FunctionCallingProgram``) always get their object; under ``"auto"`` only
+    offered tools are called. ``allow_parallel_tool_calls=False`` (LlamaIndex's default) allows one call.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True)
@@ -455,7 +468,8 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         kwargs = dict(kwargs)
         tools = kwargs.pop("tools", None)
         choice = kwargs.pop("tool_choice", None)
-        kwargs.pop("tool_required", None)
+        required = kwargs.pop("tool_required", False)
+        parallel = kwargs.pop("parallel_tool_calls", True)
         names = option_fields(self)
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
@@ -468,11 +482,15 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         engine = self.get_engine()
         if engine.chat_setup is None:
             raise ValueError(f"checkpoint {engine.name!r} has no chat template; HypicLLM needs one")
-        return {
-            "messages": to_openai_messages(messages, format_of(engine)),
+        request = {
+            "messages": to_openai_messages(messages, format_of(engine), options.segmentation),
             "tools": list(tools) if tools and choice != "none" else None,
             "options": options,
         }
+        if request["tools"]:
+            request["tool_choice"] = _engine_tool_choice(choice, bool(required))
+            request["parallel_tool_calls"] = bool(parallel)
+        return request
 
     def _run(self, request: dict[str, Any], on_token: Any = None) -> GenerationOutput:
         engine = self.get_engine()
@@ -586,7 +604,13 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
                 ChatMessage(role=MessageRole.USER, content=user_msg) if isinstance(user_msg, str) else user_msg
             )
         schemas = [t if isinstance(t, Mapping) else t.metadata.to_openai_tool(skip_length_check=True) for t in tools]
-        return {"messages": messages, "tools": schemas or None, "tool_required": tool_required, **kwargs}
+        return {
+            "messages": messages,
+            "tools": schemas or None,
+            "tool_required": tool_required,
+            "parallel_tool_calls": allow_parallel_tool_calls,
+            **kwargs,
+        }
 
     def _validate_chat_with_tools_response(
         self,

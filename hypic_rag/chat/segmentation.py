@@ -157,6 +157,17 @@ def content_pieces(text: str, max_chars: int = MAX_PARAGRAPH_CHARS) -> list[tupl
     return runs
 
 
+def flat_units(text: str) -> list[tuple[str, str]]:
+    """A flat prompt's ``(kind, text)`` units, for ``segment_units`` (the completions route) or a format that
+    writes documents as parts (the bundled model's): ``content_pieces``' paragraphs are documents, its glue is
+    glue, and the last paragraph (with what follows it) is the question."""
+    units = [("document" if piece else GLUE, run) for piece, run in content_pieces(text)]
+    last = max((i for i, (kind, _) in enumerate(units) if kind != GLUE), default=None)
+    if last is not None:
+        units[last] = (QUESTION, units[last][1])
+    return units
+
+
 # -- marking -------------------------------------------------------------------------------------
 
 

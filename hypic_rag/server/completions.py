@@ -1,7 +1,7 @@
 """The legacy completions wire format (``POST /v1/completions``): a prompt string (or token ids, or a list of
 either, one answer each) continued as it is, with no chat template, through ``Engine.start``.
 
-The prompt is cut where a chat prompt's plain content is cut (``segmentation.content_pieces``: paragraphs are
+The prompt is cut where a chat prompt's plain content is cut (``segmentation.flat_units``: paragraphs are
 segments, header lines and blank lines glue, the last paragraph the query), so that documents pasted into a
 flat prompt are cached and found again in any order, as in a chat request.
 """
@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from ..chat.segmentation import GLUE, QUESTION, content_pieces, segment_units
+from ..chat.segmentation import flat_units, segment_units
 from ..options import OPTIONS, SPELLINGS
 from ..outputs import GenerationOutput
 from ..segments import Segment
@@ -54,11 +54,7 @@ def prompt_segments(prompt: Prompt) -> tuple[list[Segment], Segment]:
     """The segments and the query of one prompt: token ids as the query, text cut at its paragraphs."""
     if not isinstance(prompt, str):
         return [], Segment(token_ids=list(prompt), kind="query", cache=False)
-    units = [("document" if piece else GLUE, text) for piece, text in content_pieces(prompt)]
-    last = max((i for i, (kind, _) in enumerate(units) if kind != GLUE), default=None)
-    if last is not None:  # the last paragraph, and what follows it, is the question
-        units[last] = (QUESTION, units[last][1])
-    return segment_units(units)
+    return segment_units(flat_units(prompt))
 
 
 def completion_arguments(request: CompletionRequest, prompt: Prompt, default_mode: str) -> dict[str, Any]:

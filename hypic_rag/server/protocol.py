@@ -208,7 +208,9 @@ def _joined(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def engine_messages(request: ChatCompletionRequest, chat_format: ChatFormat = NONE) -> list[dict[str, Any]]:
+def engine_messages(
+    request: ChatCompletionRequest, chat_format: ChatFormat = NONE, segmentation: str = "auto"
+) -> list[dict[str, Any]]:
     """The messages as ``Engine.chat`` takes them: ``developer`` is ``system``, parts carry their kinds and are
     joined as vLLM joins them, tool calls' arguments are objects; then written as ``chat_format``'s model reads
     them (``ChatFormat.prepare_messages``: the bundled model's tool results normalised), as the integrations
@@ -237,7 +239,7 @@ def engine_messages(request: ChatCompletionRequest, chat_format: ChatFormat = NO
             item["tool_call_id"] = message.tool_call_id
         out.append(item)
     try:
-        return chat_format.prepare_messages(out)
+        return chat_format.prepare_messages(out, segmentation)
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
 
@@ -260,12 +262,13 @@ def engine_arguments(
     if isinstance(choice, str) and choice not in TOOL_CHOICES:
         raise APIError(400, "tool_choice must be auto, none, required or a named function", param="tool_choice")
     parallel = request.parallel_tool_calls
+    options = request_options(request, default_mode)
     return {
-        "messages": engine_messages(request, chat_format),
+        "messages": engine_messages(request, chat_format, options.segmentation),
         "tools": _tools(request.tools),
         "tool_choice": choice,
         "parallel_tool_calls": True if parallel is None else parallel,
-        "options": request_options(request, default_mode),
+        "options": options,
     }
 
 

@@ -98,6 +98,35 @@ def test_bundled_messages_are_written_as_the_model_was_trained():
     assert collapse_space("  a \n\t b  ") == "a b"
 
 
+def test_bundled_flat_text_is_cut_as_a_flat_prompt_is():
+    """``segmentation="auto"``: the question's paragraphs but the last, and a system prompt's but the first, are
+    documents (``segmentation.flat_units``, the completions route's rule); the rest stays, in order."""
+    flat = "Context:\n\nAna  lives in Oslo.\n\nBo is a\nbaker.\n\nQuestion: where does Ana live?\nAnswer:"
+    system = "Be brief.\n\nCy is 40.\n\nDee is 50."
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": flat}]
+    assert BUNDLED.prepare_messages(messages) == [
+        {"role": "system", "content": [_doc("Cy is 40."), _doc("Dee is 50."), {"type": "text", "text": "Be brief."}]},
+        {
+            "role": "user",
+            "content": [
+                _doc("Ana lives in Oslo."),
+                _doc("Bo is a baker."),
+                {"type": "text", "text": "Context: Question: where does Ana live? Answer:"},
+            ],
+        },
+    ]
+    for segmentation in ("explicit", "none"):  # written whole, as before
+        prepared = BUNDLED.prepare_messages(messages, segmentation)
+        assert [m["content"] for m in prepared] == [collapse_space(system), collapse_space(flat)]
+    # one paragraph, an earlier user turn, a message that has parts already: nothing to cut
+    one = [{"role": "user", "content": "Ana lives in Oslo.\n\nWhat?"}, {"role": "assistant", "content": "Hm."}]
+    single = [*one, {"role": "user", "content": "Where does Ana live?"}]
+    expected = ["Ana lives in Oslo. What?", "Hm.", "Where does Ana live?"]
+    assert [m["content"] for m in BUNDLED.prepare_messages(single)] == expected
+    parts = [{"role": "user", "content": [_doc("Ana lives in Oslo."), {"type": "text", "text": "A.\n\nB?"}]}]
+    assert BUNDLED.prepare_messages(parts)[0]["content"][1] == {"type": "text", "text": "A. B?"}
+
+
 @pytest.mark.parametrize(
     ("messages", "message"),
     [

@@ -7,6 +7,10 @@ langchain-tests' unit suite."""
 
 from __future__ import annotations
 
+import json
+from typing import Literal
+
+import jsonschema
 import pytest
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -305,6 +309,45 @@ def test_documents_cached_when_indexed_are_hits_for_a_plain_chain_through_the_re
     assert reply.content == qa[8][1]
 
 
+FLAT_PROMPTS = {
+    "human": [("human", "Answer the question based only on the following context:\n{context}\n\nQuestion: {question}")],
+    "system": [("system", "Answer the question using only the documents.\n\n{context}"), ("human", "{question}")],
+}
+
+
+@pytest.mark.parametrize("layout", FLAT_PROMPTS)
+def test_plain_chain_on_the_bundled_model_reuses_reordered_documents(engine, world, fmt, layout):
+    """A plain LCEL chain, documents joined into one "Context:" string, no retriever wrapper: the bundled model's
+    flat prompt is cut at its paragraphs, each document one ``<doc>`` segment, found again in another order."""
+    engine.clear_cache()
+    texts = corpus(16, seed=11)[0]
+    _, qa = world
+    docs = [Document(page_content=texts[i]) for i in (8, 0, 4)]  # qa[8] is about texts[8], qa[0] about texts[0]
+    ranked = {qa[8][0]: docs, qa[0][0]: docs[::-1]}
+    prompt = ChatPromptTemplate.from_messages(FLAT_PROMPTS[layout])
+
+    def format_docs(found):
+        return "\n\n".join(d.page_content for d in found)
+
+    llm = ChatHypic(engine=engine, max_tokens=24)
+    chain = {"context": RankedRetriever(ranked=ranked) | format_docs, "question": RunnablePassthrough()} | prompt | llm
+    first, second = (chain.invoke(q) for q in ranked)
+    messages = prompt.invoke({"context": format_docs(docs[::-1]), "question": qa[0][0]}).to_messages()
+    rendered = engine.render(to_chat_messages(messages, chat_format=BUNDLED))
+    assert [s.text for s in rendered.segments if s.kind == "document"] == [
+        fmt.segment("document", d.page_content).text for d in docs[::-1]
+    ]
+    assert qa[0][0] in rendered.query.text
+    assert first.response_metadata["hypic"]["hit_segments"] == 0 or layout == "system"  # a system prompt may recur
+    stats = second.response_metadata["hypic"]
+    assert stats["hit_segments"] >= len(docs)
+    assert stats["recomputed_tokens"] < first.response_metadata["hypic"]["recomputed_tokens"]
+    assert (first.content, second.content) == (qa[8][1], qa[0][1])
+    # segmentation="none" leaves the flat text whole: nothing to find again
+    whole = ChatHypic(engine=engine, max_tokens=4, segmentation="none").invoke(messages)
+    assert whole.response_metadata["hypic"]["hit_segments"] == 0
+
+
 def test_streaming_matches_invoke(engine, world):
     _, qa = world
     llm = ChatHypic(engine=engine, max_tokens=24)
@@ -372,6 +415,75 @@ def test_structured_output_parses_the_call_into_the_schema(engine):
     assert isinstance(out["raw"], AIMessage) and out["raw"].content.startswith('{"arguments')  # the cut-off call
     raw = llm.with_structured_output(get_weather, include_raw=True).invoke(WEATHER_QUESTION)
     assert raw["parsed"] == get_weather(city="Kothvenville") and raw["parsing_error"] is None
+
+
+@pytest.mark.parametrize("method", ["function_calling", "json_schema", "json_mode"])
+@pytest.mark.parametrize("schema", [get_weather, WeatherDict, WEATHER], ids=["pydantic", "typeddict", "openai"])
+def test_structured_output_returns_the_object_with_every_method(engine, method, schema):
+    llm = ChatHypic(engine=engine, max_tokens=40)
+    out = llm.with_structured_output(schema, method=method, include_raw=True).invoke(WEATHER_QUESTION)
+    assert out["parsing_error"] is None
+    expected = get_weather(city="Kothvenville") if schema is get_weather else {"city": "Kothvenville"}
+    assert out["parsed"] == expected
+    raw = out["raw"]
+    if method == "function_calling":  # the arguments of the forced call
+        name = "WeatherDict" if schema is WeatherDict else "get_weather"
+        assert raw.content == "" and [c["name"] for c in raw.tool_calls] == [name]
+    else:  # the content, JSON under the response format's grammar
+        assert raw.tool_calls == [] and json.loads(raw.content) == {"city": "Kothvenville"}
+    # LangChain's own default path: no method named, no include_raw
+    assert llm.with_structured_output(schema).invoke(WEATHER_QUESTION) == expected
+
+
+def test_json_mode_without_a_schema_is_a_dict(engine):
+    llm = ChatHypic(engine=engine, max_tokens=40)
+    assert llm.with_structured_output(None, method="json_mode").invoke(WEATHER_QUESTION) == {"city": "Kothvenville"}
+
+
+def test_structured_output_methods_are_checked(engine):
+    llm = ChatHypic(engine=engine)
+    with pytest.raises(ValueError, match="method must be one of function_calling, json_schema, json_mode"):
+        llm.with_structured_output(get_weather, method="xml")
+    with pytest.raises(ValueError, match="unsupported arguments"):
+        llm.with_structured_output(get_weather, tools=[])
+
+
+def test_json_schema_answers_validate_whatever_the_question(engine):
+    """The grammar, not the question, makes the content fit: a schema the question gives no hint of."""
+
+    class Ticket(BaseModel):
+        title: str = Field(max_length=24)
+        priority: int = Field(ge=1, le=5)
+        tags: list[Literal["bug", "docs", "ops"]] = Field(max_length=3)
+
+    llm = ChatHypic(engine=engine, max_tokens=48)
+    for question in ("Where does Bo Ek live?", "Hello!", WEATHER_QUESTION):
+        raw = llm.with_structured_output(Ticket, method="json_schema", include_raw=True).invoke(question)["raw"]
+        jsonschema.validate(json.loads(raw.content), Ticket.model_json_schema())
+
+
+def test_bound_tool_choice_is_honoured_through_the_grammar(engine):
+    llm = ChatHypic(engine=engine, max_tokens=40)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    # a named tool is called even when the question asks for another one, with arguments valid under its schema
+    named = llm.bind_tools(TOOLS, tool_choice="lookup_employee").invoke(WEATHER_QUESTION)
+    assert [c["name"] for c in named.tool_calls] == ["lookup_employee"] and named.content == ""
+    jsonschema.validate(named.tool_calls[0]["args"], schemas["lookup_employee"])
+    # "any" (LangChain's) and "required" (OpenAI's): a call to a bound tool, even for a greeting
+    for choice in ("any", "required", {"type": "function", "function": {"name": "get_weather"}}):
+        reply = llm.bind_tools([WEATHER, *TOOLS[:2]], tool_choice=choice).invoke("Hello there!")
+        assert len(reply.tool_calls) >= 1, choice
+        for call in reply.tool_calls:
+            jsonschema.validate(call["args"], schemas[call["name"]])
+        if isinstance(choice, dict):
+            assert [c["name"] for c in reply.tool_calls] == ["get_weather"]
+    # True (ChatOpenAI's spelling): the one bound tool
+    forced = llm.bind_tools([WEATHER], tool_choice=True).invoke("Hello there!")
+    assert [c["name"] for c in forced.tool_calls] == ["get_weather"]
+    # "none": the tools are left out of the prompt, so no call can come back
+    unoffered = llm.bind_tools([WEATHER], tool_choice="none").invoke(WEATHER_QUESTION)
+    stats = unoffered.response_metadata["hypic"]
+    assert unoffered.tool_calls == [] and stats["hit_segments"] + stats["miss_segments"] == 0  # no tool segment
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,10 @@ cache hits, node by node. On the bundled model a ``FunctionAgent`` completes a t
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
+import jsonschema
 import pytest
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
@@ -22,8 +24,10 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 from llama_index.core.llms import ChatMessage
+from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import TextNode
 from llama_index.core.tools import FunctionTool
+from pydantic import BaseModel, Field
 
 from hypic_rag import Engine
 from hypic_rag.integrations.llamaindex import (
@@ -124,6 +128,20 @@ def test_nodes_cached_when_indexed_are_hits_on_the_default_query_engines_first_q
     first = index.as_query_engine(similarity_top_k=3).query(FIRST)  # LlamaIndex's own compact synthesizer
     assert len(calls) == 1 and first.metadata["hypic"]["hit_segments"] == len(PEOPLE)
     _node_segments(calls[-1], PEOPLE)
+
+
+def test_default_query_engine_on_the_bundled_model_hits_every_node_in_another_order(engine, index):
+    """The compact synthesizer's flat prompt on the bundled model: each node becomes a ``<doc>`` part
+    (``Bundled.prepare_messages`` cuts it as the completions route cuts a flat prompt), found again reordered."""
+    engine.clear_cache()
+    query_engine = index.as_query_engine(llm=HypicLLM(engine=engine, max_tokens=4), similarity_top_k=3)
+    first = query_engine.query(FIRST)
+    assert _texts(first) == PEOPLE and first.metadata["hypic"]["miss_segments"] >= len(PEOPLE)
+    second = query_engine.query(SECOND)
+    assert _texts(second) == PEOPLE[::-1]
+    stats = second.metadata["hypic"]
+    assert stats["miss_segments"] == 0 and stats["hit_segments"] >= len(PEOPLE)  # every node, and the constant text
+    assert stats["recomputed_tokens"] < first.metadata["hypic"]["recomputed_tokens"]
 
 
 @pytest.mark.parametrize("chat_mode", ["context", "condense_plus_context"])
@@ -277,3 +295,37 @@ def test_function_agent_completes_a_two_tool_task(engine, monkeypatch):
         '{"city":"Kothvenville","forecast":"light rain, 12 degrees"}',
     ]
     assert answer.raw["hypic"]["hit_segments"] == 3  # both tool schemas and the first step: only the newest is new
+
+
+class WeatherQuery(BaseModel):
+    """The city whose weather is asked for."""
+
+    city: str = Field(description="city name")
+
+
+def test_structured_predict_and_structured_llm_return_the_object(engine):
+    """LlamaIndex's default program for a function-calling LLM (``FunctionCallingProgram``) forces a call of the
+    output class as a tool; the grammar makes it a call with arguments that validate."""
+    llm = HypicLLM(engine=engine, max_tokens=40)
+    prompt = PromptTemplate("What is the weather in {city} right now?")
+    expected = WeatherQuery(city="Kothvenville")
+    assert llm.structured_predict(WeatherQuery, prompt, city="Kothvenville") == expected
+    structured = llm.as_structured_llm(WeatherQuery)
+    question = "What is the weather in Kothvenville right now?"
+    reply = structured.chat([ChatMessage(role="user", content=question)])
+    assert reply.raw == expected and json.loads(reply.message.content) == {"city": "Kothvenville"}
+    assert structured.complete(question).raw == expected
+    assert asyncio.run(llm.astructured_predict(WeatherQuery, prompt, city="Kothvenville")).city == "Kothvenville"
+
+
+def test_tool_choice_and_tool_required_are_honoured(engine):
+    tools = [FunctionTool.from_defaults(fn=lookup_employee), FunctionTool.from_defaults(fn=get_weather)]
+    schemas = {t.metadata.name: t.metadata.get_parameters_dict() for t in tools}
+    llm = HypicLLM(engine=engine, max_tokens=40)
+    question = "What is the weather in Kothvenville right now?"
+    for kwargs in ({"tool_required": True}, {"tool_choice": "required"}, {"tool_choice": "lookup_employee"}):
+        reply = llm.chat_with_tools(tools, user_msg="Hello!" if "tool_required" in kwargs else question, **kwargs)
+        [selection] = llm.get_tool_calls_from_response(reply)  # one call: parallel calls are off by default
+        jsonschema.validate(selection.tool_kwargs, schemas[selection.tool_name])
+        if kwargs.get("tool_choice") == "lookup_employee":
+            assert selection.tool_name == "lookup_employee"  # named, though the question is about the weather

@@ -138,6 +138,26 @@ def test_reordered_documents_are_cached_tokens_on_the_second_request(client):
     assert prefix.usage.prompt_tokens_details.cached_tokens == 0 and prefix.model_extra["hypic"]["mode"] == "full"
 
 
+def test_a_flat_context_string_is_cut_at_its_paragraphs_and_found_again_reordered(client):
+    """No parts, no kinds: one user string with a "Context:" header, as a client writes it. The bundled model's
+    format cuts it as ``/v1/completions`` cuts a flat prompt, so a reordered repeat is cached tokens."""
+    docs = [d.replace("works", "is employed") for d in DOCS]  # fresh documents: nothing cached yet
+
+    def flat(order):
+        text = "Context:\n" + "\n\n".join(order) + "\n\nQuestion: where does Bo Ek live?"
+        return [{"role": "user", "content": text}]
+
+    first = client.chat.completions.create(model=MODEL, messages=flat(docs), max_tokens=4)
+    second = client.chat.completions.create(model=MODEL, messages=flat(docs[::-1]), max_tokens=4)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.model_extra["hypic"]["hit_segments"] == len(docs)
+    assert 0 < second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
+    whole = client.chat.completions.create(
+        model=MODEL, messages=flat(docs[::-1]), max_tokens=4, extra_body={"hypic": {"segmentation": "none"}}
+    )
+    assert whole.usage.prompt_tokens_details.cached_tokens == 0
+
+
 def test_sixteen_concurrent_requests_answer_as_one_at_a_time(server, client, engine, monkeypatch):
     people = ["Ana Lee", "Bo Ek", "Stithgo Dithgaith", "Cy Ru"]
     requests = [

@@ -41,9 +41,12 @@ class ChatFormat:
         written as the whole answer, so that none of it can be shown as content yet."""
         return False
 
-    def prepare_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def prepare_messages(
+        self, messages: Sequence[Mapping[str, Any]], segmentation: str = "auto"
+    ) -> list[dict[str, Any]]:
         """OpenAI-style messages as a framework wrote them, in the form this format's model reads: as they are,
-        but for the bundled model, which was trained on a normalised form."""
+        but for the bundled model, which was trained on a normalised form (and whose template can cut flat text
+        only where parts say so: ``segmentation`` is the request's)."""
         return [dict(m) for m in messages]
 
     def __repr__(self) -> str:

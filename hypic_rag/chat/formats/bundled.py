@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ..segmentation import GLUE, QUESTION, flat_units
 from .base import Calls, ChatFormat, format_tool_result
 
 if TYPE_CHECKING:
@@ -116,16 +117,27 @@ class Bundled(ChatFormat):
     def may_become_call(self, text: str) -> bool:
         return text.startswith("{")
 
-    def prepare_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def prepare_messages(
+        self, messages: Sequence[Mapping[str, Any]], segmentation: str = "auto"
+    ) -> list[dict[str, Any]]:
         """Messages in the form the model was trained on: plain text with its whitespace collapsed (an
         assistant's only right-stripped), each part of a kind stripped (an empty one dropped), the parts of a
         kind that follow a message's text moved after it as a message of their own (the template writes a
         message's parts before its text; the last user message's go before the question anyway), tool results
-        and calls' arguments as compact ASCII-escaped JSON. A prompt without a question is a ``ValueError``."""
+        and calls' arguments as compact ASCII-escaped JSON. A prompt without a question is a ``ValueError``.
+
+        Under ``segmentation="auto"`` flat text is cut as the completions route cuts a flat prompt
+        (``segmentation.flat_units``), since this template cuts only at parts: in the question's message (the
+        last user message) every paragraph but the last becomes a ``document`` part, and in a system message
+        every paragraph but the first (its instruction), when neither holds parts of a kind already. The text
+        around them (headers such as ``Context:``, the question) stays in order as the question's or the
+        instruction's text, so nothing is dropped and a document pasted into a prompt is one ``<doc>`` segment,
+        found again in any order."""
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        cut = segmentation == "auto"
         out: list[dict[str, Any]] = []
         for i, message in enumerate(messages):
-            out.extend(_prepared(message, i == last_user, f"message {i}"))
+            out.extend(_prepared(message, i == last_user, f"message {i}", cut))
         if not _has_question(out):
             raise ValueError("the prompt has no question: the last user message has no text outside its documents")
         return out
@@ -152,7 +164,18 @@ def _message(base: Mapping[str, Any], parts: list[tuple[str | None, str]]) -> di
     return {**base, "content": content}
 
 
-def _prepared(message: Mapping[str, Any], last_user: bool, where: str) -> list[dict[str, Any]]:
+def _flat_parts(text: str, question: bool) -> list[tuple[str | None, str]]:
+    """Flat text as ``document`` parts and the rest (``Bundled.prepare_messages``): the paragraphs but the
+    question (``question``) or but the first (an instruction) are documents."""
+    units = flat_units(text)
+    pieces = [i for i, (kind, _) in enumerate(units) if kind != GLUE]
+    keep = {i for i, (kind, _) in enumerate(units) if kind == QUESTION} if question else set(pieces[:1])
+    documents = [("document", collapse_space(t)) for i, (kind, t) in enumerate(units) if kind != GLUE and i not in keep]
+    rest = " ".join(t for i, (kind, t) in enumerate(units) if kind == GLUE or i in keep)
+    return [*documents, (None, rest)] if documents else [(None, text)]
+
+
+def _prepared(message: Mapping[str, Any], last_user: bool, where: str, cut: bool) -> list[dict[str, Any]]:
     role = message.get("role")
     if role == "tool":
         text = "".join(t for _, t in _parts(message.get("content")))
@@ -163,6 +186,8 @@ def _prepared(message: Mapping[str, Any], last_user: bool, where: str) -> list[d
     parts = _parts(message.get("content"))
     if message.get("content") is None:
         return [base]
+    if cut and (role == "system" or (role == "user" and last_user)) and not any(k for k, _ in parts):
+        parts = _flat_parts("".join(t for _, t in parts), question=role == "user")
     plain = [t for k, t in parts if k is None and t.strip()]
     text = "\n".join(plain).rstrip() if role == "assistant" else collapse_space(" ".join(plain))
     queries = [collapse_space(t) for k, t in parts if k == "query"]

@@ -1,0 +1,226 @@
+"""What an output grammar costs while decoding: tokens/s with and without a JSON-schema mask, side by side on
+one engine, and the mask's own time per token (its share of a masked step).
+
+    python -m hypic_rag.eval.bench.grammar --json docs/results/bench-grammar.json
+
+Two models: the bundled one (its own tokenizer, a few thousand tokens) and a random-weight checkpoint with
+Qwen3.5-0.8B's shapes (``--layers`` decoder layers, 24 as in the real model) and its 248,320-token vocabulary.
+The mask's cost grows with the vocabulary (llguidance walks the tokenizer's trie for the bytes a JSON string may
+hold next, and the allowed set is unpacked into a boolean row as wide as the logits), so the wide one is the case
+that matters; with no hub here, its tokenizer is a byte-level vocabulary of that size made up of random words
+(``wide_tokenizer``), whose trie is as large as a real one's.
+
+Each prompt is decoded twice in lockstep, a step of one then a step of the other: free, and under
+``response_format`` ``json_schema`` (an object with one free string, so a random model keeps writing inside it;
+a free answer's stop ids are cleared, so it runs to ``--max-new-tokens`` too). On a shared machine whatever else
+runs slows both alike, so their ratio holds where the seconds do not. Decode tokens/s is the decode steps over
+their time. The mask's own time is measured beside them: each token the masked run chose is replayed through a
+fresh ``GrammarMask`` (``apply`` on a logits row of the model's width, then ``advance``) with no model in the
+loop; its share is that time over a masked step's. ``extra_share_of_masked_step`` is the other reading: what a
+masked step costs beyond a free one, over the masked step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hypic_rag import Engine, Segment
+from hypic_rag.decoding import Generation
+from hypic_rag.grammar import SPACED, GrammarMask, check_response_format, response_lark
+
+from ..data.corpus import corpus
+from .common import RandomSegments, layer_shapes
+
+# An answer the grammar holds to a JSON object with one free string: the mask is computed on every step.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
+LARK = "start: " + response_lark(check_response_format(RESPONSE_FORMAT) or {}, SPACED)  # what the engine builds
+SPECIALS = ("<|endoftext|>", "<|im_end|>")
+
+
+def wide_tokenizer(path: Path, vocab_size: int, seed: int = 0) -> None:
+    """A byte-level BPE ``tokenizer.json`` of ``vocab_size`` tokens (``SPECIALS``, the 256 bytes, then random
+    words of 2-12 letters, digits and punctuation, half of them after a space) and the files an engine reads
+    with it. No merges: the benchmark never encodes text, it only needs the vocabulary llguidance walks."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    # The specials first, at the pad and EOS ids random checkpoints' configs name (0 and 1), then the bytes.
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?-_()[]{}/=+*&%$#@"
+    rng = random.Random(seed)
+    words: set[str] = set()
+    room = vocab_size - len(vocab)
+    while len(words) < room:
+        word = "".join(rng.choices(letters, k=rng.randint(2, 12)))
+        words.add(("Ġ" if rng.random() < 0.5 else "") + word)
+    for word in sorted(words):
+        vocab[word] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True) for s in SPECIALS])
+    tok.save(str(path / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": SPECIALS[1], "pad_token": SPECIALS[0]}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    eos = [tok.token_to_id(s) for s in SPECIALS]
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
+
+
+def wide_engine(layers: int, log: Callable[[str], None]) -> Engine:
+    """A random checkpoint with Qwen3.5-0.8B's shapes, ``layers`` layers and its vocabulary, with ``wide_tokenizer``."""
+    from hypic_rag.testing.synthetic import build_checkpoint
+
+    shapes = layer_shapes(layers)
+    log(f"random qwen3_5_text: hidden {shapes['hidden_size']}, {layers} layers, vocabulary {shapes['vocab_size']}")
+    with tempfile.TemporaryDirectory() as tmp:
+        build_checkpoint("qwen3_5_text", tmp, shapes, seed=0)
+        wide_tokenizer(Path(tmp), shapes["vocab_size"])
+        return Engine.from_pretrained(tmp)
+
+
+def _start(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens: int, masked: bool) -> Generation:
+    extra = {"response_format": RESPONSE_FORMAT} if masked else {}
+    run = engine.start(*prompt, max_new_tokens=max_new_tokens, temperature=0.0, **extra)
+    if not masked:  # as many steps as a masked answer that runs on: no stop ends a free one
+        run.decoder.stops = frozenset()
+    return run
+
+
+def _timed_step(run: Generation) -> float:
+    start = time.perf_counter()
+    run.step()
+    return time.perf_counter() - start
+
+
+def lockstep(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens: int) -> dict[str, Any]:
+    """One prompt decoded free and masked in lockstep (a step of one, then of the other, in turns that swap each
+    time), with each token the masked run chose replayed through a fresh mask right after: the three share
+    whatever else the machine is doing. Seconds and decode steps of each, and the masked answer's tokens."""
+    free, masked = _start(engine, prompt, max_new_tokens, False), _start(engine, prompt, max_new_tokens, True)
+    replay = GrammarMask(engine.grammar_tokenizer(), LARK)
+    row = torch.zeros(engine.config.vocab_size)
+    picked = masked.decoder.picker.picked
+    replay.apply(row)
+    replay.advance(picked[0])  # the first token, chosen with the prefill
+    replayed = 1
+    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0}
+    turn = 0
+    while not (free.done and masked.done):
+        for name, run in [("free", free), ("masked", masked)][:: 1 if turn % 2 == 0 else -1]:
+            if not run.done:
+                seconds[name] += _timed_step(run)
+        for token in picked[replayed:]:
+            begin = time.perf_counter()
+            replay.apply(row)
+            replay.advance(token)
+            seconds["mask"] += time.perf_counter() - begin
+        replayed = len(picked)
+        turn += 1
+    steps = {"free": len(free.decoder.picker.picked) - 1, "masked": len(picked) - 1}
+    return {"seconds": seconds, "steps": steps, "tokens": list(masked.output().token_ids)}
+
+
+def measure(
+    engine: Engine, prompts: list[tuple[list[Segment], Segment]], max_new_tokens: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every prompt in lockstep (after a short warm-up); decode tokens/s free and masked, the mask's time."""
+    lockstep(engine, prompts[0], 4)
+    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0}
+    steps = {"free": 0, "masked": 0}
+    for i, prompt in enumerate(prompts):
+        one = lockstep(engine, prompt, max_new_tokens)
+        for key in seconds:
+            seconds[key] += one["seconds"][key]
+        for key in steps:
+            steps[key] += one["steps"][key]
+        if len(one["tokens"]) < max_new_tokens:  # a finished answer parses, or the grammar did not hold
+            json.loads(engine.decode(one["tokens"]))
+        log(f"  prompt {i + 1}/{len(prompts)}")
+    free_rate, masked_rate = steps["free"] / seconds["free"], steps["masked"] / seconds["masked"]
+    mask_ms = 1000 * seconds["mask"] / steps["masked"]
+    return {
+        "decode_tokens_per_s": round(free_rate, 2),
+        "masked_decode_tokens_per_s": round(masked_rate, 2),
+        "masked_vs_free": round(masked_rate / free_rate, 3),
+        "steps": steps,
+        "step_ms": {"free": round(1000 / free_rate, 3), "masked": round(1000 / masked_rate, 3)},
+        "mask_ms_per_token": round(mask_ms, 3),
+        "mask_share_of_masked_step": round(mask_ms * masked_rate / 1000, 4),
+        # what the masked step costs beyond the free one, as a share of it (the mask's work and whatever it
+        # takes from the forward, e.g. llguidance's threads competing for the cores)
+        "extra_share_of_masked_step": round(1 - masked_rate / free_rate, 4),
+        "vocab_size": engine.config.vocab_size,
+    }
+
+
+def bundled_prompts(n: int, seed: int) -> tuple[Engine, list[tuple[list[Segment], Segment]]]:
+    """The bundled model, and ``n`` of its own prompts: three documents of the synthetic world and a question."""
+    from hypic_rag.chat.formats.bundled import ANSWER, QUESTION_TAG
+
+    engine = Engine.from_pretrained()
+    texts, qa = corpus(16, seed=seed)
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(n):
+        docs = [Segment(f"<doc>{t}</doc>\n") for t in rng.sample(texts, 3)]
+        prompts.append((docs, Segment(f"{QUESTION_TAG}{qa[i][0]}</q>\n{ANSWER}", kind="query")))
+    return engine, prompts
+
+
+def run(
+    n: int = 8,
+    max_new_tokens: int = 48,
+    layers: int = 24,
+    wide: bool = True,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    report: dict[str, Any] = {
+        "config": {"n": n, "max_new_tokens": max_new_tokens, "layers": layers, "threads": torch.get_num_threads()},
+        "schema": SCHEMA,
+    }
+    log("bundled model")
+    engine, prompts = bundled_prompts(n, seed)
+    report["bundled"] = measure(engine, prompts, max_new_tokens, log)
+    log(json.dumps(report["bundled"]))
+    if wide:
+        engine = wide_engine(layers, log)
+        random_prompts = RandomSegments(engine.config.vocab_size, seed)
+        prompts = [(random_prompts.segments(2, 64), random_prompts.segment(16, "query")) for _ in range(n)]
+        report["qwen3_5_0_8b_shapes"] = measure(engine, prompts, max_new_tokens, log)
+        log(json.dumps(report["qwen3_5_0_8b_shapes"]))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=8, help="prompts per model")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--layers", type=int, default=24, help="decoder layers of the Qwen3.5-0.8B-shaped model")
+    parser.add_argument("--no-wide", action="store_true", help="the bundled model only")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    report = run(args.n, args.max_new_tokens, args.layers, not args.no_wide, args.seed)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
