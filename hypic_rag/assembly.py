@@ -21,7 +21,7 @@ from typing import TypeVar
 import torch
 
 from .cache.entry import CachedSegment, LinearEntry, LinearRemainder
-from .kernels.algebra import compose_forms, dense_operator, rerotate
+from .kernels.algebra import compose_forms, dense_operator, dense_state, rerotate
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
@@ -42,8 +42,11 @@ def operators(cached: CachedSegment, seam: int, variant: str) -> tuple[bool, dic
 
 
 def _dense(e: E) -> E:
-    """An operator kept in packed WY form (short Gated DeltaNet segments) expanded for the kernels."""
-    return e if e.p.dim() != 3 or e.p.shape[-1] == e.p.shape[-2] else replace(e, p=dense_operator(e.p))
+    """An operator kept in packed WY form and a state kept as its factors (short Gated DeltaNet segments)
+    expanded for the kernels."""
+    if e.p.dim() != 3 or e.p.shape[-1] == e.p.shape[-2] == e.b.shape[1]:
+        return e
+    return replace(e, p=dense_operator(e.p), b=dense_state(e.b, e.p.shape[1]))
 
 
 def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
-from .kernels.algebra import rerotate, wy_operator
+from .kernels.algebra import low_rank_state, rerotate, wy_operator
 from .model import HybridModel, TransitionCapture
 
 
@@ -60,10 +60,22 @@ def _operator(
     inputs = capture.inputs.get(layer)
     if not wy or inputs is None:
         return dense.clone()
-    k, g, beta = (x[row, start:] for x in inputs)
+    k, _, g, beta = (x[row, start:] for x in inputs)
     if 2 * k.shape[0] + 1 >= k.shape[-1]:
         return dense.clone()
     return wy_operator(k, g, beta).packed()
+
+
+def _state(capture: TransitionCapture, layer: int, row: int, start: int, dense: torch.Tensor, wy: bool) -> torch.Tensor:
+    """A row's zero-start end state over its tokens from column ``start`` on, as an entry keeps it: Gated
+    DeltaNet's as its two rank-``L`` factors stacked (``[H, K + V, L]``) where that is smaller than dense."""
+    inputs = capture.inputs.get(layer)
+    if not wy or inputs is None:
+        return dense
+    k, v, g, beta = (x[row, start:] for x in inputs)
+    if k.shape[0] * (k.shape[-1] + v.shape[-1]) >= k.shape[-1] * v.shape[-1]:
+        return dense
+    return torch.cat(low_rank_state(k, v, g, beta), dim=1)
 
 
 def _prefill_batch(
@@ -97,11 +109,11 @@ def _prefill_batch(
         for layer in state.linear_layer_ids:
             lin, ops = state.linear(layer), capture.operators[layer]
             whole = _operator(capture, layer, r, pads[r], ops.p[r], wy)
-            entry.linear[layer] = LinearEntry(
-                _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), whole, lin.conv[r].clone()
-            )
+            end = _state(capture, layer, r, pads[r], _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), wy)
+            entry.linear[layer] = LinearEntry(end, whole, lin.conv[r].clone())
             if remainder is not None:
                 state_after = _unpadded(mixers[layer], ops.rest_state[r], pads[r], model)
+                state_after = _state(capture, layer, r, pads[r] + splits[r], state_after, wy)
                 rest = _operator(capture, layer, r, pads[r] + splits[r], ops.rest_p[r], wy)
                 remainder.linear[layer] = LinearRemainder(state_after, rest)
         for layer in state.attention_layer_ids:

@@ -290,6 +290,34 @@ class WYOperator:
         return cls(p[:, 0, 2 * n].float(), p[..., :n].float(), p[..., n : 2 * n].float())
 
 
+def low_rank_state(
+    k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A segment's zero-start end state as two factors, ``B = left @ right^T``, ``left [H, K, L]``,
+    ``right [H, V, L]``, from ``k [T, H, K]``, ``v [T, H, V]``, ``g, beta [T, H]``. With ``G_t`` the gates' running
+    sum, ``B = sum_t e^{G_L - G_t} b_t k_t u_t^T`` where ``u_t = v_t - sum_{s<t} e^{G_t - G_s} b_s (k_s . k_t) u_s``:
+    one triangular solve, every exponent <= 0."""
+    kf, vf = k.float().transpose(0, 1), v.float().transpose(0, 1)  # [H, T, K], [H, T, V]
+    bf, cum = beta.float().transpose(0, 1), g.float().cumsum(0).transpose(0, 1)  # [H, T]
+    t = kf.shape[1]
+    lower = torch.ones(t, t, dtype=torch.bool, device=k.device).tril(-1)
+    ratio = torch.exp(torch.where(lower, cum[:, :, None] - cum[:, None, :], float("-inf")))
+    m = torch.matmul(kf, (kf * bf[..., None]).transpose(-1, -2)) * ratio
+    eye = torch.eye(t, dtype=torch.float32, device=k.device)
+    u = torch.linalg.solve_triangular(eye + m, vf, upper=False, unitriangular=True)
+    left = kf * (bf * torch.exp(cum[:, -1:] - cum))[..., None]
+    return left.transpose(-1, -2).contiguous(), u.transpose(-1, -2).contiguous()
+
+
+def dense_state(b: torch.Tensor, k_dim: int) -> torch.Tensor:
+    """A Gated DeltaNet end state as the kernels take it: ``[H, K, V]`` as it is, a packed ``[H, K + V, L]``
+    (``low_rank_state``'s factors, stacked) multiplied out."""
+    if b.shape[1] == k_dim:
+        return b
+    left, right = b[:, :k_dim].float(), b[:, k_dim:].float()
+    return torch.matmul(left, right.transpose(-1, -2))
+
+
 def dense_operator(p: torch.Tensor) -> torch.Tensor:
     """A Gated DeltaNet operator as the kernels take it: ``[H, K, K]`` as it is, a packed WY form expanded."""
     return p if p.shape[-1] == p.shape[-2] else WYOperator.unpacked(p).dense()

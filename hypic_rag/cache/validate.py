@@ -23,6 +23,11 @@ def _packed_wy(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> boo
     return len(dense) == 3 == len(got) and dense[1] == dense[2] and got[:2] == dense[:2] and got[2] == 2 * tokens + 1
 
 
+def _packed_state(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> bool:
+    """A dense ``[H, K, V]`` state's place holding its two factors of ``tokens`` columns, ``[H, K + V, L]``."""
+    return len(dense) == 3 == len(got) and got == (dense[0], dense[1] + dense[2], tokens)
+
+
 @dataclass(frozen=True)
 class EntryLayout:
     """The shapes and dtypes of one model's entries (``L`` is the segment's length): per linear layer its
@@ -78,6 +83,8 @@ class EntryLayout:
         covered = n if isinstance(entry, SegmentEntry) else n - entry.seam  # the tokens its operators span
         for name, tensor, shape in expected:
             if name.endswith(".p") and _packed_wy(tuple(tensor.shape), shape, covered):
+                shape = tuple(tensor.shape)
+            if name.endswith(".b") and _packed_state(tuple(tensor.shape), shape, covered):
                 shape = tuple(tensor.shape)
             if tuple(tensor.shape) != shape:
                 raise CorruptEntry(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")

@@ -235,3 +235,15 @@ def test_the_wy_form_is_the_dense_operator_and_applies_without_forming_it(t):
     assert (wy.apply(s) - dense @ s).abs().max() < 1e-5
     numbers = sum(x.numel() for x in (wy.gamma, wy.w, wy.y))
     assert (numbers < dense.numel()) == (t < 32)  # smaller than dense while L < K / 2
+
+
+@pytest.mark.parametrize("t", [1, 7, 33])
+def test_the_low_rank_state_is_the_zero_start_end_state(t):
+    k, v, g, beta = _inputs(t, seed=5 * t, h=2, dk=32, dv=16)
+    g = g * 20  # long decays: the factors keep every exponent <= 0
+    dense = transition(k, v, g, beta, backend="torch").state[0]  # [H, K, V]
+    left, right = algebra.low_rank_state(k[0], v[0], g[0], beta[0])
+    assert left.shape == (2, 32, t) and right.shape == (2, 16, t)
+    assert torch.isfinite(left).all() and (left @ right.transpose(-1, -2) - dense).abs().max() < 1e-5
+    packed = torch.cat([left, right], dim=1)
+    assert torch.equal(algebra.dense_state(packed, 32), left @ right.transpose(-1, -2))
