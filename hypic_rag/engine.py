@@ -387,7 +387,7 @@ class Engine:
         out: list[CachedSegment | None] = []
         store = self.segment_store
         for i, seg in enumerate(plan.segments):
-            kind = kinds[i] if kinds is not None else "segment"
+            kind = kinds[i] if kinds is not None else None
             entry = store.get(seg.key, seg.ids, kind) if seg.key is not None else None
             remainder = store.get_remainder(seg.key, seg.ids, seg.remainder) if entry and seg.remainder else None
             out.append(CachedSegment(entry, remainder) if entry is not None else None)
@@ -428,7 +428,7 @@ class Engine:
         # gives the prompt's first none)
         plan = replace(plan, segments=[replace(seg, remainder=seg.record_remainder) for seg in plan.segments])
         misses, seen = [], set()
-        for seg, found in zip(plan.segments, self._lookup(plan, [s.kind for s in segments]), strict=True):
+        for seg, found in zip(plan.segments, self._lookup(plan), strict=True):  # not requests: no hit ratio
             if _missing(seg, found) and seg.key not in seen:
                 misses.append((seg, found))
                 seen.add(seg.key)

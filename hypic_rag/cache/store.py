@@ -100,11 +100,12 @@ class SegmentStore:
             self._tiers[name] = _Tier(name, tier)
         self._tiers = {n: self._tiers[n] for n in TIERS if n in self._tiers}
 
-    def get(self, key: str, token_ids: tuple[int, ...], kind: str = "segment") -> SegmentEntry | None:
+    def get(self, key: str, token_ids: tuple[int, ...], kind: str | None = None) -> SegmentEntry | None:
         """The shared part of the segment cached under ``key``; ``kind`` (the segment's: document, tool, turn)
-        counts the lookup in the hit ratio by kind."""
+        counts the lookup in the hit ratio by kind (None: a lookup that is not a request's, uncounted)."""
         entry = self._get(key, token_ids, SegmentEntry, key)
-        self.lookups[kind, "hit" if entry is not None else "miss"] += 1
+        if kind is not None:
+            self.lookups[kind, "hit" if entry is not None else "miss"] += 1
         return entry
 
     def get_remainder(self, key: str, token_ids: tuple[int, ...], seam: int) -> RemainderEntry | None:
