@@ -116,7 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--cache-url", default=None, help="a shared remote segment tier")
     srv.add_argument("--mode", default="hypic", help="for requests that do not set hypic.mode")
     srv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past that, 429")
-    srv.add_argument("--max-active", type=int, default=8, help="requests decoded at once, a token each in turn")
+    srv.add_argument("--max-active", type=int, default=16, help="requests decoded together, in one forward a step")
+    srv.add_argument(
+        "--queue-timeout", type=float, default=120.0, help="seconds a request may wait for the engine; past that, 429"
+    )
+    srv.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=2048,
+        help="a step's token budget: a decode token per running request plus the prompts admitted",
+    )
     srv.add_argument("--prefill-workers", type=int, default=0, help="Ray actors that prefill cold segments")
     srv.add_argument("--dtype", default="float32")
     srv.add_argument(
@@ -245,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         if min(args.max_queue, args.max_active) < 1 or not 0 < args.port < 65536:
             parser.error("--max-queue and --max-active must be >= 1, --port in 1..65535")
+        if args.max_num_batched_tokens < args.max_active:
+            parser.error("--max-num-batched-tokens must be at least --max-active")
         try:
             from hypic_rag.server import serve
         except ImportError as exc:
@@ -260,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 mode=args.mode,
                 max_queue=args.max_queue,
                 max_active=args.max_active,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                queue_timeout_s=args.queue_timeout,
                 log_level=args.log_level,
                 dtype=args.dtype,
                 entry_dtype=args.entry_dtype,

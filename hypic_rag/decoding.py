@@ -3,7 +3,7 @@ decode loop that continues a prefilled request state one token at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -137,6 +137,7 @@ class Decoder:
         self.text: str | None = None  # set when a stop string cut the text
         self.finish: str | None = None
         self._next = first
+        self._held: int | None = None  # taken early (``take_now``), for the next ``take`` to return
         self._emitted = 0
 
     @property
@@ -145,25 +146,51 @@ class Decoder:
 
     def step(self) -> bool:
         """Take the next token (running the model for the one after it); True once finished."""
-        if self.finish is not None:
+        token = self.take()
+        if token is None:
             return True
-        if self.cancelled is not None and self.cancelled():
-            self.finish = "cancelled"
-            return True
-        token = self._next
-        if token in self.stops:
-            return self._end("stop")
-        self.ids.append(token)
-        if self._read(token):
-            return self._end("stop")
-        if len(self.ids) >= self.max_new_tokens:
-            return self._end("length")
-        if self.state.seq_len >= self.model.config.max_position_embeddings:
-            return self._end("context")
         with torch.inference_mode():
             step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
-            self._next = self.picker.pick(self.model(step, state=self.state)[0, -1].float())
+            self.choose(self.model(step, state=self.state)[0, -1])
         return False
+
+    def take(self) -> int | None:
+        """Take the next token and return it, for the model to run next (``choose`` then gets the logits after
+        it); None once finished. ``step`` is ``take`` and ``choose`` around one forward; ``step_together``
+        runs many decoders' tokens in one."""
+        if self._held is not None:
+            token, self._held = self._held, None
+            return token
+        if self.finish is not None:
+            return None
+        if self.cancelled is not None and self.cancelled():
+            self.finish = "cancelled"
+            return None
+        token = self._next
+        if token in self.stops:
+            self._end("stop")
+            return None
+        self.ids.append(token)
+        if self._read(token):
+            self._end("stop")
+            return None
+        if len(self.ids) >= self.max_new_tokens:
+            self._end("length")
+            return None
+        if self.state.seq_len >= self.model.config.max_position_embeddings:
+            self._end("context")
+            return None
+        return token
+
+    def take_now(self) -> None:
+        """Take the next token now, so its text goes out at once; the next ``take`` returns it. A server does this
+        when a prompt is in, so the first token does not wait for the step that decodes it."""
+        if self._held is None:
+            self._held = self.take()
+
+    def choose(self, logits: torch.Tensor) -> None:
+        """Choose the token after the one ``take`` returned, from the logits ``[V]`` the model gave for it."""
+        self._next = self.picker.pick(logits.float())
 
     def run(self) -> tuple[list[int], str]:
         while not self.step():
@@ -198,6 +225,63 @@ class Decoder:
                 self.on_token(FLUSH, text[self._emitted :])
                 self._emitted = len(text)
         return True
+
+
+def step_together(
+    decoders: Sequence[Decoder], failed: Callable[[Decoder, Exception], None] | None = None
+) -> list[bool]:
+    """One token of every decoder in one forward (``HybridModel.decode_batch``), each row then chosen by its own
+    ``Picker`` (sampler, penalties, grammar); a finished or cancelled decoder just leaves. Each decoder's done
+    flag after the step. ``failed(decoder, exc)``, if given, takes an error of one decoder's own (its stream, its
+    grammar), which then leaves the step while the others go on; else the error is raised."""
+
+    def guarded(d: Decoder, work: Callable[[], int | None]) -> int | None:
+        if failed is None:
+            return work()
+        try:
+            return work()
+        except Exception as exc:
+            failed(d, exc)
+            return None
+
+    taken = [(d, token) for d in decoders if (token := guarded(d, d.take)) is not None]
+    if taken:
+        model = taken[0][0].model
+        if any(d.model is not model for d, _ in taken):
+            raise ValueError("decoders stepped together must share one model")
+        with torch.inference_mode():
+            logits = model.decode_batch([token for _, token in taken], [d.state for d, _ in taken])
+        for row, (d, _) in enumerate(taken):
+            guarded(d, lambda d=d, row=row: d.choose(logits[row]))
+    return [d.done for d in decoders]
+
+
+class Prefilling:
+    """A request whose prompt runs a chunk at a time (``Engine.start(..., prefill_chunk=n)``), so that a long cold
+    prompt holds the requests decoding beside it back by one chunk, not by its whole prefill. ``advance`` runs
+    the next chunk and returns the prompt tokens it ran; once the prompt is in, ``generation`` is the started
+    request, as ``Engine.start`` without chunks returns it."""
+
+    thinking_open: bool = False  # passed on to the generation (see ``Generation``)
+    answer_prefix: str = ""
+
+    def __init__(self, steps: Generator[int, None, Generation]) -> None:
+        self._steps = steps
+        self._ran = 0
+        self.generation: Generation | None = None
+
+    def advance(self) -> int:
+        """Run the next chunk; the prompt tokens it ran through the model."""
+        if self.generation is not None:
+            raise ValueError("the prompt is already in")
+        try:
+            ran = next(self._steps)
+        except StopIteration as stop:
+            self.generation = stop.value
+            self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
+            ran = max(0, self.generation.stats.recomputed_tokens - self._ran)  # the last chunk's
+        self._ran += ran
+        return ran
 
 
 class Generation:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -38,7 +38,7 @@ from .chat.grammar import answer_grammar, schema_as_call
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
-from .decoding import Decoder, Generation, Sampler, TokenCallback
+from .decoding import Decoder, Generation, Prefilling, Sampler, TokenCallback, step_together
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
@@ -96,9 +96,27 @@ def _usable_device(device: str | torch.device) -> torch.device:
 CACHE_AHEAD_CHUNK = 64  # segments filled, then stored, at a time by ``Engine.cache_segments``
 
 
+def _chunk(tokens: int | None) -> int | None:
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ValueError(f"prefill_chunk must be a positive number of tokens, got {tokens!r}")
+    return tokens
+
+
 def _missing(seg: SegmentPlan, found: CachedSegment | None) -> bool:
     """A cacheable segment without its entry, or without the remainder its plan composes."""
     return seg.key is not None and (found is None or (seg.remainder > 0 and found.remainder is None))
+
+
+T = TypeVar("T")
+
+
+def drain(steps: Generator[int, None, T]) -> T:
+    """Run a prefill that pauses between chunks to its end; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 class Engine:
@@ -311,25 +329,40 @@ class Engine:
             key=lambda ids: segment_key(ids, self.fingerprint, self.model.dtype),
         )
 
-    @torch.inference_mode()
     def _prefill(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
+        return drain(self._prefill_chunks(prompt, mode, seam, None))
+
+    @torch.inference_mode()
+    def _prefill_chunks(
+        self, prompt: Prompt, mode: str, seam: int | float | None, chunk: int | None
+    ) -> Generator[int, None, Prefilled]:
+        """The prompt's prefill, run whole (``chunk`` None) or pausing after each forward of at most ``chunk``
+        tokens (yielding how many it ran): a prompt run in context (``full``, ``prefix``'s uncached segments) in
+        chunks of ``chunk`` tokens, a composed one a cold segment at a time, then its fused forward."""
         before = dict(self.segment_store.counters)
-        done = self._prefill_mode(prompt, mode, seam)
+        done = yield from self._prefill_mode(prompt, mode, seam, chunk)
         after = self.segment_store.counters
         counted = ("memory_hits", "disk_hits", "remote_hits", "corrupt", "tier_errors")
         done.stats.store_counters = {k: after[k] - before[k] for k in counted}
         return done
 
-    def _prefill_mode(self, prompt: Prompt, mode: str, seam: int | float | None) -> Prefilled:
+    def _prefill_mode(
+        self, prompt: Prompt, mode: str, seam: int | float | None, chunk: int | None
+    ) -> Generator[int, None, Prefilled]:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
-            logits, deferred = self._prefill_composed(self.plan(prompt, mode, seam), state, stats, prompt.kinds)
+            plan = self.plan(prompt, mode, seam)
+            logits, deferred = yield from self._prefill_composed(plan, state, stats, chunk, prompt.kinds)
             return Prefilled(logits, state, stats, deferred)
-        last = prompt.ids  # full: one forward over the whole prompt
+        last = list(prompt.ids)  # full: one forward over the whole prompt
         if mode == "prefix":
-            self._prefill_prefix(prompt, state, stats)
-            last = prompt.query
+            yield from self._prefill_prefix(prompt, state, stats, chunk)
+            last = list(prompt.query)
+        while chunk is not None and len(last) > chunk:
+            run_in_context(self.model, state, last[:chunk])
+            yield chunk
+            last = last[chunk:]
         return Prefilled(self._last_logits(last, state), state, stats, [])
 
     def _last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
@@ -337,22 +370,33 @@ class Engine:
         tensor = int64(ids, self.model.device)[None]
         return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
 
-    def _prefill_prefix(self, prompt: Prompt, state: RequestState, stats: RequestStats) -> None:
+    def _prefill_prefix(
+        self, prompt: Prompt, state: RequestState, stats: RequestStats, chunk: int | None
+    ) -> Generator[int, None, None]:
         keys = self.prefix_store.chain_keys(prompt.segments)
         depth = self.prefix_store.longest(keys)
         if depth:
             self.prefix_store.restore(keys[:depth], state)
         for key, ids in zip(keys[depth:], prompt.segments[depth:], strict=True):
             start = state.seq_len
-            run_in_context(self.model, state, ids)
+            step = chunk or max(1, len(ids))
+            for at in range(0, len(ids), step):
+                run_in_context(self.model, state, ids[at : at + step])
+                if chunk is not None:
+                    yield len(ids[at : at + step])
             self.prefix_store.snapshot(key, state, start)
         stats.hit_segments, stats.miss_segments = depth, len(keys) - depth
         stats.recomputed_tokens = len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth])
         stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
 
     def _prefill_composed(
-        self, plan: RequestPlan, state: RequestState, stats: RequestStats, kinds: Sequence[str] | None = None
-    ) -> tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]]:
+        self,
+        plan: RequestPlan,
+        state: RequestState,
+        stats: RequestStats,
+        chunk: int | None,
+        kinds: Sequence[str] | None = None,
+    ) -> Generator[int, None, tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]]]:
         """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
         the query: the next-token logits and the misses whose filling is deferred."""
         found = self._lookup(plan, kinds)
@@ -366,8 +410,13 @@ class Engine:
         )
         filled = 0
         if deferred and self.cold_policy == "parallel":
-            for i, made in zip(missed, self._fill(deferred), strict=True):
-                found[i] = made
+            if chunk is None:
+                for i, made in zip(missed, self._fill(deferred), strict=True):
+                    found[i] = made
+            else:  # a cold segment a step
+                for i, miss in zip(missed, deferred, strict=True):
+                    found[i] = self._fill([miss])[0]
+                    yield len(miss[0].ids)
             filled, deferred = sum(len(seg.ids) for seg, _ in deferred), []
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
@@ -499,17 +548,21 @@ class Engine:
         *,
         on_token: TokenCallback | None = None,
         cancelled: Callable[[], bool] | None = None,
+        prefill_chunk: int | None = None,
         **overrides: Any,
-    ) -> Generation:
+    ) -> Generation | Prefilling:
         """``generate`` up to its first token: the rest is decoded by ``step``/``run`` on the result, so
-        that a server can interleave requests; ``cancelled()`` is asked before each further token."""
+        that a server can interleave requests; ``cancelled()`` is asked before each further token. With
+        ``prefill_chunk``, a ``Prefilling`` that runs the prompt at most that many tokens a step (a cold
+        segment a step, for the composed modes) and then holds the ``Generation``."""
         options = RequestOptions.from_mapping(overrides, base=options)
         chat_only = options.chat_only()
         if chat_only:
             raise ValueError(f"{', '.join(chat_only)} apply to chat requests (Engine.chat), not to segments")
         prompt = self.build_prompt(segments, query)
         grammar = "start: " + response_lark(options.response_format, SPACED) if options.response_format else None
-        return self._start(prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar)
+        chunk = _chunk(prefill_chunk)
+        return self._start(prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar, chunk=chunk)
 
     def _start(
         self,
@@ -521,11 +574,13 @@ class Engine:
         finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
         grammar: str | None = None,
         forced_ids: Sequence[int] = (),
-    ) -> Generation:
+        chunk: int | None = None,
+    ) -> Generation | Prefilling:
         """Prefill ``prompt`` and choose its first token, under ``options`` with their defaults filled; the
         request also stops at ``stop_ids`` (the template's end of turn) and every EOS id. ``grammar`` (Lark,
         ``hypic_rag.grammar``) masks every token chosen; ``forced_ids`` are the tokens of it the prompt already
-        ends with (a forced call's opening)."""
+        ends with (a forced call's opening). With ``chunk``, nothing runs yet: the ``Prefilling`` returned runs
+        the prompt a chunk at a time (``_prefill_chunks``)."""
         if options.stop and self.tokenizer is None:
             raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")
         sampler = Sampler.of(options)
@@ -546,29 +601,78 @@ class Engine:
             logprobs=(options.top_logprobs or 0) if options.logprobs else None,
         )
 
-        begin = time.perf_counter()
-        done = self._prefill(prompt, options.mode, options.seam)
-        first = picker.pick(done.logits)
-        ttft = time.perf_counter() - begin
-        self._fill(done.deferred)
-
         detokenize = self.decode if self.tokenizer is not None else None
         assert options.max_new_tokens is not None  # with_defaults filled it
-        decoder = Decoder(
-            self.model,
-            done.state,
-            first,
-            sampler,
-            generator,
-            stops=stops,
-            max_new_tokens=options.max_new_tokens,
-            on_token=on_token,
-            detokenize=detokenize,
-            stop_strings=list(options.stop or ()),
-            cancelled=cancelled,
-            picker=picker,
-        )
-        return Generation(decoder, done.stats, ttft, done.logits, finalize)
+        max_new_tokens = options.max_new_tokens
+
+        def steps() -> Generator[int, None, Generation]:
+            begin = time.perf_counter()
+            done = yield from self._prefill_chunks(prompt, options.mode, options.seam, chunk)
+            first = picker.pick(done.logits)
+            ttft = time.perf_counter() - begin
+            self._fill(done.deferred)
+            decoder = Decoder(
+                self.model,
+                done.state,
+                first,
+                sampler,
+                generator,
+                stops=stops,
+                max_new_tokens=max_new_tokens,
+                on_token=on_token,
+                detokenize=detokenize,
+                stop_strings=list(options.stop or ()),
+                cancelled=cancelled,
+                picker=picker,
+            )
+            return Generation(decoder, done.stats, ttft, done.logits, finalize)
+
+        return drain(steps()) if chunk is None else Prefilling(steps())
+
+    def run_together(self, runs: Sequence[Generation]) -> list[GenerationOutput]:
+        """Decode started requests (``start``, ``start_chat``) to their ends in one forward per step for all of them
+        (``decoding.step_together``); each output is the one the request gets alone, in ``runs``' order."""
+        pending = list(runs)
+        while pending:
+            done = step_together([run.decoder for run in pending])
+            pending = [run for run, finished in zip(pending, done, strict=True) if not finished]
+        return [run.output() for run in runs]
+
+    def generate_batch(
+        self,
+        prompts: Sequence[tuple[Sequence[Segment], str | Segment]],
+        options: RequestOptions | None = None,
+        **overrides: Any,
+    ) -> list[GenerationOutput]:
+        """``generate`` for each ``(segments, query)`` under the same options, decoded together (``run_together``):
+        prompts run one after another (each finds the segments the ones before it cached), answers in one batch."""
+        prompts = as_list(prompts, "prompts", "(segments, query) pairs")
+        return self.run_together([self.start(segments, query, options, **overrides) for segments, query in prompts])
+
+    def chat_batch(
+        self,
+        conversations: Sequence[Sequence[Mapping[str, Any]]],
+        options: RequestOptions | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool = True,
+        **overrides: Any,
+    ) -> list[GenerationOutput]:
+        """``chat`` for each conversation under the same options and tools, decoded together (``run_together``)."""
+        conversations = as_list(conversations, "conversations", "lists of messages")
+        runs = [
+            self.start_chat(
+                messages,
+                options,
+                tools=tools,
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel_tool_calls,
+                **overrides,
+            )
+            for messages in conversations
+        ]
+        return self.run_together(runs)
 
     def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer:
         """The tokenizer as the output grammar reads it, with every EOS id and ``stop_ids`` as the ends of a
@@ -684,9 +788,11 @@ class Engine:
         parallel_tool_calls: bool = True,
         on_token: TokenCallback | None = None,
         cancelled: Callable[[], bool] | None = None,
+        prefill_chunk: int | None = None,
         **overrides: Any,
-    ) -> Generation:
-        """``chat`` up to its first token (see ``start``); ``output()`` of the finished result is ``chat``'s.
+    ) -> Generation | Prefilling:
+        """``chat`` up to its first token (see ``start``, and its ``prefill_chunk``); ``output()`` of the finished
+        result is ``chat``'s.
         A forced call opening (``tool_choice``) is not streamed through ``on_token``; it is in the parsed
         output."""
         options = RequestOptions.from_mapping(overrides, base=options).with_defaults(self.generation_defaults)
@@ -732,6 +838,16 @@ class Engine:
             return replace(out, text=content, tool_calls=calls, reasoning=parsed.reasoning)
 
         ends = setup.end_of_turn_ids
-        run = self._start(prompt, options, ends, on_token, cancelled, finalize, grammar=grammar, forced_ids=opening_ids)
+        run = self._start(
+            prompt,
+            options,
+            ends,
+            on_token,
+            cancelled,
+            finalize,
+            grammar=grammar,
+            forced_ids=opening_ids,
+            chunk=_chunk(prefill_chunk),
+        )
         run.thinking_open, run.answer_prefix = thinking, forced
         return run

@@ -38,7 +38,8 @@ from langchain_core.messages import (
 from langchain_core.output_parsers import BaseGenerationOutputParser, JsonOutputParser, PydanticOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, Generation
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableMap, RunnablePassthrough
+from langchain_core.runnables.config import get_config_list
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -49,6 +50,7 @@ from hypic_rag.cache.remote import check_url
 from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result, get_format
 from hypic_rag.chat.tool_calls import split_reasoning
+from hypic_rag.concurrent import alone, shared_batch
 from hypic_rag.options import RequestOptions
 from hypic_rag.segments import KINDS
 
@@ -444,8 +446,23 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         **kwargs: Any,
     ) -> ChatResult:
         engine, chat, arguments = self._request(messages, kwargs, stop)
-        out = engine.chat(chat, **arguments)
+        # Concurrent calls (``batch``, ``abatch``) share each decode step; the answer is the one it gets alone.
+        out = shared_batch(engine).run(lambda: engine.start_chat(chat, **arguments))
         return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
+
+    def batch(
+        self,
+        inputs: list[LanguageModelInput],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[AIMessage]:
+        """LangChain's ``batch`` with every input running at once unless ``max_concurrency`` says otherwise: the
+        calls share each decode step (``hypic_rag.concurrent``), each answer the one it gets alone."""
+        configs = get_config_list(config, len(inputs))
+        configs = [c if c.get("max_concurrency") else {**c, "max_concurrency": max(1, len(inputs))} for c in configs]
+        return super().batch(inputs, configs, return_exceptions=return_exceptions, **kwargs)
 
     def _stream(
         self,
@@ -462,7 +479,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         visible = _Visible(format_of(engine), thinking_opened(rendered.text), options.stop)
         sent = ""
         raw = ""
-        for item in stream_tokens(lambda cb: engine.chat(chat, on_token=cb, **arguments)):
+        for item in stream_tokens(lambda cb: alone(engine, lambda: engine.chat(chat, on_token=cb, **arguments))):
             if isinstance(item, GenerationOutput):
                 final = self._message(item, stop)
                 text = str(final.content)

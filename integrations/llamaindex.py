@@ -28,7 +28,6 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import (
@@ -62,6 +61,7 @@ from pydantic import AliasChoices, ConfigDict, Field
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result
 from hypic_rag.chat.tool_calls import call_id
+from hypic_rag.concurrent import shared_batch
 
 from . import embeddings
 from .prompting import (
@@ -78,14 +78,9 @@ from .prompting import (
 
 # -- engines ---------------------------------------------------------------------------------------
 
-_ENGINES_LOCK = threading.Lock()
-_RUN_LOCKS: WeakKeyDictionary[Engine, threading.Lock] = WeakKeyDictionary()
-
-
 def _run_lock(engine: Engine) -> threading.Lock:
-    """One request at a time per engine: async callers run it in worker threads."""
-    with _ENGINES_LOCK:
-        return _RUN_LOCKS.setdefault(engine, threading.Lock())
+    """The engine to itself (a stream, a cache fill), between two steps of the requests decoded together."""
+    return shared_batch(engine).lock
 
 
 # -- Response.metadata["hypic"] --------------------------------------------------------------------
@@ -495,6 +490,8 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
     def _run(self, request: dict[str, Any], on_token: Any = None) -> GenerationOutput:
         engine = self.get_engine()
         arguments = {k: v for k, v in request.items() if k != "messages"}
+        if on_token is None:  # concurrent calls (``achat`` gathered) share each decode step
+            return shared_batch(engine).run(lambda: engine.start_chat(request["messages"], **arguments))
         with _run_lock(engine):
             return engine.chat(request["messages"], **arguments, on_token=on_token)
 

@@ -18,6 +18,7 @@ set so that the Triton kernels run interpreted; its times mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,17 @@ def _time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
     """Best-of-``repeats`` seconds of ``fn`` after one call to compile and warm up."""
     fn()
     return best_of(repeats, lambda: timed(fn, device))[0]
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    """Every tensor a kernel returned (a tensor, a tuple of them, a dataclass of them), in order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, tuple | list):
+        return [t for item in out for t in _tensors(item)]
+    if dataclasses.is_dataclass(out):
+        return [t for f in dataclasses.fields(out) for t in _tensors(getattr(out, f.name))]
+    return []
 
 
 def kernels(device: torch.device, small: bool, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -81,7 +93,10 @@ def kernels(device: torch.device, small: bool, repeats: int, log: Callable[[str]
     for name, fn in cases.items():
         t_torch = _time(lambda fn=fn: fn("torch"), device, repeats)
         t_triton = _time(lambda fn=fn: fn("triton"), device, repeats)
-        rows.append({"kernel": name, "torch_s": t_torch, "triton_s": t_triton, "speedup": t_torch / t_triton})
+        pairs = zip(_tensors(fn("torch")), _tensors(fn("triton")), strict=True)
+        diff = max((float((a.float() - b.float()).abs().max()) for a, b in pairs), default=0.0)
+        row = {"kernel": name, "torch_s": t_torch, "triton_s": t_triton, "speedup": t_torch / t_triton}
+        rows.append({**row, "max_abs_diff": diff})
         log(f"  {name:<10} torch {t_torch * 1e3:9.2f} ms  triton {t_triton * 1e3:9.2f} ms  x{t_torch / t_triton:.2f}")
     return rows
 

@@ -122,6 +122,7 @@ def running_server(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--model", str(checkpoint), "--port", str(port)]
     command += ["--served-model-name", MODEL, "--max-queue", "4096", "--max-active", str(max_active)]
+    command += ["--queue-timeout", "3600"]  # a loaded machine's serial run must not turn into 429s
     command += ["--log-level", "warning"] + (["--cache-url", cache_url] if cache_url else [])
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -157,15 +158,15 @@ def timed_stream(
     client: httpx.Client, url: str, messages: list[dict], mode: str, max_tokens: int, timeout: float = 600
 ) -> tuple[float, float, int]:
     """Seconds to the first streamed chunk and to the last, and the tokens generated."""
-    first, last, tokens, _ = _stream(client, url, messages, mode, max_tokens, timeout)
+    first, last, tokens, _, _ = _stream(client, url, messages, mode, max_tokens, timeout)
     return first, last, tokens
 
 
 def _stream(
     client: httpx.Client, url: str, messages: list[dict], mode: str, max_tokens: int, timeout: float = 600
-) -> tuple[float, float, int, float]:
-    """Seconds to the first streamed chunk and to the last, the tokens generated, and the engine's own prefill
-    seconds (its ``ttft_s``: the prompt's forward, without queueing or HTTP)."""
+) -> tuple[float, float, int, float, str]:
+    """Seconds to the first streamed chunk and to the last, the tokens generated, the engine's own prefill
+    seconds (its ``ttft_s``: the prompt's forward, without queueing or HTTP) and the answer's text."""
     body = {
         "model": MODEL,
         "messages": messages,
@@ -177,18 +178,23 @@ def _stream(
     start = time.perf_counter()
     tokens, prefill = 0, float("nan")
     first = None
+    text: list[str] = []
     with client.stream("POST", url + "/v1/chat/completions", json=body, timeout=timeout) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{response.status_code}: {response.read().decode()}")
         for line in response.iter_lines():  # read to the end, so the next request finds the engine idle
             if first is None and line.startswith("data: "):
                 first = time.perf_counter() - start
-            if line.startswith('data: {"id"') and '"usage": {' in line:
-                final = json.loads(line[6:])
-                tokens, prefill = final["usage"]["completion_tokens"], final["hypic"]["ttft_s"]
+            if not line.startswith('data: {"id"'):
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices") or ():
+                text.append((choice.get("delta") or {}).get("content") or "")
+            if chunk.get("usage"):
+                tokens, prefill = chunk["usage"]["completion_tokens"], chunk["hypic"]["ttft_s"]
     if first is None:
         raise RuntimeError("the stream ended without a chunk")
-    return first, time.perf_counter() - start, tokens, prefill
+    return first, time.perf_counter() - start, tokens, prefill, "".join(text)
 
 
 def metric(url: str, name: str) -> float:
@@ -216,7 +222,7 @@ def measure_service(
                 if c and mode != "full":
                     ttft(client, url, corpus.messages(cached if mode == "prefix" else cached[::-1]), mode)
                 prompt = cached + [next(fresh) for _ in range(k - c)]
-                first, _, _, prefill = _stream(client, url, corpus.messages(prompt), mode, 1)
+                first, _, _, prefill, _ = _stream(client, url, corpus.messages(prompt), mode, 1)
                 times.append(first)
                 prefills.append(prefill)
                 stored += k
@@ -226,9 +232,17 @@ def measure_service(
 
 
 def probe(
-    url: str, corpus: Corpus, requests: list[list[int]], mode: str, qps: float, seed: int, time_limit: float
+    url: str,
+    corpus: Corpus,
+    requests: list[list[int]],
+    mode: str,
+    qps: float,
+    seed: int,
+    time_limit: float,
+    max_tokens: int = 1,
 ) -> dict[str, Any]:
-    """``requests`` at Poisson arrivals at ``qps``; TTFT measured from each one's scheduled arrival."""
+    """``requests`` at Poisson arrivals at ``qps``; TTFT measured from each one's scheduled arrival, and, for
+    answers of more than one token, TPOT (time per output token after the first)."""
     rng = random.Random(seed + 7)
     arrivals, clock = [], 0.0
     for _ in requests:
@@ -236,6 +250,7 @@ def probe(
         arrivals.append(clock)
     bodies = [corpus.messages(docs) for docs in requests]  # built before the clock starts
     results: list[float | None] = [None] * len(requests)
+    tpots: list[float | None] = [None] * len(requests)
     prefills: list[float] = [float("nan")] * len(requests)
     errors: list[str] = []
     start = time.perf_counter()
@@ -247,8 +262,10 @@ def probe(
                 time.sleep(delay)
             try:
                 lag = time.perf_counter() - (start + arrivals[i])  # the load generator's own delay, if any
-                first, _, _, prefills[i] = _stream(client, url, bodies[i], mode, 1, timeout=time_limit)
+                first, last, tokens, prefills[i], _ = _stream(client, url, bodies[i], mode, max_tokens, time_limit)
                 results[i] = lag + first
+                if tokens > 1:
+                    tpots[i] = (last - first) / (tokens - 1)
             except Exception as exc:  # a failed request is reported, never dropped
                 errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -256,11 +273,13 @@ def probe(
         list(pool.map(one, range(len(requests))))
     done = [t for t in results[len(requests) // 10 :] if t is not None]
     p90 = percentile(done, 90) if done else float("inf")
+    per_token = [t for t in tpots[len(requests) // 10 :] if t is not None]
     kept = [t for t in prefills[len(requests) // 10 :] if t == t]
     return {
         "qps": qps,
         "requests": len(requests),
         "p90_ttft_s": p90,
+        "p90_tpot_s": percentile(per_token, 90) if per_token else None,
         "mean_engine_prefill_s": statistics.mean(kept) if kept else float("nan"),
         "errors": errors,
         "wall_s": time.perf_counter() - start,
@@ -282,15 +301,18 @@ class Probes:
         capacity: int,
         slo: float,
         seed: int,
+        max_tokens: int = 1,
+        tpot_slo: float | None = None,
     ) -> None:
         self.url, self.corpus, self.mode, self.stream = url, corpus, mode, stream
         self.warmup, self.requests, self.service, self.capacity = warmup, requests, service, capacity
-        self.slo, self.seed = slo, seed
+        self.slo, self.seed, self.max_tokens, self.tpot_slo = slo, seed, max_tokens, tpot_slo
 
     def run(self, qps: float, i: int, log: Callable[[str], None]) -> dict[str, Any]:
         begin = self.warmup + i * self.requests
         batch = self.stream[begin : begin + self.requests]
-        row = probe(self.url, self.corpus, batch, self.mode, qps, self.seed + i, time_limit=max(60.0, 20 * self.slo))
+        limit = max(60.0, 20 * self.slo + self.max_tokens * 20 * (self.tpot_slo or 0.0))
+        row = probe(self.url, self.corpus, batch, self.mode, qps, self.seed + i, limit, self.max_tokens)
         # The simulator on the same requests at the same QPS, from the cache the live run had.
         cache = CacheModel(self.mode, self.capacity)
         for docs in self.stream[:begin]:
@@ -298,12 +320,14 @@ class Probes:
         row["predicted_p90_ttft_s"], row["predicted_mean_service_s"] = _predict(
             cache, self.service, batch, qps, self.seed + i
         )
-        row["ok"] = not row["errors"] and row["p90_ttft_s"] <= self.slo
+        tpot_ok = self.tpot_slo is None or (row["p90_tpot_s"] is not None and row["p90_tpot_s"] <= self.tpot_slo)
+        row["ok"] = not row["errors"] and row["p90_ttft_s"] <= self.slo and tpot_ok
         log(
             f"  {self.mode:<7} {qps:7.3f} QPS: P90 TTFT {row['p90_ttft_s']:.3f}s live, "
             f"{row['predicted_p90_ttft_s']:.3f}s simulated; mean prefill in the engine "
-            f"{row['mean_engine_prefill_s']:.3f}s, simulated service {row['predicted_mean_service_s']:.3f}s; "
-            f"{len(row['errors'])} errors -> {'within' if row['ok'] else 'over'} the SLO"
+            f"{row['mean_engine_prefill_s']:.3f}s, simulated service {row['predicted_mean_service_s']:.3f}s"
+            + (f"; P90 TPOT {row['p90_tpot_s']:.3f}s" if row["p90_tpot_s"] is not None else "")
+            + f"; {len(row['errors'])} errors -> {'within' if row['ok'] else 'over'} the SLO"
         )
         return row
 
@@ -340,11 +364,20 @@ def run(
     seed: int = 0,
     log: Callable[[str], None] = print,
     shapes: dict[str, Any] | None = None,
+    max_tokens: int = 1,
+    tpot_slo_factor: float = 3.0,
+    max_active: int = 64,
 ) -> dict[str, Any]:
+    """``max_tokens`` > 1: answers of that many tokens, and a probe is within the SLO only when its P90 TPOT is
+    within ``tpot_slo_factor`` x an idle ``full`` request's TPOT over HTTP too (each server step then decodes
+    every running answer together)."""
     traffic = traffic or default_traffic()
+    if max_tokens < 1 or tpot_slo_factor <= 0:
+        raise ValueError("max_tokens must be >= 1 and tpot_slo_factor > 0")
     if min(traffic.k, traffic.corpus - traffic.k, layers, requests, probes, repeats, threads) < 1 or slo_factor <= 0:
         raise ValueError("k, layers, requests, probes, repeats and threads must be >= 1, the corpus larger than k")
     service: dict[str, list[float]] = {}
+    tpot_slo = float("inf")
     engine_prefill: dict[str, list[float]] = {}
     per_entry: dict[str, float] = {}
     capacity: dict[str, int] = {"full": 1}
@@ -355,7 +388,8 @@ def run(
         checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
         corpus = Corpus.of(checkpoint, traffic, seed)
         log(f"random qwen3_5_text, {layers} layers; {traffic.k} docs x {traffic.doc_tokens} tokens per request")
-        with running_server(checkpoint, threads, log) as url:
+        # Room for every request the machine can decode at once: the modes meet the machine's limit, not a slot cap.
+        with running_server(checkpoint, threads, log, max_active=max_active) as url:
             for index, mode in enumerate(SIM_MODES):  # full first: its idle TTFT sets the SLO
                 # Each mode's service times are measured just before its live run: the machine's speed drifts.
                 service[mode], engine_prefill[mode], stored = measure_service(
@@ -371,6 +405,15 @@ def run(
                 if mode == "full":
                     slo = slo_factor * service["full"][0]
                     log(f"SLO: P90 TTFT <= {slo:.3f}s ({slo_factor}x an idle full request over HTTP)")
+                    if max_tokens > 1:
+                        idle = []
+                        with httpx.Client() as client:
+                            for _ in range(repeats):
+                                docs = [next(fresh) for _ in range(traffic.k)]
+                                idle.append(timed_stream(client, url, corpus.messages(docs), "full", max_tokens))
+                        idle_tpot = statistics.median((last - first) / max(1, n - 1) for first, last, n in idle)
+                        tpot_slo = tpot_slo_factor * idle_tpot
+                        log(f"SLO: P90 TPOT <= {tpot_slo:.4f}s ({tpot_slo_factor}x an idle full request's)")
                 else:
                     tier = "memory" if mode == "hypic" else "prefix"
                     held = metric(url, f'hypic_cache_bytes{{tier="{tier}"}}')
@@ -383,13 +426,28 @@ def run(
                     for docs in stream[:warmup]:
                         ttft(client, url, corpus.messages(docs), mode)
                 runs: list[dict[str, Any]] = []
-                plan = Probes(url, corpus, mode, stream, warmup, requests, service[mode], capacity[mode], slo, seed)
+                plan = Probes(
+                    url,
+                    corpus,
+                    mode,
+                    stream,
+                    warmup,
+                    requests,
+                    service[mode],
+                    capacity[mode],
+                    slo,
+                    seed,
+                    max_tokens,
+                    tpot_slo if max_tokens > 1 else None,
+                )
 
                 def ok(q: float, plan: Probes = plan, runs: list = runs) -> bool:
                     runs.append(plan.run(q, len(runs), log))
                     return runs[-1]["ok"]
 
-                live, _ = live_max_qps(ok, predicted[mode], probes, log)
+                # A simulator that finds no QPS within the SLO (a noisy idle measurement) still leaves a probe to try.
+                guess = predicted[mode] if predicted[mode] > 0 else 1 / (4 * max(service[mode]))
+                live, _ = live_max_qps(ok, guess, probes, log)
                 results[mode] = {"live_max_qps": live, "simulated_max_qps": predicted[mode], "probes": runs}
                 log(f"  {mode:<7} max QPS live {live:.3f}, simulated {predicted[mode]:.3f}")
     live_ratio = {m: _ratio(results[m]["live_max_qps"], results["prefix"]["live_max_qps"]) for m in SIM_MODES}
@@ -401,6 +459,9 @@ def run(
         "layers": layers,
         "server_threads": threads,
         "slo_s": slo,
+        "max_tokens": max_tokens,
+        "max_active": max_active,
+        "tpot_slo_s": tpot_slo if max_tokens > 1 else None,
         "percentile": 90,
         "service_ttft_s": service,
         "engine_prefill_s": engine_prefill,
@@ -421,7 +482,7 @@ def concurrency(
     layers: int = 2,
     clients: int = 16,
     max_tokens: int = 32,
-    actives: Sequence[int] = (1, 8),
+    actives: Sequence[int] = (1, 16),
     traffic: Traffic | None = None,
     threads: int = 1,
     seed: int = 0,
@@ -429,13 +490,15 @@ def concurrency(
     shapes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``clients`` requests sent at once (the same k documents, each in its own order, and its own question),
-    served with each ``max_active``: 1 answers them one after another, whole; more admits them together and
-    decodes a token of each in turn. TTFT and end-to-end times per request, over HTTP, documents warm."""
+    served with each ``max_active``: 1 answers them one after another, whole, each request alone; more decodes
+    every admitted request in one forward a step (continuous batching). TTFT and end-to-end times per request,
+    over HTTP, documents warm; each answer is checked against the same request's under ``max_active`` 1."""
     traffic = traffic or default_traffic()
 
     rng = random.Random(seed)
     orders = [rng.sample(range(traffic.k), traffic.k) for _ in range(clients)]
     report: dict[str, Any] = {"clients": clients, "max_tokens": max_tokens, "layers": layers, "runs": {}}
+    answers: dict[int, list[str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp) / "model", layers, seed=seed, shapes=shapes)
         corpus = Corpus.of(checkpoint, traffic, seed)
@@ -446,17 +509,20 @@ def concurrency(
                     timed_stream(client, url, corpus.messages(list(range(traffic.k))), "hypic", 1)  # warm the docs
                 start = time.perf_counter()
 
-                def one(body: list[dict], start: float = start, url: str = url) -> tuple[float, float, int]:
+                def one(body: list[dict], start: float = start, url: str = url) -> tuple[float, float, int, str]:
                     with httpx.Client() as client:
                         lag = time.perf_counter() - start
-                        first, last, tokens = timed_stream(client, url, body, "hypic", max_tokens)
-                        return lag + first, lag + last, tokens
+                        first, last, tokens, _, text = _stream(client, url, body, "hypic", max_tokens)
+                        return lag + first, lag + last, tokens, text
 
                 with ThreadPoolExecutor(clients) as pool:
                     rows = list(pool.map(one, bodies))
                 wall = time.perf_counter() - start
+                steps = metric(url, "hypic_batch_size_count")
+                mean_batch = metric(url, "hypic_batch_size_sum") / max(1.0, steps)
             firsts, lasts = [r[0] for r in rows], [r[1] for r in rows]
             tokens = sum(r[2] for r in rows)
+            answers[active] = [r[3] for r in rows]
             run = {
                 "mean_ttft_s": statistics.mean(firsts),
                 "p90_ttft_s": percentile(firsts, 90),
@@ -465,13 +531,21 @@ def concurrency(
                 "wall_s": wall,
                 "generated_tokens": tokens,
                 "tokens_per_s": tokens / wall,
+                "engine_steps": steps,
+                "mean_batch_size": mean_batch,
             }
+            if min(actives) in answers:
+                same = sum(a == b for a, b in zip(answers[active], answers[min(actives)], strict=True))
+                run[f"answers_equal_to_max_active_{min(actives)}"] = f"{same}/{clients}"
             report["runs"][str(active)] = run
             log(
                 f"  max_active {active}: TTFT mean {run['mean_ttft_s']:.2f}s, P90 {run['p90_ttft_s']:.2f}s, "
                 f"max {run['max_ttft_s']:.2f}s; end-to-end mean {run['mean_e2e_s']:.2f}s; "
-                f"{clients} answers in {wall:.2f}s ({run['tokens_per_s']:.1f} tokens/s)"
+                f"{clients} answers in {wall:.2f}s ({run['tokens_per_s']:.1f} tokens/s, mean batch {mean_batch:.1f})"
             )
+    first, last = (report["runs"][str(a)]["tokens_per_s"] for a in (actives[0], actives[-1]))
+    report["tokens_per_s_ratio"] = last / first
+    log(f"tokens/s, max_active {actives[-1]} over {actives[0]}: {last / first:.2f}x")
     return report
 
 
@@ -554,8 +628,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probes", type=int, default=4, help="live QPS probes per mode")
     parser.add_argument("--repeats", type=int, default=3, help="service-time measurements per point (median)")
     parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument("--max-tokens", type=int, default=1, help="answer length; above 1 a TPOT SLO applies too")
+    parser.add_argument("--tpot-slo-factor", type=float, default=3.0, help="x an idle full request's TPOT")
     parser.add_argument(
-        "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 8"
+        "--concurrency", action="store_true", help="instead: 16 requests at once, served with max_active 1 and 16"
     )
     parser.add_argument(
         "--replicas", action="store_true", help="instead: the hit ratio of 2 replicas with and without shared Redis"
@@ -569,7 +645,16 @@ def main(argv: list[str] | None = None) -> None:
         report = replicas(args.layers, traffic=traffic, threads=args.threads)
     else:
         report = run(
-            traffic, args.layers, args.slo_factor, args.requests, args.warmup, args.probes, args.repeats, args.threads
+            traffic,
+            args.layers,
+            args.slo_factor,
+            args.requests,
+            args.warmup,
+            args.probes,
+            args.repeats,
+            args.threads,
+            max_tokens=args.max_tokens,
+            tpot_slo_factor=args.tpot_slo_factor,
         )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

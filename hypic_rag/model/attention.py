@@ -16,6 +16,7 @@ from torch import nn
 from hypic_rag.kernels.rope import apply_rope
 from hypic_rag.kernels.stitch import stitch
 
+from .batch import BatchState
 from .config import HybridConfig
 from .layers import PlainRMSNorm, RMSNorm
 from .state import RequestState
@@ -28,13 +29,16 @@ def attend(
     v: torch.Tensor,
     positions: torch.Tensor,
     inv_freq: torch.Tensor,
-    state: RequestState | None,
+    state: RequestState | BatchState | None,
     pad_mask: torch.Tensor | None,
     scale: float,
 ) -> torch.Tensor:
     """Every attention layer's core, ``[B, Hq, T, D]``: the new keys join the request's KV and the
     queries attend over it by position (``stitch``), or, for a fresh state, causally over themselves.
-    ``pad_mask [B, T]`` (True for real tokens) hides padding keys; it is for a fresh state only."""
+    ``pad_mask [B, T]`` (True for real tokens) hides padding keys; it is for a fresh state only. A
+    ``BatchState`` (a continuous batch's decode step) runs this per row, over each row's own KV."""
+    if isinstance(state, BatchState):
+        return state.attend_rows(attend, layer_idx, q, k, v, inv_freq, scale)
     t = q.shape[2]
     if state is not None:
         kv = state.append_kv(layer_idx, k, v, positions)

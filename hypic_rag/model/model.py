@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 
+from .batch import BatchState
 from .config import HybridConfig
 from .family import Family
 from .state import RequestState, SegmentJumps, TransitionCapture
@@ -117,6 +120,35 @@ class HybridModel(nn.Module):
         if state is not None:
             state.advance(t)
         return norm(x)
+
+    def decode_batch(self, tokens: Sequence[int], states: Sequence[RequestState]) -> torch.Tensor:
+        """Next-token logits ``[B, V]`` after one token per request, each continuing (and updating) its own
+        state at its own position: a continuous batch's decode step (``batch.BatchState``)."""
+        batch = BatchState(states)
+        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)[:, None]
+        if ids.shape[0] != len(batch.rows):
+            raise ValueError(f"{ids.shape[0]} tokens for {len(batch.rows)} request states")
+        self.check_input_ids(ids, batch.seq_len)
+        positions = batch.positions.to(self.device)
+        embed, layers, norm = self._stack
+        x = embed(ids)
+        if self.config.embedding_multiplier != 1.0:
+            x = x * self.config.embedding_multiplier
+        cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
+        rope = (cos[:, None, None], sin[:, None, None], self.inv_freq)  # [B, 1, 1, rot]: a position per row
+        for layer in layers:
+            x = layer(x, positions, rope, batch)
+        batch.advance(1)
+        logits = self._head(norm(x)[:, 0])
+        return logits if self.config.logits_scaling == 1.0 else logits / self.config.logits_scaling
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head over rows ``[B, H]``. For more than two rows it is ``W @ h.T``: on CPU, BLAS's GEMM with
+        the vocabulary as the long dimension streams the (largest) weight once, where ``h @ W.T`` re-reads
+        it per block of rows."""
+        if h.shape[0] <= 2 or self.lm_head.bias is not None:
+            return self.lm_head(h)
+        return (self.lm_head.weight @ h.t()).t()
 
     def forward(
         self,

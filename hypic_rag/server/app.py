@@ -142,7 +142,8 @@ def create_app(
     model_names: Sequence[str] = (),
     default_mode: str = "hypic",
     max_queue: int = 64,
-    max_active: int = 8,
+    max_active: int = 16,
+    max_num_batched_tokens: int = 2048,
     max_body_bytes: int = 8 << 20,
     queue_timeout_s: float = 120.0,
     body_timeout_s: float = BODY_TIMEOUT_S,
@@ -167,14 +168,21 @@ def create_app(
         assert job.started is not None
         ttft = job.started - job.enqueued + out.ttft_s
         reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
-        metrics.record(job.arguments["options"].mode, out.stats, ttft, now - job.enqueued, reason)
+        queued = job.started - job.enqueued
+        metrics.record(job.arguments["options"].mode, out.stats, ttft, now - job.enqueued, reason, queued)
         state["service_s"] = 0.8 * state["service_s"] + 0.2 * (now - job.started)
 
     def retry_after() -> int:
         return max(1, math.ceil(state["service_s"] * (worker.queue.qsize() + 1) / max_active))
 
     worker = EngineWorker(
-        engine, max_queue=max_queue, max_active=max_active, queue_timeout_s=queue_timeout_s, observe=observe
+        engine,
+        max_queue=max_queue,
+        max_active=max_active,
+        max_num_batched_tokens=max_num_batched_tokens,
+        queue_timeout_s=queue_timeout_s,
+        observe=observe,
+        observe_step=lambda running, tokens: metrics.step(running, tokens),
     )
     metrics = ServerMetrics(engine, worker.queue.qsize, lambda: len(worker.active))
 

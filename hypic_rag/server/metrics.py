@@ -13,6 +13,10 @@ from ..engine import Engine
 # Seconds: from a millisecond-scale warm hit to a long cold prompt on CPU.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+STEP_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 class _CacheBytes(Collector):
@@ -69,6 +73,25 @@ class ServerMetrics:
         self.e2e = Histogram(
             "hypic_request_seconds", "Arrival to the last token", ["mode"], buckets=E2E_BUCKETS, registry=r
         )
+        self.queue_time = Histogram(
+            "hypic_queue_seconds", "Arrival to admission into the running batch", buckets=QUEUE_BUCKETS, registry=r
+        )
+        self.tpot = Histogram(
+            "hypic_tpot_seconds",
+            "Time per output token after the first",
+            ["mode"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "hypic_batch_size", "Requests decoded in one engine step", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.step_tokens = Histogram(
+            "hypic_step_tokens",
+            "Tokens one engine step ran: a decode token per request and the prompts admitted",
+            buckets=STEP_TOKEN_BUCKETS,
+            registry=r,
+        )
         self.hits = Counter("hypic_segment_hits", "Segments served from the cache", ["mode"], registry=r)
         self.misses = Counter("hypic_segment_misses", "Segments not found in the cache", ["mode"], registry=r)
         self.recomputed = Counter(
@@ -88,8 +111,19 @@ class ServerMetrics:
         running.set_function(active)
         r.register(_CacheBytes(engine))
 
-    def record(self, mode: str, stats: dict[str, Any], ttft_s: float, e2e_s: float, reason: str) -> None:
+    def step(self, running: int, tokens: int) -> None:
+        """One engine step: the requests it decoded and the tokens it ran."""
+        self.batch_size.observe(running)
+        self.step_tokens.observe(tokens)
+
+    def record(
+        self, mode: str, stats: dict[str, Any], ttft_s: float, e2e_s: float, reason: str, queue_s: float = 0.0
+    ) -> None:
         self.finished.labels(reason).inc()
+        self.queue_time.observe(queue_s)
+        generated = stats.get("generated_tokens", 0)
+        if generated > 1:
+            self.tpot.labels(mode).observe((e2e_s - ttft_s) / (generated - 1))
         for tier in ("memory", "disk", "remote"):
             self.tier_hits.labels(tier).inc(stats.get(f"{tier}_hits", 0))
         self.faults.labels("corrupt").inc(stats.get("corrupt", 0))

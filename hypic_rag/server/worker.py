@@ -1,12 +1,16 @@
-"""The one thread that drives the engine, fed by a bounded queue.
+"""The one thread that drives the engine, fed by a bounded queue: a continuous-batching scheduler.
 
-The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. It
-schedules at the token, not the request: each turn it first admits every waiting request (up to
-``max_active`` at once) and runs its prompt to the first token, then decodes one token of each admitted
-request in turn. So a request that arrives while others are decoding waits for one decode step each, not for
-whole answers, and requests that share documents all hit the segment cache whatever order they arrive in (the
-first to be prefilled stores what the others then find). Decode steps are not batched into one forward: the
-runtime's request states are single-sequence. ``max_active=1`` serves requests one after another, whole.
+The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. Each
+step it first runs prompts, first come first served, then decodes one token of every running request in one
+forward (``decoding.step_together``). A prompt runs in chunks of at most ``max_num_batched_tokens`` tokens
+(``Engine.start(prefill_chunk=...)``: in-context tokens cut at that size, a composed prompt's cold segments one
+a chunk), one prompt at a time; the step runs chunks while its budget (``max_num_batched_tokens``, less a token
+for each running request's decode) lasts, and always one, so a long cold prompt holds the others' next token
+back by one chunk, not by its whole prefill. A request whose prompt is in joins the running batch, up to
+``max_active``. A request joins the batch at
+any step and leaves it at the step it finishes or is cancelled; requests that share documents all hit the
+segment cache whatever order they arrive in (the first to be prefilled stores what the others find).
+``max_active=1`` serves requests one after another, whole.
 
 Each request is a ``Job``: its engine arguments, a cancel flag the HTTP side sets when the client goes away,
 and the events (first token, text deltas, the finished output, or an error) handed back to the event loop.
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decoding import Generation
+from ..decoding import Decoder, Generation, Prefilling, step_together
 from ..engine import Engine
 
 FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
@@ -43,6 +47,8 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     run: Generation | None = None
+    pending: Prefilling | None = None  # its prompt, while it runs a chunk a step
+    prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model (the token budget's count)
     method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
 
     def emit(self, kind: str, payload: Any = None) -> None:
@@ -62,16 +68,28 @@ class EngineWorker:
         engine: Engine,
         *,
         max_queue: int = 64,
-        max_active: int = 8,
+        max_active: int = 16,
+        max_num_batched_tokens: int = 2048,
         queue_timeout_s: float = 120.0,
         observe: Callable[[Job, Any], None] | None = None,
+        observe_step: Callable[[int, int], None] | None = None,
     ) -> None:
+        """``observe(job, output)`` is told of each finished request, ``observe_step(running, tokens)`` of each
+        step: the requests it decoded and the tokens it ran (their decode tokens and the prompts admitted)."""
         if max_queue < 1 or max_active < 1:
             raise ValueError("max_queue and max_active must be >= 1")
+        if max_num_batched_tokens < max_active:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_active ({max_active}):"
+                " each running request takes a token of every step"
+            )
         self.engine = engine
         self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.observe_step = observe_step
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
         self.active: list[Job] = []
+        self.prefilling: Job | None = None  # the one request whose prompt is running, a chunk a step
         self.observe = observe
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hypic-engine", daemon=True)
@@ -82,7 +100,7 @@ class EngineWorker:
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
-        for job in self.active:
+        for job in [*self.active, *([self.prefilling] if self.prefilling is not None else [])]:
             job.emit(ERROR, RuntimeError("the server is shutting down"))
         while not self.queue.empty():
             self.queue.get_nowait().emit(ERROR, RuntimeError("the server is shutting down"))
@@ -101,50 +119,115 @@ class EngineWorker:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._admit()
-            for job in list(self.active):
-                self._step(job)
+            prefilled = self._admit()
+            if self.active:
+                running = len(self.active)
+                self._step_all()
+                if self.observe_step is not None:
+                    self.observe_step(running, running + prefilled)
 
-    def _admit(self) -> None:
-        while len(self.active) < self.max_active:
+    def _admit(self) -> int:
+        """Run prompts, first come first served, a chunk at a time, while the step's budget lasts (always one
+        chunk); the prompt tokens they ran. A request whose prompt is in joins the running batch."""
+        budget = self.max_num_batched_tokens - len(self.active)
+        used = 0
+        while len(self.active) < self.max_active and (used == 0 or used < budget):
+            if self.prefilling is None:
+                job = self._next(wait=not self.active and used == 0)
+                if job is None:
+                    break
+                if not self._begin(job):
+                    continue
+            used += self._advance()
+        return used
+
+    def _next(self, wait: bool) -> Job | None:
+        """The next waiting request still wanted, or None when there is none."""
+        while True:
             try:
-                job = self.queue.get(timeout=0.05) if not self.active else self.queue.get_nowait()
+                job = self.queue.get(timeout=0.05) if wait else self.queue.get_nowait()
             except queue.Empty:
-                return
+                return None
             if job.cancelled.is_set():
                 continue
             waited = time.perf_counter() - job.enqueued
             if waited > self.queue_timeout_s:
                 job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
                 continue
-            self._begin(job)
+            return job
 
-    def _begin(self, job: Job) -> None:
+    def _begin(self, job: Job) -> bool:
         job.started = time.perf_counter()
         try:
-            job.run = getattr(self.engine, job.method)(
+            job.pending = getattr(self.engine, job.method)(
                 **job.arguments,
                 on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
                 cancelled=job.cancelled.is_set,
+                prefill_chunk=self.max_num_batched_tokens,
             )
         except Exception as exc:  # ValueError: bad input (400); anything else: a bug (500)
             job.emit(ERROR, exc)
-            return
-        job.emit(FIRST, job.run)
-        self.active.append(job)
-        self._step(job)  # the first token goes out at once
+            return False
+        self.prefilling = job
+        return True
 
-    def _step(self, job: Job) -> None:
-        assert job.run is not None
+    def _advance(self) -> int:
+        """One chunk of the prompt running; the tokens it ran. A cancelled request's prompt stops here."""
+        job = self.prefilling
+        assert job is not None and job.pending is not None
+        if job.cancelled.is_set():
+            self.prefilling = None
+            return 0
         try:
-            done = job.run.step()
-            output = job.run.output() if done else None
+            ran = job.pending.advance()
         except Exception as exc:
-            self.active.remove(job)
+            self.prefilling = None
+            job.emit(ERROR, exc)
+            return 0
+        job.prefilled_tokens += ran
+        if job.pending.generation is not None:
+            self.prefilling = None
+            job.run = job.pending.generation
+            job.emit(FIRST, job.run)
+            try:
+                job.run.decoder.take_now()  # the first token goes out at once, not after the others' prompts
+            except Exception as exc:
+                job.emit(ERROR, exc)
+                return ran
+            self.active.append(job)
+        return ran
+
+    def _step_all(self) -> None:
+        """One token of every running request, in one forward; finished, cancelled and failed ones leave."""
+        jobs = {id(job.run.decoder): job for job in self.active if job.run is not None}
+        failures: dict[int, Exception] = {}
+
+        def failed(decoder: Decoder, exc: Exception) -> None:
+            failures[id(decoder)] = exc
+
+        try:
+            done = step_together([job.run.decoder for job in self.active if job.run is not None], failed)
+        except Exception as exc:  # the batch's forward itself: every request in it fails
+            for job in self.active:
+                job.emit(ERROR, exc)
+            self.active.clear()
+            return
+        for key, finished in zip(list(jobs), done, strict=True):
+            job = jobs[key]
+            if key in failures:
+                self.active.remove(job)
+                job.emit(ERROR, failures[key])
+            elif finished:
+                self._finish(job)
+
+    def _finish(self, job: Job) -> None:
+        assert job.run is not None
+        self.active.remove(job)
+        try:
+            output = job.run.output()
+        except Exception as exc:
             job.emit(ERROR, exc)
             return
-        if done:
-            self.active.remove(job)
-            if self.observe is not None:
-                self.observe(job, output)
-            job.emit(DONE, output)
+        if self.observe is not None:
+            self.observe(job, output)
+        job.emit(DONE, output)

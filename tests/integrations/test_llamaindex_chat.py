@@ -65,13 +65,14 @@ class Call:
 
 @pytest.fixture
 def calls(qwen, monkeypatch) -> list[Call]:
-    """Every ``qwen.chat`` the LLM makes, with which of its segments the cache held beforehand."""
+    """Every chat the LLM makes (each begins at ``qwen.start_chat``), with which of its segments the cache held
+    beforehand."""
     qwen.clear_cache()
     seen: list[Call] = []
-    real = qwen.chat
+    real = qwen.start_chat
 
-    def chat(messages, **kw):
-        options = kw["options"]
+    def start_chat(messages, options=None, **kw):
+        options = options or kw.pop("options")
         rendered = qwen.render(messages, kw.get("tools"), options.chat_template_kwargs, options.segmentation)
         plan = qwen.plan(qwen.build_prompt(rendered.segments, rendered.query), options.mode, options.seam)
         before = [
@@ -79,11 +80,19 @@ def calls(qwen, monkeypatch) -> list[Call]:
             for s, p in zip(rendered.segments, plan.segments, strict=True)
             if p.key
         ]
-        out = real(messages, **kw)
-        seen.append(Call(before, out.stats))
-        return out
+        run = real(messages, options, **kw)
+        call = Call(before, {})
+        seen.append(call)
+        finalize = run.finalize
 
-    monkeypatch.setattr(qwen, "chat", chat)
+        def record(out):
+            call.stats.update(out.stats)  # once the answer is done: its stats complete
+            return finalize(out) if finalize is not None else out
+
+        run.finalize = record
+        return run
+
+    monkeypatch.setattr(qwen, "start_chat", start_chat)
     return seen
 
 
@@ -262,8 +271,8 @@ def get_weather(city: str) -> dict:
 def test_function_agent_completes_a_two_tool_task(engine, monkeypatch):
     engine.clear_cache()
     sent = []
-    real = engine.chat
-    monkeypatch.setattr(engine, "chat", lambda messages, **kw: sent.append(messages) or real(messages, **kw))
+    real = engine.start_chat  # every chat, batched or streamed, begins there
+    monkeypatch.setattr(engine, "start_chat", lambda m, *a, **kw: sent.append(m) or real(m, *a, **kw))
     tools = [FunctionTool.from_defaults(fn=lookup_employee), FunctionTool.from_defaults(fn=get_weather)]
     llm = HypicLLM(engine=engine)
     reply = llm.chat_with_tools(tools, user_msg=f"Look up {NAME} in the employee records.")

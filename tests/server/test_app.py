@@ -264,15 +264,13 @@ def test_a_full_queue_answers_429_with_retry_after(engine, monkeypatch):
 
 def test_a_client_that_leaves_cancels_its_generation(engine, monkeypatch):
     steps = threading.Semaphore(0)
-    start_chat = engine.start_chat
+    decode_batch = engine.model.decode_batch
 
-    def slow(*args, **kwargs):  # each decode step waits for the test, so the request is mid-answer when left
-        run = start_chat(*args, **kwargs)
-        step = run.step
-        run.step = lambda: steps.acquire(timeout=30) and step()
-        return run
+    def slow(tokens, states):  # each decode step waits for the test, so the request is mid-answer when left
+        steps.acquire(timeout=30)
+        return decode_batch(tokens, states)
 
-    monkeypatch.setattr(engine, "start_chat", slow)
+    monkeypatch.setattr(engine.model, "decode_batch", slow)
     app = create_app(engine, model_names=[MODEL])
     body = {"model": MODEL, "messages": _ask(), "max_tokens": 200, "stream": True}
     with serve_in_thread(app) as url:

@@ -35,6 +35,30 @@ def test_a_tiny_run_over_http_reports_live_and_simulated_qps():
     assert report["bytes_per_entry"]["hypic"] > 0 and report["bytes_per_entry"]["prefix"] > 0
 
 
+def test_answers_of_many_tokens_are_held_to_a_tpot_slo_too():
+    report = run(
+        Traffic(corpus=12, k=2, doc_tokens=16, query_tokens=4),
+        layers=2,
+        requests=6,
+        warmup=2,
+        probes=1,
+        repeats=1,
+        sim_requests=100,
+        shapes=TINY,
+        log=lambda _: None,
+        max_tokens=4,
+    )
+    assert report["max_tokens"] == 4 and report["tpot_slo_s"] > 0
+    for mode, row in report["results"].items():
+        [probe] = row["probes"]
+        assert probe["p90_tpot_s"] > 0, mode
+        assert probe["ok"] == (
+            not probe["errors"]
+            and probe["p90_ttft_s"] <= report["slo_s"]
+            and probe["p90_tpot_s"] <= report["tpot_slo_s"]
+        )
+
+
 def test_concurrency_reports_each_max_active():
     report = concurrency(
         layers=2,
@@ -49,6 +73,8 @@ def test_concurrency_reports_each_max_active():
     for row in report["runs"].values():
         assert 0 < row["mean_ttft_s"] <= row["max_ttft_s"] <= row["wall_s"] + 1e-6
         assert 4 <= row["generated_tokens"] <= 12  # every answer has at least its first token
+    assert report["runs"]["2"]["answers_equal_to_max_active_1"] == "4/4"  # batched answers are the ones alone
+    assert report["runs"]["2"]["mean_batch_size"] > 1
 
 
 def test_two_replicas_share_documents_only_through_redis():

@@ -1,0 +1,125 @@
+"""Concurrent in-process callers of one engine, decoded together: the batched path for threads (LangChain's
+``batch``/``abatch``, LlamaIndex's concurrent ``achat`` calls) as the server's worker is for HTTP requests.
+
+The engine is not thread-safe, so no two forwards may overlap; instead of a lock held per request, callers
+hand their request to a ``SharedBatch`` and the first one to find nobody driving it becomes the driver: it
+starts each request handed in (its prefill), then decodes one token of every running request in one forward
+(``decoding.step_together``), until none is left, while the other callers wait for their own answers. No
+thread of its own, so nothing outlives the callers. ``lock`` is held for each step, so a caller that needs the
+engine to itself (a stream) takes it and runs between two steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+from weakref import WeakKeyDictionary
+
+from .decoding import Decoder, Generation, step_together
+from .engine import Engine
+from .outputs import GenerationOutput
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Request:
+    start: Callable[[], Generation]
+    done: threading.Event = field(default_factory=threading.Event)
+    run: Generation | None = None
+    output: GenerationOutput | None = None
+    error: BaseException | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        self.error = exc
+        self.done.set()
+
+
+class SharedBatch:
+    """Requests of many threads on one engine, decoded together (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # the engine's: held for each step of the batch
+        self._guard = threading.Lock()  # the waiting list's and the driver flag's
+        self._waiting: list[_Request] = []
+        self._driving = False
+
+    def run(self, start: Callable[[], Generation]) -> GenerationOutput:
+        """``start()`` (``Engine.start_chat``, ``Engine.start`` with their arguments) decoded to the end among
+        whatever else is running; its output, the one it gets alone. ``start``'s errors are raised here."""
+        request = _Request(start)
+        with self._guard:
+            self._waiting.append(request)
+            drive = not self._driving
+            self._driving = True
+        if drive:
+            self._drive()
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.output is not None
+        return request.output
+
+    def _drive(self) -> None:
+        running: list[_Request] = []
+        while True:
+            with self._guard:
+                joining, self._waiting = self._waiting, []
+                if not joining and not running:
+                    self._driving = False
+                    return
+            with self.lock:
+                for request in joining:
+                    try:
+                        request.run = request.start()
+                        running.append(request)
+                    except BaseException as exc:  # handed to its caller, who raises it
+                        request.fail(exc)
+                running = self._step(running)
+
+    def _step(self, running: list[_Request]) -> list[_Request]:
+        failures: dict[int, Exception] = {}
+
+        def failed(decoder: Decoder, exc: Exception) -> None:
+            failures[id(decoder)] = exc
+
+        decoders = [r.run.decoder for r in running if r.run is not None]
+        try:
+            done = step_together(decoders, failed)
+        except BaseException as exc:  # the forward itself: every request in it fails
+            for request in running:
+                request.fail(exc)
+            return []
+        left = []
+        for request, decoder, finished in zip(running, decoders, done, strict=True):
+            if id(decoder) in failures:
+                request.fail(failures[id(decoder)])
+            elif finished:
+                assert request.run is not None
+                try:
+                    request.output = request.run.output()
+                except Exception as exc:
+                    request.fail(exc)
+                    continue
+                request.done.set()
+            else:
+                left.append(request)
+        return left
+
+
+_GUARD = threading.Lock()
+_SHARED: WeakKeyDictionary[Engine, SharedBatch] = WeakKeyDictionary()
+
+
+def shared_batch(engine: Engine) -> SharedBatch:
+    """The one ``SharedBatch`` of ``engine`` in this process."""
+    with _GUARD:
+        return _SHARED.setdefault(engine, SharedBatch())
+
+
+def alone(engine: Engine, work: Callable[[], T]) -> T:
+    """``work()`` with ``engine`` to itself (a stream), between two steps of its shared batch."""
+    with shared_batch(engine).lock:
+        return work()

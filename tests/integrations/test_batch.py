@@ -1,0 +1,54 @@
+"""LangChain's ``batch``/``abatch`` and LlamaIndex's concurrent ``achat`` calls decoded together
+(``hypic_rag.concurrent``): each answer is the one the same call gets alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hypic_rag.integrations.langchain import ChatHypic
+
+QUESTIONS = ["Where does Ana Lee live?", "What does Bo Ek teach?", "Who lives in Rome?", "Who is a pilot?"]
+
+
+@pytest.fixture
+def rows(engine, monkeypatch) -> list[int]:
+    """The rows of every batched decode step."""
+    seen: list[int] = []
+    real = engine.model.decode_batch
+
+    def recording(tokens, states):
+        seen.append(len(tokens))
+        return real(tokens, states)
+
+    monkeypatch.setattr(engine.model, "decode_batch", recording)
+    return seen
+
+
+def test_chathypic_batch_and_abatch_decode_together_and_answer_as_alone(engine, rows):
+    llm = ChatHypic(engine=engine, max_tokens=12)
+    want = [llm.invoke(q).content for q in QUESTIONS]
+    rows.clear()
+    assert [m.content for m in llm.batch(QUESTIONS)] == want
+    assert max(rows) > 1
+    rows.clear()
+    assert [m.content for m in asyncio.run(llm.abatch(QUESTIONS))] == want
+    assert max(rows) > 1
+
+
+def test_llamaindex_concurrent_achat_calls_decode_together_and_answer_as_alone(engine, rows):
+    from llama_index.core.llms import ChatMessage
+
+    from hypic_rag.integrations.llamaindex import HypicLLM
+
+    llm = HypicLLM(engine=engine, max_tokens=12)
+    asks = [[ChatMessage(role="user", content=q)] for q in QUESTIONS]
+    want = [llm.chat(a).message.content for a in asks]
+    rows.clear()
+
+    async def together():
+        return await asyncio.gather(*(llm.achat(a) for a in asks))
+
+    assert [r.message.content for r in asyncio.run(together())] == want
+    assert max(rows) > 1

@@ -1,0 +1,76 @@
+"""A continuous batch's decode step (``HybridModel.decode_batch``): every row equals the same request alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hypic_rag.model import load_model
+from hypic_rag.testing.parity import rounding_bound
+
+# Gated DeltaNet, Mamba2 (Nemotron-H), Mamba2 with MoE (Granite-4.0-H), an MoE with Gated DeltaNet, KDA + MLA.
+KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "qwen3_5_moe_text", "kimi_linear"]
+STEPS = 5
+
+
+def _prompts(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 300, (n,), generator=gen) for n in lengths]
+
+
+def _alone(model, prompt, steps):
+    """Greedy tokens and the logits after each, one request on its own."""
+    state = model.new_state()
+    logits = model(prompt[None], state=state)[0, -1]
+    tokens, seen = [], [logits]
+    for _ in range(steps):
+        tokens.append(int(logits.argmax()))
+        logits = model(torch.tensor([[tokens[-1]]]), state=state)[0, -1]
+        seen.append(logits)
+    return tokens, seen
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@torch.inference_mode()
+def test_rows_that_join_and_leave_equal_each_request_alone(kind, checkpoint):
+    model = load_model(checkpoint(kind))
+    prompts = _prompts([5, 17, 11, 8])
+    bound = max(1e-4, rounding_bound(model, prompts[1][None]))
+    expected = [_alone(model, p, STEPS) for p in prompts]
+    # Rows 0-2 start together; row 3 joins at step 2; row 1 leaves after three steps.
+    joins, leaves = {0: 0, 1: 0, 2: 0, 3: 2}, {1: 3}
+    states, logits, tokens = {}, {}, {i: [] for i in range(len(prompts))}
+    for step in range(STEPS + 2):
+        for i, at in joins.items():
+            if at == step:
+                states[i] = model.new_state()
+                logits[i] = model(prompts[i][None], state=states[i])[0, -1]
+        rows = [i for i in states if len(tokens[i]) < STEPS and leaves.get(i, STEPS + 9) > step]
+        if not rows:
+            break
+        for i in rows:
+            tokens[i].append(int(logits[i].argmax()))
+        out = model.decode_batch([tokens[i][-1] for i in rows], [states[i] for i in rows])
+        for row, i in enumerate(rows):
+            logits[i] = out[row]
+            want = expected[i][1][len(tokens[i])]
+            assert float((out[row] - want).abs().max()) < bound, (kind, i, step)
+    for i, (want, _) in enumerate(expected):
+        got = tokens[i]
+        assert got == want[: len(got)], (kind, i)
+        assert len(got) == (3 if i == 1 else STEPS)
+
+
+@torch.inference_mode()
+def test_a_batch_step_checks_its_rows(checkpoint):
+    model = load_model(checkpoint("qwen3_5_text"))
+    state = model.new_state()
+    model(_prompts([4])[0][None], state=state)
+    with pytest.raises(ValueError, match="2 tokens for 1 request states"):
+        model.decode_batch([1, 2], [state])
+    with pytest.raises(ValueError, match="prefilled state"):
+        model.decode_batch([1, 2], [state, model.new_state()])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.decode_batch([model.config.vocab_size], [state])
+    with pytest.raises(ValueError, match="at least one"):
+        model.decode_batch([], [])

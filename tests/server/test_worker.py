@@ -1,0 +1,131 @@
+"""The continuous-batching scheduler (``server.worker``): admission at every step within ``max_active`` and the
+token budget, first come first served, cancelled and finished requests leaving at once, and every answer the one
+the request gets alone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hypic_rag import Segment
+from hypic_rag.options import RequestOptions
+from hypic_rag.server.worker import DONE, ERROR, FIRST, EngineWorker, Job
+
+DOCS = [
+    Segment("Ana Lee lives in Oslo and works as a pilot for a small airline based near the fjord."),
+    Segment("Bo Ek lives in Rome. He teaches chemistry at a school near the river, five days a week."),
+]
+QUERIES = ["Where does Ana live?", "What does Bo teach?", "Who is a pilot?", "Name a river.", "Who lives in Rome?"]
+TOKENS = 10
+
+
+def _arguments(query: str, **options: Any) -> dict[str, Any]:
+    opts = RequestOptions.from_mapping({"max_new_tokens": TOKENS, "mode": "hypic", **options})
+    return {"segments": DOCS, "query": query, "options": opts}
+
+
+def _serve(engine, requests: list[dict[str, Any]], cancel_after: dict[int, int] | None = None, **worker: Any):
+    """Run ``requests`` (all queued before the worker starts) to the end; each one's final event, and the steps
+    (requests decoded, tokens run). ``cancel_after[i] = n``: request ``i`` is cancelled after its ``n``-th delta."""
+    steps: list[tuple[int, int]] = []
+
+    async def main() -> list[tuple[str, Any]]:
+        loop = asyncio.get_running_loop()
+        pool = EngineWorker(engine, observe_step=lambda r, t: steps.append((r, t)), **worker)
+        jobs = [Job(arguments=a, loop=loop, method="start") for a in requests]
+        for job in jobs:
+            pool.submit(job)
+        pool.start()
+
+        async def finish(i: int, job: Job) -> tuple[str, Any]:
+            deltas = 0
+            while True:
+                kind, payload = await asyncio.wait_for(job.events.get(), 120)
+                if kind in (DONE, ERROR):
+                    return kind, payload
+                if kind != FIRST:
+                    deltas += 1
+                    if cancel_after and deltas == cancel_after.get(i):
+                        job.cancelled.set()
+
+        try:
+            return await asyncio.gather(*(finish(i, job) for i, job in enumerate(jobs)))
+        finally:
+            await asyncio.to_thread(pool.stop)
+
+    return asyncio.run(main()), steps
+
+
+@pytest.fixture(scope="module")
+def alone(engine):
+    for query in QUERIES:  # documents warm, as the workers below find them
+        engine.generate(DOCS, query, max_new_tokens=2)
+    return [engine.start(**_arguments(q)).run() for q in QUERIES]
+
+
+def test_waiting_requests_join_the_running_batch_and_answer_as_alone(engine, alone):
+    results, steps = _serve(engine, [_arguments(q) for q in QUERIES], max_active=3)
+    for (kind, out), want in zip(results, alone, strict=True):
+        assert kind == DONE and out.token_ids == want.token_ids and out.text == want.text
+    sizes = [running for running, _ in steps]
+    assert all(len(w.token_ids) == TOKENS for w in alone)
+    # Three decode together; the step after they finish, the two that waited join: 20 steps, not 50.
+    assert sizes == [3] * TOKENS + [2] * TOKENS
+
+
+def test_the_token_budget_admits_one_long_prompt_a_step(engine, alone):
+    budget = 4  # below any prompt here: each step admits only the first waiting request
+    results, steps = _serve(engine, [_arguments(q) for q in QUERIES[:3]], max_active=3, max_num_batched_tokens=budget)
+    assert [running for running, _ in steps[:3]] == [1, 2, 3]
+    for (kind, out), want in zip(results, alone[:3], strict=True):
+        assert kind == DONE and out.token_ids == want.token_ids
+    _, roomy = _serve(engine, [_arguments(q) for q in QUERIES[:3]], max_active=3)
+    assert roomy[0][0] == 3 and roomy[0][1] > 3  # the default budget takes all three prompts in one step
+
+
+def test_a_cancelled_request_leaves_at_once_and_the_others_go_on(engine, alone):
+    results, steps = _serve(engine, [_arguments(q) for q in QUERIES[:3]], cancel_after={1: 2}, max_active=3)
+    kind, cancelled = results[1]
+    assert kind == DONE and cancelled.finish_reason == "cancelled"
+    assert len(cancelled.token_ids) < len(alone[1].token_ids)
+    assert cancelled.token_ids == alone[1].token_ids[: len(cancelled.token_ids)]
+    for i in (0, 2):
+        assert results[i][0] == DONE and results[i][1].token_ids == alone[i].token_ids
+    assert 2 in [running for running, _ in steps]  # the batch went on without it
+
+
+def test_a_bad_request_fails_alone(engine, alone):
+    bad = _arguments(QUERIES[0], mode="hypic")
+    bad["query"] = Segment(token_ids=[10**9])
+    results, _ = _serve(engine, [_arguments(QUERIES[0]), bad, _arguments(QUERIES[1])], max_active=3)
+    assert results[1][0] == ERROR and isinstance(results[1][1], ValueError)
+    assert results[0][1].token_ids == alone[0].token_ids and results[2][1].token_ids == alone[1].token_ids
+
+
+def test_the_budget_must_cover_a_step_of_every_running_request(engine):
+    with pytest.raises(ValueError, match="at least max_active"):
+        EngineWorker(engine, max_active=8, max_num_batched_tokens=4)
+
+
+LONG = [Segment(f"Note {i}: the ferry to the island leaves from pier {i} at {i} past the hour. ") for i in range(12)]
+
+
+def test_a_long_cold_prompt_runs_a_chunk_a_step_while_the_others_decode(engine):
+    chunk = 32
+    engine.clear_cache()
+    long_alone = engine.start(LONG, "When does the ferry leave?", max_new_tokens=6, mode="full").run()
+    prompt_tokens = long_alone.stats["prompt_tokens"]
+    assert prompt_tokens > 6 * chunk
+    short = [_arguments(q, max_new_tokens=40) for q in QUERIES[:2]]
+    short_alone = [engine.start(**a).run() for a in short]
+    long = _arguments("When does the ferry leave?", mode="full", max_new_tokens=6)
+    long["segments"] = LONG
+    results, steps = _serve(engine, [*short, long], max_active=3, max_num_batched_tokens=chunk)
+    assert [out.token_ids for _, out in results] == [w.token_ids for w in [*short_alone, long_alone]]
+    # The first step runs the two short prompts; then the long one runs in chunks of at most 32 tokens, each in
+    # a step that decodes the requests running (a step is recorded only when some are).
+    prefill = [tokens - running for running, tokens in steps[1:] if tokens > running]
+    assert all(ran <= chunk for ran in prefill)
+    assert sum(prefill) >= prompt_tokens - chunk and len(prefill) >= prompt_tokens // chunk

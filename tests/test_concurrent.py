@@ -1,0 +1,83 @@
+"""Concurrent callers of one engine decoded together (``hypic_rag.concurrent``): each answer is the one it gets
+alone, a failing request fails only its caller, and a stream run alone waits for a step boundary."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from hypic_rag import Engine, Segment
+from hypic_rag.concurrent import SharedBatch, alone, shared_batch
+
+DOCS = [Segment("Ana Lee lives in Oslo and works as a pilot."), Segment("Bo Ek lives in Rome and teaches chemistry.")]
+QUERIES = ["Where does Ana live?", "What does Bo teach?", "Who lives in Rome?", "Who is a pilot?"]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.from_pretrained(min_cached_tokens=0)
+
+
+def _rows(engine, monkeypatch) -> list[int]:
+    """Record the rows of every batched decode step."""
+    seen: list[int] = []
+    real = engine.model.decode_batch
+
+    def recording(tokens, states):
+        seen.append(len(tokens))
+        return real(tokens, states)
+
+    monkeypatch.setattr(engine.model, "decode_batch", recording)
+    return seen
+
+
+def test_concurrent_callers_share_decode_steps_and_answer_as_alone(engine, monkeypatch):
+    want = [engine.generate(DOCS, q, max_new_tokens=12) for q in QUERIES]
+    rows = _rows(engine, monkeypatch)
+    batch = SharedBatch()
+
+    def start(query):
+        def begin():
+            if query == QUERIES[0]:  # the driver waits for the others to be handed in: all four run together
+                deadline = time.monotonic() + 30
+                while len(batch._waiting) < len(QUERIES) - 1 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            return engine.start(DOCS, query, max_new_tokens=12)
+
+        return begin
+
+    with ThreadPoolExecutor(len(QUERIES)) as pool:
+        first = pool.submit(batch.run, start(QUERIES[0]))
+        while not batch._driving:
+            time.sleep(0.001)
+        rest = [pool.submit(batch.run, start(q)) for q in QUERIES[1:]]
+        got = [first.result(60)] + [f.result(60) for f in rest]
+    for g, w in zip(got, want, strict=True):
+        assert g.token_ids == w.token_ids and g.text == w.text
+    assert max(rows) == len(QUERIES)
+
+
+def test_a_failing_request_fails_only_its_caller(engine):
+    batch = shared_batch(engine)
+    assert shared_batch(engine) is batch
+    with ThreadPoolExecutor(2) as pool:
+        bad = pool.submit(batch.run, lambda: engine.start([Segment(token_ids=[10**9])], "q"))
+        good = pool.submit(batch.run, lambda: engine.start(DOCS, QUERIES[0], max_new_tokens=4))
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            bad.result(60)
+        assert good.result(60).token_ids == engine.generate(DOCS, QUERIES[0], max_new_tokens=4).token_ids
+    assert not batch._driving  # the driver handed back once nothing was left
+
+
+def test_a_stream_has_the_engine_to_itself(engine):
+    lock = shared_batch(engine).lock
+    pieces: list[str] = []
+
+    def stream():
+        assert lock.locked()  # no step of the shared batch can run meanwhile
+        return engine.generate(DOCS, QUERIES[1], on_token=lambda _i, d: pieces.append(d or ""))
+
+    out = alone(engine, stream)
+    assert "".join(pieces) == out.text and not lock.locked()
