@@ -15,15 +15,18 @@ cached keys rotated once. ``assemble`` stays as its reference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import torch
 
 from .cache.entry import CachedSegment, LinearEntry, LinearRemainder
-from .kernels.algebra import compose_forms, rerotate
+from .kernels.algebra import compose_forms, dense_operator, dense_state, rerotate
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
+
+E = TypeVar("E", LinearEntry, LinearRemainder)
 
 
 def operators(cached: CachedSegment, seam: int, variant: str) -> tuple[bool, dict[int, LinearEntry | LinearRemainder]]:
@@ -32,10 +35,18 @@ def operators(cached: CachedSegment, seam: int, variant: str) -> tuple[bool, dic
     remainder) rather than the state before it (the whole segment's, variant A or no seam)."""
     after_seam = variant == "B" and seam > 0
     if not after_seam:
-        return False, dict(cached.entry.linear)
+        return False, {i: _dense(e) for i, e in cached.entry.linear.items()}
     if cached.remainder is None or cached.remainder.seam != seam:
         raise ValueError(f"segment with a {seam}-token seam needs its remainder entry after {seam} tokens")
-    return True, dict(cached.remainder.linear)
+    return True, {i: _dense(e) for i, e in cached.remainder.linear.items()}
+
+
+def _dense(e: E) -> E:
+    """An operator kept in packed WY form and a state kept as its factors (short Gated DeltaNet segments)
+    expanded for the kernels."""
+    if e.p.dim() != 3 or e.p.shape[-1] == e.p.shape[-2] == e.b.shape[1]:
+        return e
+    return replace(e, p=dense_operator(e.p), b=dense_state(e.b, e.p.shape[1]))
 
 
 def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:

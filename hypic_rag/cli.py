@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=None, help="runs per case, the best kept (default: 3 with --runtime, else 2)"
     )
     bench.add_argument(
-        "--sweep", choices=["length", "segments", "hits", "seam", "cold", "memory"], help="TTFT across one dimension"
+        "--sweep",
+        choices=["length", "segments", "hits", "seam", "cold", "memory", "flood"],
+        help="TTFT across one dimension; flood: pool hit ratio and TTFT of LRU against the value policy under one-off "
+        "documents (eval/bench/flood.py)",
     )
     bench.add_argument("--values", type=_numbers, default=None, help="the swept values (default: the sweep's own)")
     bench.add_argument("--total-tokens", type=int, default=8192, help="context tokens for segments/hits/seam/cold")
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--seam", type=_seam, default=None, help='seam tokens (>= 1), fraction (< 1) or "auto"')
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
+    ev.add_argument("--entry-dtype", default=None, help="cache entries kept in float32, bfloat16 or float16")
     ev.add_argument(
         "--seams",
         type=_seams,
@@ -153,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     srv.add_argument("--prefill-workers", type=int, default=0, help="Ray actors that prefill cold segments")
     srv.add_argument("--dtype", default="float32")
+    srv.add_argument(
+        "--entry-dtype", default="float32", help="what cache entries are kept in: float32, bfloat16 or float16"
+    )
     srv.add_argument("--device", default="cpu")
     srv.add_argument("--log-level", default="info")
     srv.add_argument(
@@ -200,6 +207,14 @@ def main(argv: list[str] | None = None) -> int:
             from hypic_rag.eval.bench.slo import run as run_slo
 
             _write_json(run_slo(layers=layers), args.json)
+            return 0
+        if args.sweep == "flood":
+            from hypic_rag.eval.bench import flood
+
+            report = flood.run(layers=layers)
+            _write_json(report, args.json)
+            if args.plot is not None:
+                print(f"wrote {flood.plot(report, args.plot)}")
             return 0
         if args.sweep:
             from hypic_rag.eval.bench.sweeps import plot, sweep
@@ -254,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 options["seam"] = args.seam
             if args.min_cached_tokens is not None:
                 options["min_cached_tokens"] = args.min_cached_tokens
+            if args.entry_dtype is not None:
+                options["entry_dtype"] = args.entry_dtype
             workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
             engine = Engine.from_pretrained(args.model, **options)
             modes = args.modes.split(",")
@@ -296,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 queue_timeout_s=args.queue_timeout,
                 log_level=args.log_level,
                 dtype=args.dtype,
+                entry_dtype=args.entry_dtype,
                 device=args.device,
                 prefill_workers=args.prefill_workers,
                 api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,

@@ -27,6 +27,8 @@ from .cache import (
     module_fingerprint,
     segment_key,
 )
+from .cache.entry import entry_dtype as entry_dtype_of
+from .cache.keys import entry_fingerprint
 from .cache.lru import ByteLRU
 from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
@@ -143,6 +145,8 @@ class Engine:
         flush_denormals: bool = True,
         prefill_pool: Any = None,
         fidelity_budget: float | None = None,
+        entry_dtype: str | torch.dtype = "float32",
+        cache_policy: str = "value",
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
@@ -159,7 +163,11 @@ class Engine:
         ``flush_denormals`` sets ``torch.set_flush_denormal(True)`` for the process: the delta rule's
         long decays leave subnormal floats in its state, and CPU matmuls on them are many times slower;
         values below 1.2e-38 become 0. ``fidelity_budget`` is the default of the request option of that name (the
-        deviation estimate past which a composed request widens its seams or runs exactly; None: no guard)."""
+        deviation estimate past which a composed request widens its seams or runs exactly; None: no guard).
+        ``entry_dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``) is what cache entries are kept in (states,
+        operators, KV; compute stays in the model's dtypes), part of their fingerprint; ``cache_policy`` is the
+        memory tier's: ``"value"`` admits a segment that needs room only once it recurs and evicts by prefill saved
+        per byte, ``"lru"`` keeps the least recently used out (``cache/lru.py``)."""
         if seam_variant not in VARIANTS:
             raise ValueError(f"unknown seam_variant {seam_variant!r}; expected one of {', '.join(VARIANTS)}")
         if cold_policy not in COLD_POLICIES:
@@ -192,15 +200,23 @@ class Engine:
         self.prefill_pool = prefill_pool  # ray_prefill.RayPrefill: cold misses prefilled across Ray actors
         if flush_denormals:
             torch.set_flush_denormal(True)
-        self.fingerprint = fingerprint or module_fingerprint(model)
+        self.entry_dtype = entry_dtype_of(entry_dtype)
+        self.fingerprint = entry_fingerprint(fingerprint or module_fingerprint(model), self.entry_dtype)
         disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
         self.cache_url = cache_url
         remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
         # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
-        self.memory = ByteLRU(memory_bytes)
-        layout = EntryLayout.of(model)
+        self.memory = ByteLRU(memory_bytes, cache_policy)
+        layout = EntryLayout.of(model, self.entry_dtype)
         self.segment_store = SegmentStore(
-            self.fingerprint, self.memory, disk, device=model.device, layout=layout, remote=remote
+            self.fingerprint,
+            self.memory,
+            disk,
+            device=model.device,
+            layout=layout,
+            remote=remote,
+            entry_dtype=self.entry_dtype,
+            model_dtype=model.dtype,
         )
         self.prefix_store = PrefixStore(self.fingerprint, self.memory)
         self._grammar_tokenizers: dict[tuple[int, ...], GrammarTokenizer] = {}
@@ -288,7 +304,7 @@ class Engine:
         segments = as_list(segments, "segments", "Segment", Segment)
         seg_ids = self._segments_ids(segments)
         query_ids = self.segment_ids(as_query(query))
-        prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments))
+        prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments), tuple(s.kind for s in segments))
         n = len(prompt.ids)
         if n == 0:
             raise ValueError("the prompt is empty: give at least one segment or a non-empty query")
@@ -349,7 +365,7 @@ class Engine:
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
             plan = self.plan(prompt, mode, seam)
-            composed = yield from self._prefill_composed(plan, state, stats, chunk, options)
+            composed = yield from self._prefill_composed(plan, state, stats, chunk, options, prompt.kinds)
             if composed is not None:
                 return Prefilled(composed[0], state, stats, composed[1])
             state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
@@ -390,12 +406,18 @@ class Engine:
         stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
 
     def _prefill_composed(
-        self, plan: RequestPlan, state: RequestState, stats: RequestStats, chunk: int | None, options: RequestOptions
+        self,
+        plan: RequestPlan,
+        state: RequestState,
+        stats: RequestStats,
+        chunk: int | None,
+        options: RequestOptions,
+        kinds: Sequence[str] | None = None,
     ) -> Generator[int, None, tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]] | None]:
         """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
         the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
         fidelity budget probes the boundaries first (``_guard``); None: the guard wants it computed exactly."""
-        found = self._lookup(plan)
+        found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
         cold: list[int] = []
         if plan.seam == AUTO or budget is not None:
@@ -430,7 +452,7 @@ class Engine:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
-        stats.cache_bytes = sum(f.nbytes for f in found if f is not None)
+        stats.cache_bytes = sum(self.segment_store.held_nbytes(f) for f in found if f is not None)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         return logits, deferred
 
@@ -476,12 +498,13 @@ class Engine:
                 found[i] = CachedSegment(had.entry, remainder)
         return plan, cold
 
-    def _lookup(self, plan: RequestPlan) -> list[CachedSegment | None]:
+    def _lookup(self, plan: RequestPlan, kinds: Sequence[str] | None = None) -> list[CachedSegment | None]:
         """Each cached segment's entry, with the remainder its plan composes when that is cached too."""
         out: list[CachedSegment | None] = []
         store = self.segment_store
-        for seg in plan.segments:
-            entry = store.get(seg.key, seg.ids) if seg.key is not None else None
+        for i, seg in enumerate(plan.segments):
+            kind = kinds[i] if kinds is not None else None
+            entry = store.get(seg.key, seg.ids, kind) if seg.key is not None else None
             remainder = store.get_remainder(seg.key, seg.ids, seg.remainder) if entry and seg.remainder else None
             out.append(CachedSegment(entry, remainder) if entry is not None else None)
         return out
@@ -494,12 +517,11 @@ class Engine:
         fresh = pool.prefill(ids, widths) if pool is not None else prefill_isolated(self.model, ids, widths)
         out = []
         for (seg, had), made in zip(misses, fresh, strict=True):
-            if had is None:
-                self.segment_store.put(seg.key, made.entry)
-            if made.remainder is not None:
-                self.segment_store.put_remainder(seg.key, made.remainder)
-            entry = had.entry if had else made.entry
-            out.append(CachedSegment(entry, made.remainder if seg.remainder else None))
+            entry = had.entry if had else self.segment_store.put(seg.key, made.entry)
+            remainder = made.remainder
+            if remainder is not None:
+                remainder = self.segment_store.put_remainder(seg.key, remainder)
+            out.append(CachedSegment(entry, remainder if seg.remainder else None))
         return out
 
     @torch.inference_mode()
@@ -522,7 +544,7 @@ class Engine:
         # gives the prompt's first none)
         plan = replace(plan, segments=[replace(seg, remainder=seg.record_remainder) for seg in plan.segments])
         misses, seen = [], set()
-        for seg, found in zip(plan.segments, self._lookup(plan), strict=True):
+        for seg, found in zip(plan.segments, self._lookup(plan), strict=True):  # not requests: no hit ratio
             if _missing(seg, found) and seg.key not in seen:
                 misses.append((seg, found))
                 seen.add(seg.key)

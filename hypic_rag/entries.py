@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
-from .kernels.algebra import rerotate
+from .kernels.algebra import low_rank_state, rerotate, wy_operator
 from .model import HybridModel, TransitionCapture
 
 
@@ -23,22 +23,24 @@ def prefill_isolated(
     remainders: Sequence[int],
     *,
     max_batch_tokens: int = 2048,
+    wy: bool = True,
 ) -> list[CachedSegment]:
     """One entry per segment. ``0 < remainders[i] < len(segments[i])`` also records its remainder after that
     many tokens, the operator of tokens ``[remainders[i], L)`` (seam variant B). Segments go longest first in
     batches of at most ``max_batch_tokens`` padded tokens, so padding stays small; a longer segment runs alone.
     On CPU a batch of that size keeps its activations cache-sized, which prefilled cold documents faster than
-    one batch of all of them (``hypic-rag bench --sweep cold``)."""
+    one batch of all of them (``hypic-rag bench --sweep cold``). ``wy``: keep short segments' Gated DeltaNet
+    operators in WY form (``kernels.algebra.WYOperator``; False: always dense)."""
     order = sorted(range(len(segments)), key=lambda i: -len(segments[i]))
     out: list[CachedSegment | None] = [None] * len(segments)
     batch: list[int] = []
     for i in order:
         if batch and len(segments[batch[0]]) * (len(batch) + 1) > max_batch_tokens:
-            _prefill_batch(model, segments, remainders, batch, out)
+            _prefill_batch(model, segments, remainders, batch, out, wy)
             batch = []
         batch.append(i)
     if batch:
-        _prefill_batch(model, segments, remainders, batch, out)
+        _prefill_batch(model, segments, remainders, batch, out, wy)
     return [e for e in out if e is not None]
 
 
@@ -49,12 +51,40 @@ def _unpadded(mixer: torch.nn.Module, b: torch.Tensor, pad: int, model: HybridMo
     return place(b, -pad, model.inv_freq) if place is not None and pad else b.clone()
 
 
+def _operator(
+    capture: TransitionCapture, layer: int, row: int, start: int, dense: torch.Tensor, wy: bool
+) -> torch.Tensor:
+    """A row's operator over its tokens from column ``start`` on, as an entry keeps it: Gated DeltaNet's in
+    packed WY form where that is smaller than dense (fewer tokens than half the key dimension), exact; else
+    dense."""
+    inputs = capture.inputs.get(layer)
+    if not wy or inputs is None:
+        return dense.clone()
+    k, _, g, beta = (x[row, start:] for x in inputs)
+    if 2 * k.shape[0] + 1 >= k.shape[-1]:
+        return dense.clone()
+    return wy_operator(k, g, beta).packed()
+
+
+def _state(capture: TransitionCapture, layer: int, row: int, start: int, dense: torch.Tensor, wy: bool) -> torch.Tensor:
+    """A row's zero-start end state over its tokens from column ``start`` on, as an entry keeps it: Gated
+    DeltaNet's as its two rank-``L`` factors stacked (``[H, K + V, L]``) where that is smaller than dense."""
+    inputs = capture.inputs.get(layer)
+    if not wy or inputs is None:
+        return dense
+    k, v, g, beta = (x[row, start:] for x in inputs)
+    if k.shape[0] * (k.shape[-1] + v.shape[-1]) >= k.shape[-1] * v.shape[-1]:
+        return dense
+    return torch.cat(low_rank_state(k, v, g, beta), dim=1)
+
+
 def _prefill_batch(
     model: HybridModel,
     segments: Sequence[Sequence[int]],
     remainders: Sequence[int],
     rows: list[int],
     out: list[CachedSegment | None],
+    wy: bool = True,
 ) -> None:
     device = model.device
     width = max(len(segments[i]) for i in rows)
@@ -78,12 +108,14 @@ def _prefill_batch(
             remainder = RemainderEntry(entry.token_ids, splits[r])
         for layer in state.linear_layer_ids:
             lin, ops = state.linear(layer), capture.operators[layer]
-            entry.linear[layer] = LinearEntry(
-                _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), ops.p[r].clone(), lin.conv[r].clone()
-            )
+            whole = _operator(capture, layer, r, pads[r], ops.p[r], wy)
+            end = _state(capture, layer, r, pads[r], _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), wy)
+            entry.linear[layer] = LinearEntry(end, whole, lin.conv[r].clone())
             if remainder is not None:
                 state_after = _unpadded(mixers[layer], ops.rest_state[r], pads[r], model)
-                remainder.linear[layer] = LinearRemainder(state_after, ops.rest_p[r].clone())
+                state_after = _state(capture, layer, r, pads[r] + splits[r], state_after, wy)
+                rest = _operator(capture, layer, r, pads[r] + splits[r], ops.rest_p[r], wy)
+                remainder.linear[layer] = LinearRemainder(state_after, rest)
         for layer in state.attention_layer_ids:
             kv = state.attention(layer)
             keys = kv.keys[r, :, pads[r] :]

@@ -53,6 +53,7 @@ class Prompt:
     segments: list[list[int]]
     query: list[int]
     cacheable: tuple[bool, ...] | None = None  # per segment; None: all may be cached
+    kinds: tuple[str, ...] | None = None  # per segment (document, tool, ...), for the cache's hit ratio by kind
 
     @property
     def ids(self) -> list[int]:

@@ -45,6 +45,7 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from hypic_rag import Engine, GenerationOutput
+from hypic_rag.cache.entry import entry_dtype
 from hypic_rag.cache.remote import check_url
 from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result, get_format
@@ -246,8 +247,10 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
     """A chat model served by hypic-rag through ``Engine.chat``.
 
     ``model`` is a local checkpoint directory or a hub id ``org/name`` (``"hypic-default"``, the default, is the
-    bundled model), loaded once per (model, cache_dir, cache_url) per process on first use; ``cache_dir`` adds a
-    persistent segment tier, ``cache_url`` (``redis://host:port/db``) a shared one. Or pass a ready ``engine``.
+    bundled model), loaded once per (model, cache_dir, cache_url, entry_dtype) per process on first use;
+    ``cache_dir`` adds a persistent segment tier, ``cache_url`` (``redis://host:port/db``) a shared one,
+    ``entry_dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``) what cache entries are kept in. Or pass a
+    ready ``engine``.
     Every request option (``hypic_rag.options.RequestOptions``, ``max_new_tokens`` spelled ``max_tokens``) is a
     field, and a call may set any of them again.
     Sampling settings left ``None`` come from the checkpoint's ``generation_config.json``, else greedy and 64
@@ -261,6 +264,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
     model: str = Field(default=DEFAULT_MODEL, alias="model_name")
     cache_dir: str | None = None
     cache_url: str | None = None
+    entry_dtype: str = "float32"
     streaming: bool = False
     timeout: float | None = None
     max_retries: int = 0
@@ -269,9 +273,12 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
     def model_post_init(self, __context: Any) -> None:
         if self.cache_url is not None:
             check_url(self.cache_url)
-        if self.engine is not None and (self.cache_dir is not None or self.cache_url is not None):
+        entry_dtype(self.entry_dtype)  # a bad name fails here
+        custom = self.cache_dir is not None or self.cache_url is not None or self.entry_dtype != "float32"
+        if self.engine is not None and custom:
             raise ValueError(
-                "cache_dir and cache_url apply when ChatHypic loads the model; the engine you passed has its own"
+                "cache_dir, cache_url and entry_dtype apply when ChatHypic loads the model; the engine you passed"
+                " has its own"
             )
         request_options(self)  # a bad option fails here, not at the first call
 
@@ -298,7 +305,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
     def get_engine(self) -> Engine:
         """The engine: the one passed, else ``model`` loaded (once per process) with ``cache_dir``."""
         if self.engine is None:
-            self.engine = load_engine(self.model, self.cache_dir, self.cache_url)
+            self.engine = load_engine(self.model, self.cache_dir, self.cache_url, self.entry_dtype)
         return self.engine
 
     # -- tools -------------------------------------------------------------------------------------------------------

@@ -37,23 +37,28 @@ DEFAULT_MODEL = "hypic-default"
 FIELD_NAMES = {"max_new_tokens": "max_tokens"}
 
 _ENGINE_LOCK = threading.Lock()
-_ENGINES: dict[tuple[str | None, str | None, str | None], Engine] = {}
+_ENGINES: dict[tuple[str | None, str | None, str | None, str], Engine] = {}
 
 
 def load_engine(
-    model: str | Path | None = None, cache_dir: str | Path | None = None, cache_url: str | None = None
+    model: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    cache_url: str | None = None,
+    entry_dtype: str = "float32",
 ) -> Engine:
-    """``Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url)``, loaded once per (model,
-    cache_dir, cache_url) per process and shared by every integration; ``None`` or ``"hypic-default"`` is the
-    bundled model. A local directory is keyed by its resolved path, a hub id by itself."""
+    """``Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url, entry_dtype=entry_dtype)``,
+    loaded once per (model, cache_dir, cache_url, entry_dtype) per process and shared by every integration;
+    ``None`` or ``"hypic-default"`` is the bundled model. A local directory is keyed by its resolved path, a hub
+    id by itself."""
     name = None if model is None or str(model) == DEFAULT_MODEL else str(model)
     if name is not None and Path(name).expanduser().exists():
         name = str(Path(name).expanduser().resolve())
     where = str(Path(cache_dir).expanduser().resolve()) if cache_dir is not None else None
+    key = (name, where, cache_url, entry_dtype)
     with _ENGINE_LOCK:
-        if (name, where, cache_url) not in _ENGINES:
-            _ENGINES[name, where, cache_url] = Engine.from_pretrained(name, cache_dir=where, cache_url=cache_url)
-        return _ENGINES[name, where, cache_url]
+        if key not in _ENGINES:
+            _ENGINES[key] = Engine.from_pretrained(name, cache_dir=where, cache_url=cache_url, entry_dtype=entry_dtype)
+        return _ENGINES[key]
 
 
 def default_engine() -> Engine:

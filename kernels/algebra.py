@@ -257,6 +257,85 @@ def compose_forms(form: str, p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor 
     return torch.stack(outs)
 
 
+@dataclass(frozen=True)
+class WYOperator:
+    """A Gated DeltaNet segment's operator in WY form, per head: ``P = gamma (I - W Y^T)``, ``gamma [H]`` the
+    product of the gates (scalars per head, so they factor out) and ``w, y [H, K, L]`` for ``L`` tokens. It holds
+    ``2 K L + 1`` numbers per head against the dense ``K^2``: smaller while ``L < K / 2``."""
+
+    gamma: torch.Tensor
+    w: torch.Tensor
+    y: torch.Tensor
+
+    def apply(self, s: torch.Tensor) -> torch.Tensor:
+        """``P S`` for states ``s [..., H, K, V]`` without forming ``P``: ``gamma (S - W (Y^T S))``."""
+        s = s.float()
+        inner = torch.matmul(self.y.transpose(-1, -2), s)
+        return self.gamma[:, None, None] * (s - torch.matmul(self.w, inner))
+
+    def dense(self) -> torch.Tensor:
+        """``P`` ``[H, K, K]``, for checking against the dense form."""
+        eye = torch.eye(self.w.shape[1], dtype=torch.float32, device=self.w.device)
+        return self.gamma[:, None, None] * (eye - torch.matmul(self.w, self.y.transpose(-1, -2)))
+
+    def packed(self) -> torch.Tensor:
+        """One tensor ``[H, K, 2 L + 1]``: ``W``, ``Y`` and a column of ``gamma``, which an entry stores in place
+        of the dense ``[H, K, K]`` (told apart by its last dimension, ``2 L + 1 < K``)."""
+        gamma = self.gamma[:, None, None].expand(-1, self.w.shape[1], 1)
+        return torch.cat([self.w, self.y, gamma], dim=-1)
+
+    @classmethod
+    def unpacked(cls, p: torch.Tensor) -> WYOperator:
+        n = (p.shape[-1] - 1) // 2
+        return cls(p[:, 0, 2 * n].float(), p[..., :n].float(), p[..., n : 2 * n].float())
+
+
+def low_rank_state(
+    k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A segment's zero-start end state as two factors, ``B = left @ right^T``, ``left [H, K, L]``,
+    ``right [H, V, L]``, from ``k [T, H, K]``, ``v [T, H, V]``, ``g, beta [T, H]``. With ``G_t`` the gates' running
+    sum, ``B = sum_t e^{G_L - G_t} b_t k_t u_t^T`` where ``u_t = v_t - sum_{s<t} e^{G_t - G_s} b_s (k_s . k_t) u_s``:
+    one triangular solve, every exponent <= 0."""
+    kf, vf = k.float().transpose(0, 1), v.float().transpose(0, 1)  # [H, T, K], [H, T, V]
+    bf, cum = beta.float().transpose(0, 1), g.float().cumsum(0).transpose(0, 1)  # [H, T]
+    t = kf.shape[1]
+    lower = torch.ones(t, t, dtype=torch.bool, device=k.device).tril(-1)
+    ratio = torch.exp(torch.where(lower, cum[:, :, None] - cum[:, None, :], float("-inf")))
+    m = torch.matmul(kf, (kf * bf[..., None]).transpose(-1, -2)) * ratio
+    eye = torch.eye(t, dtype=torch.float32, device=k.device)
+    u = torch.linalg.solve_triangular(eye + m, vf, upper=False, unitriangular=True)
+    left = kf * (bf * torch.exp(cum[:, -1:] - cum))[..., None]
+    return left.transpose(-1, -2).contiguous(), u.transpose(-1, -2).contiguous()
+
+
+def dense_state(b: torch.Tensor, k_dim: int) -> torch.Tensor:
+    """A Gated DeltaNet end state as the kernels take it: ``[H, K, V]`` as it is, a packed ``[H, K + V, L]``
+    (``low_rank_state``'s factors, stacked) multiplied out."""
+    if b.shape[1] == k_dim:
+        return b
+    left, right = b[:, :k_dim].float(), b[:, k_dim:].float()
+    return torch.matmul(left, right.transpose(-1, -2))
+
+
+def dense_operator(p: torch.Tensor) -> torch.Tensor:
+    """A Gated DeltaNet operator as the kernels take it: ``[H, K, K]`` as it is, a packed WY form expanded."""
+    return p if p.shape[-1] == p.shape[-2] else WYOperator.unpacked(p).dense()
+
+
+def wy_operator(k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> WYOperator:
+    """The WY form of one segment's operator from its keys ``k [T, H, K]`` (as the delta rule sees them), log
+    gates ``g [T, H]`` and ``beta [T, H]``. ``P = A_T .. A_1`` with ``A_t = e^{g_t} (I - b_t k_t k_t^T)``; peeling
+    one factor at a time, ``P = gamma (I - sum_t w_t y_t^T)`` with ``w_t = b_t k_t`` and ``y_t = P_{t-1}^T k_t``,
+    that is ``(I + M) Y^T = K^T`` for the strictly lower ``M[t, s] = w_s . k_t``: one triangular solve."""
+    kf, bf = k.float().transpose(0, 1), beta.float().transpose(0, 1)  # [H, T, K], [H, T]
+    w = kf * bf[..., None]
+    m = torch.tril(torch.matmul(kf, w.transpose(-1, -2)), diagonal=-1)
+    eye = torch.eye(kf.shape[1], dtype=torch.float32, device=k.device)
+    yt = torch.linalg.solve_triangular(eye + m, kf, upper=False, unitriangular=True)
+    return WYOperator(torch.exp(g.float().sum(0)), w.transpose(-1, -2).contiguous(), yt.transpose(-1, -2).contiguous())
+
+
 def ssd_split_transition(
     x: torch.Tensor,
     dt: torch.Tensor,

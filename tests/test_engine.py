@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hypic_rag import Engine, Segment
+from hypic_rag.plan import Prompt
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +162,13 @@ def test_dtype_strings_and_default_model(checkpoint, tmp_path, monkeypatch):
 def test_a_cache_url_that_is_not_redis_is_refused_not_taken_as_a_folder(checkpoint):
     with pytest.raises(ValueError, match="cache_url must be redis://"):
         Engine.from_pretrained(checkpoint("qwen3_5_text"), cache_url="./cache")
+
+
+def test_entry_dtype_names_the_store_and_its_fingerprint(checkpoint):
+    path = checkpoint("qwen3_5_text")
+    wide, half = Engine.from_pretrained(path), Engine.from_pretrained(path, entry_dtype="bfloat16")
+    assert half.segment_store.entry_dtype == torch.bfloat16 and half.fingerprint == wide.fingerprint + "+bfloat16"
+    ids = list(range(10, 40))
+    assert half.plan(Prompt([ids], [3])).segments[0].key != wide.plan(Prompt([ids], [3])).segments[0].key
+    with pytest.raises(ValueError, match="entry_dtype must be one of float32, bfloat16, float16, got 'fp8'"):
+        Engine.from_pretrained(path, entry_dtype="fp8")

@@ -62,3 +62,33 @@ def test_entry_states_match_the_model_state(checkpoint):
         assert torch.equal(kv.positions, torch.arange(45))
         assert (att.keys - kv.keys[0]).abs().max() < 1e-5
         assert (att.values - kv.values[0]).abs().max() < 1e-5
+
+
+def test_wy_entries_give_the_dense_entries_logits_in_fewer_bytes(tmp_path):
+    from hypic_rag import Engine, Segment
+    from hypic_rag.assembly import assemble_fused
+    from hypic_rag.cache import CachedSegment
+    from hypic_rag.testing.synthetic import build_checkpoint
+
+    path = build_checkpoint("qwen3_5_text", tmp_path, {"linear_key_head_dim": 64, "linear_value_head_dim": 32})
+    engine = Engine.from_pretrained(path, min_cached_tokens=1, seam=4)
+    segs = [Segment(token_ids=ids) for ids in _segments([9, 30, 17, 40], seed=4)]  # 40: dense (2 L + 1 >= 64)
+    plan = engine.plan(engine.build_prompt(segs, Segment(token_ids=[5, 6, 7], kind="query")), "hypic")
+    ids, widths = [list(s.ids) for s in plan.segments], [s.record_remainder for s in plan.segments]
+    logits, held = {}, {}
+    for wy in (True, False):
+        made = prefill_isolated(engine.model, ids, widths, wy=wy)
+        pairs = zip(made, plan.segments, strict=True)
+        cached = [CachedSegment(m.entry, m.remainder if s.remainder else None) for m, s in pairs]
+        logits[wy] = assemble_fused(engine.model, engine.model.new_state(), plan, cached)[0]
+        held[wy] = [m.nbytes for m in made]
+        shapes = [(m.entry.linear[0].p.shape[-1], tuple(m.entry.linear[0].b.shape)) for m in made]
+        dense_b = (4, 64, 32)  # [H, K, V]; under 22 tokens the two factors [H, K + V, L] are smaller
+        packed = [(19, (4, 96, 9)), (61, dense_b), (35, (4, 96, 17)), (64, dense_b)]
+        assert shapes == (packed if wy else [(64, dense_b)] * 4)
+        for m in made:
+            engine.segment_store.layout.check(m.entry)  # a packed operator fits the layout
+            if m.remainder is not None:
+                engine.segment_store.layout.check(m.remainder)
+    assert float((logits[True] - logits[False]).abs().max()) <= 1e-5
+    assert held[True][0] < held[False][0] / 2 and held[True][3] == held[False][3]

@@ -12,6 +12,10 @@ does not depend on the seam:
 A ``CachedSegment`` is the two together, as one request uses them: the entry, and the remainder of the seam
 width its plan composes (or none).
 
+An entry is kept in its store's ``entry_dtype`` (``ENTRY_DTYPES``: float32 as computed, or bfloat16/float16 at half
+the bytes) and widened back to the compute dtypes when used (``widened``): states and operators fp32, conv tails and
+KV the model's dtype, so the math never runs in 16 bits.
+
 Both carry the token ids, to catch key collisions. Bytes are ``MAGIC | sha256(payload) | payload``
 where the payload is a safetensors blob: raw tensors and a JSON header, nothing executable, so a
 tampered or truncated entry is detected, never unpickled.
@@ -31,6 +35,35 @@ from safetensors.torch import save as st_save
 
 FORMAT_VERSION = 2
 MAGIC = b"HYPIC\x00\x02\x00"
+
+
+ENTRY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def entry_dtype(name: str | torch.dtype) -> torch.dtype:
+    """The dtype an entry is kept in, from its name (or a dtype); a ``ValueError`` naming the choices."""
+    if isinstance(name, torch.dtype) and name in ENTRY_DTYPES.values():
+        return name
+    if isinstance(name, str) and name.removeprefix("torch.") in ENTRY_DTYPES:
+        return ENTRY_DTYPES[name.removeprefix("torch.")]
+    raise ValueError(f"entry_dtype must be one of {', '.join(ENTRY_DTYPES)}, got {name!r}")
+
+
+def _cast(group: object, dtypes: dict[str, torch.dtype]) -> object:
+    """A copy of a per-layer group with each named tensor in its dtype (no copy where it already is)."""
+    return type(group)(**{k: t.to(dtypes.get(k, t.dtype)) for k, t in vars(group).items()})
+
+
+def _nbytes_as(groups: dict[int, object], dtype: torch.dtype | None) -> int:
+    size = torch.finfo(dtype).bits // 8 if dtype is not None else None
+    return sum(t.numel() * (size or t.element_size()) for g in groups.values() for t in vars(g).values())
+
+
+def _finite(groups: dict[int, object]) -> bool:
+    return all(bool(torch.isfinite(t).all()) for g in groups.values() for t in vars(g).values())
+
+
+STATE_FIELDS = ("b", "p")  # fp32 when used; the other fields (conv tails, KV) are in the model's dtype
 
 
 class CorruptEntry(ValueError):
@@ -122,6 +155,11 @@ class SegmentEntry:
         return len(self.token_ids)
 
     @property
+    def prefill_tokens(self) -> int:
+        """The tokens a hit saves prefilling: what the memory tier's value policy weighs it by."""
+        return len(self.token_ids)
+
+    @property
     def nbytes(self) -> int:
         return _tensors_nbytes(self.linear) + _tensors_nbytes(self.attention)
 
@@ -131,6 +169,30 @@ class SegmentEntry:
             {i: LinearEntry(*(t.to(device) for t in (e.b, e.p, e.conv_tail))) for i, e in self.linear.items()},
             {i: AttentionEntry(e.keys.to(device), e.values.to(device)) for i, e in self.attention.items()},
         )
+
+    def stored_as(self, dtype: torch.dtype) -> SegmentEntry:
+        """This entry as a store of ``entry_dtype`` keeps it: float32 as computed, else every tensor in ``dtype``."""
+        if dtype == torch.float32:
+            return self
+        every = dict.fromkeys(("b", "p", "conv_tail", "keys", "values"), dtype)
+        linear = {i: _cast(e, every) for i, e in self.linear.items()}
+        return SegmentEntry(self.token_ids, linear, {i: _cast(e, every) for i, e in self.attention.items()})
+
+    def widened(self, model_dtype: torch.dtype) -> SegmentEntry:
+        """The compute dtypes back: states and operators fp32, conv tails and KV ``model_dtype``."""
+        linear_dtypes = {"b": torch.float32, "p": torch.float32, "conv_tail": model_dtype}
+        kv = {"keys": model_dtype, "values": model_dtype}
+        linear = {i: _cast(e, linear_dtypes) for i, e in self.linear.items()}
+        return SegmentEntry(self.token_ids, linear, {i: _cast(e, kv) for i, e in self.attention.items()})
+
+    def nbytes_as(self, dtype: torch.dtype) -> int:
+        """The bytes this entry holds when kept as ``stored_as(dtype)`` keeps it."""
+        if dtype == torch.float32:
+            return self.nbytes
+        return _nbytes_as(self.linear, dtype) + _nbytes_as(self.attention, dtype)
+
+    def finite(self) -> bool:
+        return _finite(self.linear) and _finite(self.attention)
 
     def to_bytes(self, fingerprint: str) -> bytes:
         tensors = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)}
@@ -159,9 +221,29 @@ class RemainderEntry:
     def nbytes(self) -> int:
         return _tensors_nbytes(self.linear)
 
+    @property
+    def prefill_tokens(self) -> int:
+        return len(self.token_ids) - self.seam
+
     def to(self, device: torch.device | str) -> RemainderEntry:
         moved = {i: LinearRemainder(e.b.to(device), e.p.to(device)) for i, e in self.linear.items()}
         return RemainderEntry(self.token_ids, self.seam, moved)
+
+    def stored_as(self, dtype: torch.dtype) -> RemainderEntry:
+        if dtype == torch.float32:
+            return self
+        every = dict.fromkeys(STATE_FIELDS, dtype)
+        return RemainderEntry(self.token_ids, self.seam, {i: _cast(e, every) for i, e in self.linear.items()})
+
+    def widened(self, model_dtype: torch.dtype) -> RemainderEntry:
+        fp32 = dict.fromkeys(STATE_FIELDS, torch.float32)
+        return RemainderEntry(self.token_ids, self.seam, {i: _cast(e, fp32) for i, e in self.linear.items()})
+
+    def nbytes_as(self, dtype: torch.dtype) -> int:
+        return self.nbytes if dtype == torch.float32 else _nbytes_as(self.linear, dtype)
+
+    def finite(self) -> bool:
+        return _finite(self.linear)
 
     def to_bytes(self, fingerprint: str) -> bytes:
         tensors = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)} | _flatten("linear", self.linear)
@@ -193,3 +275,7 @@ class CachedSegment:
     @property
     def nbytes(self) -> int:
         return self.entry.nbytes + (self.remainder.nbytes if self.remainder is not None else 0)
+
+    def nbytes_as(self, dtype: torch.dtype) -> int:
+        """The bytes a store of ``entry_dtype`` ``dtype`` holds for this segment."""
+        return self.entry.nbytes_as(dtype) + (self.remainder.nbytes_as(dtype) if self.remainder is not None else 0)

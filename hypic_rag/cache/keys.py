@@ -68,6 +68,13 @@ def module_fingerprint(module: torch.nn.Module) -> str:
     return h.hexdigest()[:32]
 
 
+def entry_fingerprint(fingerprint: str, dtype: torch.dtype) -> str:
+    """The fingerprint a store of entries kept in ``dtype`` writes and reads: the model's for float32 (today's
+    entries), the model's and the dtype's otherwise, so entries of two dtypes never share a key or decode as
+    each other."""
+    return fingerprint if dtype == torch.float32 else f"{fingerprint}+{str(dtype).removeprefix('torch.')}"
+
+
 def segment_key(token_ids: list[int] | tuple[int, ...], fingerprint: str, dtype: torch.dtype) -> str:
     h = hashlib.sha256()
     h.update(f"v{FORMAT_VERSION}|{fingerprint}|{dtype}|".encode())

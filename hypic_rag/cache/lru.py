@@ -1,13 +1,29 @@
-"""Least-recently-used values under a byte budget: the memory tier of segments and of prefixes.
+"""The memory tier of segments and of prefixes: values under a byte budget, kept least-recently-used or by value.
 
 An engine has one budget for all its in-memory caches: each cache holds a ``Space`` of one ``ByteLRU`` (its
-keys under its own prefix, its own counts), and eviction is across all of them, least recently used first.
+keys under its own prefix, its own counts), and eviction is across all of them.
+
+``policy="lru"`` evicts the least recently used. ``policy="value"`` resists floods of one-off segments:
+
+- admission (TinyLFU): a frequency sketch (``FrequencySketch``) counts every lookup; a new value that needs room
+  is admitted only when its key has been looked up more often than every value it would push out, so a segment
+  seen once cannot evict segments seen often, and is admitted once it recurs;
+- eviction by value (GreedyDual-Size-Frequency): each value's priority is the clock plus its frequency times
+  the prefill it saves (its ``prefill_tokens``, which prefill time is proportional to) over its bytes; the
+  lowest goes first, and the clock rises to each evicted priority so that values not used lately age out.
+
+Hand-written: the Python caches that implement TinyLFU (theine, cachebox) bound a count of entries, not bytes,
+take no per-value cost, and cannot share one budget across several caches' spaces.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import hashlib
+import heapq
+from collections import Counter, OrderedDict
 from typing import Generic, Protocol, TypeVar
+
+POLICIES = ("lru", "value")
 
 
 class Sized(Protocol):
@@ -18,17 +34,69 @@ class Sized(Protocol):
 V = TypeVar("V", bound=Sized)
 
 
-class ByteLRU(Generic[V]):
-    """A value larger than the whole budget is not kept; inserting evicts the least recently used."""
+class FrequencySketch:
+    """TinyLFU's count-min sketch: ``depth`` rows of 4-bit counters (saturating at 15), every counter halved
+    after ``10 * width`` increments, so that frequencies follow what is popular now, in fixed memory."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, width: int = 1 << 14, depth: int = 4) -> None:
+        if width < 1 or width & (width - 1):
+            raise ValueError(f"the sketch width is a power of two, got {width}")
+        self.rows = [bytearray(width) for _ in range(depth)]
+        self.mask = width - 1
+        self.samples, self.period = 0, 10 * width
+
+    def _slots(self, key: str) -> list[int]:
+        digest = hashlib.blake2b(key.encode(), digest_size=4 * len(self.rows)).digest()
+        return [int.from_bytes(digest[4 * r : 4 * r + 4], "little") & self.mask for r in range(len(self.rows))]
+
+    def increment(self, key: str) -> None:
+        for row, slot in zip(self.rows, self._slots(key), strict=True):
+            if row[slot] < 15:
+                row[slot] += 1
+        self.samples += 1
+        if self.samples >= self.period:
+            self.rows = [bytearray(c >> 1 for c in row) for row in self.rows]
+            self.samples //= 2
+
+    def estimate(self, key: str) -> int:
+        return min(row[slot] for row, slot in zip(self.rows, self._slots(key), strict=True))
+
+
+def _density(value: Sized, size: int) -> float:
+    """The prefill a value saves per byte it holds; values that do not say how much, 1 per byte."""
+    tokens = getattr(value, "prefill_tokens", None)
+    return (tokens if tokens else 1) / max(size, 1)
+
+
+class ByteLRU(Generic[V]):
+    """A value larger than the whole budget is not kept; inserting evicts by ``policy`` (``POLICIES``).
+
+    ``seen_as`` (on ``get`` and ``put``) is the key the frequency sketch counts, where several values belong to
+    one thing that recurs (a segment's entry and its remainders)."""
+
+    def __init__(self, budget: int, policy: str = "lru") -> None:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise ValueError(f"memory_bytes (the memory budget) must be an integer >= 0 bytes, got {budget!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown cache_policy {policy!r}; expected one of {', '.join(POLICIES)}")
         self.budget = budget
+        self.policy = policy
         self.used = 0
-        self.evictions = 0
+        self.evicted: Counter[str] = Counter()  # by reason: "capacity" (room for another value), "corrupt"
+        self.refused: Counter[str] = Counter()  # by reason: "frequency" (not admitted), "oversize"
+        self.admitted = 0
         self._items: OrderedDict[str, tuple[V, int]] = OrderedDict()
         self._spaces: dict[str, list[int]] = {}  # space -> [entries, bytes]
+        self.sketch = FrequencySketch() if policy == "value" else None
+        self.clock = 0.0  # GreedyDual's inflation: the priority of the last value evicted
+        self._priority: dict[str, float] = {}
+        self._seen: dict[str, str] = {}
+        self._heap: list[tuple[float, int, str]] = []  # (priority, order, key); stale rows skipped
+        self._order = 0
+
+    @property
+    def evictions(self) -> int:
+        return self.evicted["capacity"]
 
     def space(self, name: str) -> Space[V]:
         """A view of this LRU for one cache: keys under ``name``, counted apart, evicted with all the others."""
@@ -48,39 +116,100 @@ class ByteLRU(Generic[V]):
         counts = self._spaces.get(prefix, (0, 0))
         return counts[0], counts[1]
 
-    def get(self, key: str) -> V | None:
-        """The value, now most recently used; None when absent."""
+    def frequency(self, key: str) -> int:
+        """How often ``key`` was looked up lately, as the sketch estimates it (0 under ``lru``)."""
+        return self.sketch.estimate(key) if self.sketch is not None else 0
+
+    def _rank(self, key: str, value: V, size: int) -> None:
+        priority = self.clock + max(self.frequency(self._seen[key]), 1) * _density(value, size)
+        self._priority[key] = priority
+        self._order += 1
+        heapq.heappush(self._heap, (priority, self._order, key))
+        if len(self._heap) > 4 * len(self._items) + 64:  # drop the stale rows
+            self._heap = [(p, o, k) for p, o, k in self._heap if self._priority.get(k) == p]
+            heapq.heapify(self._heap)
+
+    def note(self, key: str) -> None:
+        """Count a lookup of ``key`` without reading it: a value not yet kept that a caller wanted."""
+        if self.sketch is not None:
+            self.sketch.increment(key)
+
+    def get(self, key: str, seen_as: str | None = None) -> V | None:
+        """The value, now most recently used (or ranked higher); None when absent. Counts the lookup."""
+        if self.sketch is not None:
+            self.sketch.increment(seen_as or key)
         item = self._items.get(key)
         if item is None:
             return None
         self._items.move_to_end(key)
+        if self.sketch is not None:
+            self._rank(key, *item)
         return item[0]
 
-    def put(self, key: str, value: V) -> None:
+    def put(self, key: str, value: V, seen_as: str | None = None) -> bool:
+        """Keep ``value`` under ``key`` if the policy admits it; whether it did."""
         self.pop(key)
         size = value.nbytes
         if size > self.budget:
-            return
+            self.refused["oversize"] += 1
+            return False
+        if self.sketch is not None and not self._make_room(seen_as or key, size):
+            self.refused["frequency"] += 1
+            return False
+        self.admitted += 1
         self._items[key] = (value, size)
         self.used += size
         self._count(key, size, 1)
-        while self.used > self.budget:
+        if self.sketch is not None:
+            self._seen[key] = seen_as or key
+            self._rank(key, value, size)
+        while self.used > self.budget:  # lru; the value policy made room already
             old_key, (_, old) = self._items.popitem(last=False)
             self.used -= old
             self._count(old_key, old, -1)
-            self.evictions += 1
+            self.evicted["capacity"] += 1
+        return True
 
-    def pop(self, key: str) -> None:
+    def _make_room(self, seen_as: str, size: int) -> bool:
+        """Evict the lowest-priority values until ``size`` bytes fit, if the newcomer was looked up more often
+        than each of them; else evict nothing and refuse it."""
+        victims: list[tuple[float, int, str]] = []
+        freed = self.budget - self.used
+        while freed < size and self._heap:
+            row = heapq.heappop(self._heap)
+            if self._priority.get(row[2]) == row[0] and row[2] in self._items:
+                victims.append(row)
+                freed += self._items[row[2]][1]
+        frequency = self.frequency(seen_as)
+        others = [k for _, _, k in victims if self._seen[k] != seen_as]  # not its own other parts
+        if freed < size or any(frequency <= self.frequency(self._seen[k]) for k in others):
+            for row in victims:
+                heapq.heappush(self._heap, row)
+            return False
+        for priority, _, k in victims:
+            self.clock = max(self.clock, priority)
+            self.pop(k, "capacity")
+        return True
+
+    def pop(self, key: str, reason: str | None = None) -> None:
+        """Forget ``key``; a ``reason`` counts it as an eviction for that reason."""
         item = self._items.pop(key, None)
         if item is not None:
+            if reason is not None:
+                self.evicted[reason] += 1
             self.used -= item[1]
             self._count(key, item[1], -1)
+            self._priority.pop(key, None)
+            self._seen.pop(key, None)
 
     def clear(self, prefix: str = "") -> None:
         """Forget every value, or only those whose key starts with ``prefix``."""
         if not prefix:
             self._items.clear()
             self._spaces.clear()
+            self._priority.clear()
+            self._seen.clear()
+            self._heap.clear()
             self.used = 0
             return
         for key in [k for k in self._items if k.startswith(prefix)]:
@@ -99,14 +228,17 @@ class Space(Generic[V]):
     def __init__(self, lru: ByteLRU[V], prefix: str) -> None:
         self.lru, self.prefix = lru, prefix
 
-    def get(self, key: str) -> V | None:
-        return self.lru.get(self.prefix + key)
+    def note(self, key: str) -> None:
+        self.lru.note(self.prefix + key)
 
-    def put(self, key: str, value: V) -> None:
-        self.lru.put(self.prefix + key, value)
+    def get(self, key: str, seen_as: str | None = None) -> V | None:
+        return self.lru.get(self.prefix + key, self.prefix + (seen_as or key))
 
-    def pop(self, key: str) -> None:
-        self.lru.pop(self.prefix + key)
+    def put(self, key: str, value: V, seen_as: str | None = None) -> bool:
+        return self.lru.put(self.prefix + key, value, self.prefix + (seen_as or key))
+
+    def pop(self, key: str, reason: str | None = None) -> None:
+        self.lru.pop(self.prefix + key, reason)
 
     def clear(self) -> None:
         self.lru.clear(self.prefix)

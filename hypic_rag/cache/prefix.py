@@ -46,7 +46,10 @@ class PrefixStore:
         return keys
 
     def longest(self, keys: Sequence[str]) -> int:
-        """How many leading segments are cached."""
+        """How many leading segments are cached. Every node of the chain counts as looked up, so the memory
+        tier's admission sees a prefix recur even while its nodes are not kept."""
+        for key in keys:
+            self._nodes.note(key)
         depth = 0
         while depth < len(keys) and keys[depth] in self._nodes:
             depth += 1

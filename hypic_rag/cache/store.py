@@ -12,18 +12,23 @@ Persistent tiers (``tier.BytesTier``) are looked up in order, the local disk the
 index, a server that is down) is bypassed: the failure is counted (``tier_errors``), logged once, and
 the tier is tried again after ``retry_s`` seconds; meanwhile requests are served from memory or
 recomputed.
+
+Entries are kept in ``entry_dtype`` in every tier (``entry.py``) and widened to the compute dtypes when handed out.
+One that does not fit its dtype (a float16 state past 65504) is not stored (``unstorable``) and its request uses it
+as computed.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Any, TypeVar
 
 import torch
 
 from .disk import ForeignPath, PickledValue
-from .entry import CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
+from .entry import CachedSegment, CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
 from .keys import remainder_key
 from .lru import ByteLRU, Space, memory_space
 from .tier import BytesTier, UnreadableKey
@@ -32,7 +37,7 @@ from .validate import EntryLayout
 E = TypeVar("E", SegmentEntry, RemainderEntry)
 log = logging.getLogger("hypic_rag.cache")
 TIERS = ("disk", "remote")  # the lookup order after memory
-COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors")
+COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors", "unstorable")
 
 
 class _Tier:
@@ -54,18 +59,24 @@ class SegmentStore:
         layout: EntryLayout | None = None,
         retry_s: float = 30.0,
         remote: BytesTier | None = None,
+        entry_dtype: torch.dtype = torch.float32,
+        model_dtype: torch.dtype = torch.float32,
     ) -> None:
         """Lookups go memory, then ``disk``, then ``remote`` (a shared tier), and a hit is copied to the faster
         tiers. Entries read from a tier are checked against ``layout`` (the model's) and placed on ``device``.
-        ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
+        ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own. Entries are
+        kept in ``entry_dtype`` and handed out in the compute dtypes (fp32 states, ``model_dtype`` KV); pass a
+        ``fingerprint`` that names the entry dtype (``keys.entry_fingerprint``)."""
         self.device = torch.device(device)
         self.fingerprint = fingerprint
         self.layout = layout
+        self.entry_dtype, self.model_dtype = entry_dtype, model_dtype
         self.retry_s = retry_s
         self._memory: Space[CacheEntry] = memory_space(memory, "segment")
         self._tiers: dict[str, _Tier] = {}
         self.disk, self.remote = disk, remote
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.lookups: Counter[tuple[str, str]] = Counter()  # (segment kind, "hit" or "miss")
 
     @property
     def disk(self) -> BytesTier | None:
@@ -89,41 +100,51 @@ class SegmentStore:
             self._tiers[name] = _Tier(name, tier)
         self._tiers = {n: self._tiers[n] for n in TIERS if n in self._tiers}
 
-    def get(self, key: str, token_ids: tuple[int, ...]) -> SegmentEntry | None:
-        """The shared part of the segment cached under ``key``."""
-        return self._get(key, token_ids, SegmentEntry)
+    def get(self, key: str, token_ids: tuple[int, ...], kind: str | None = None) -> SegmentEntry | None:
+        """The shared part of the segment cached under ``key``; ``kind`` (the segment's: document, tool, turn)
+        counts the lookup in the hit ratio by kind (None: a lookup that is not a request's, uncounted)."""
+        entry = self._get(key, token_ids, SegmentEntry, key)
+        if kind is not None:
+            self.lookups[kind, "hit" if entry is not None else "miss"] += 1
+        return entry
 
     def get_remainder(self, key: str, token_ids: tuple[int, ...], seam: int) -> RemainderEntry | None:
         """The remainder after ``seam`` tokens of the segment cached under ``key``."""
-        entry = self._get(remainder_key(key, seam), token_ids, RemainderEntry)
+        entry = self._get(remainder_key(key, seam), token_ids, RemainderEntry, key)
         if entry is not None and entry.seam != seam:
             self._drop(remainder_key(key, seam))
             return None
         return entry
 
-    def put(self, key: str, entry: SegmentEntry) -> None:
-        self._put(key, entry)
+    def put(self, key: str, entry: SegmentEntry) -> SegmentEntry:
+        """Store ``entry``; returns it as a later ``get`` will give it (rounded to ``entry_dtype``)."""
+        return self._put(key, entry, key)
 
-    def put_remainder(self, key: str, entry: RemainderEntry) -> None:
-        self._put(remainder_key(key, entry.seam), entry)
+    def put_remainder(self, key: str, entry: RemainderEntry) -> RemainderEntry:
+        return self._put(remainder_key(key, entry.seam), entry, key)
 
-    def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E]) -> E | None:
-        entry = self._memory.get(key)
+    def held_nbytes(self, cached: CachedSegment) -> int:
+        """The bytes the store keeps for a segment it handed out (in ``entry_dtype``)."""
+        return cached.nbytes_as(self.entry_dtype)
+
+    def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E], segment: str) -> E | None:
+        """``segment``: the key of the segment the entry belongs to, which the admission policy counts."""
+        entry = self._memory.get(key, segment)
         if entry is not None:
             if isinstance(entry, kind) and entry.token_ids == token_ids:
                 self.counters["memory_hits"] += 1
-                return entry
-            self._memory.pop(key)
+                return self._widened(entry)
+            self._memory.pop(key, "corrupt")
             self.counters["corrupt"] += 1
         faster: list[_Tier] = []
         for tier in self._tiers.values():
             found, data = self._read(tier, key, token_ids, kind)
             if found is not None:
                 self.counters[f"{tier.name}_hits"] += 1
-                self._memory.put(key, found)
+                self._memory.put(key, found, segment)
                 for up in faster:  # promoted: the next lookup finds it nearer
                     self._call(up, lambda t, data=data: t.set(key, data))
-                return found
+                return self._widened(found)
             faster.append(tier)
         self.counters["misses"] += 1
         return None
@@ -170,17 +191,25 @@ class SegmentStore:
 
     def _drop(self, key: str) -> None:
         self.counters["corrupt"] += 1
-        self._memory.pop(key)
+        self._memory.pop(key, "corrupt")
         for tier in self._tiers.values():
             self._call(tier, lambda t: t.delete(key))
 
-    def _put(self, key: str, entry: CacheEntry) -> None:
+    def _put(self, key: str, entry: E, segment: str) -> E:
+        stored = entry.stored_as(self.entry_dtype)
+        if stored is not entry and not stored.finite():
+            self.counters["unstorable"] += 1
+            return entry
         self.counters["writes"] += 1
-        self._memory.put(key, entry)
+        self._memory.put(key, stored, segment)
         if self._tiers:
-            data = entry.to_bytes(self.fingerprint)
+            data = stored.to_bytes(self.fingerprint)
             for tier in self._tiers.values():
                 self._call(tier, lambda t: t.set(key, data))
+        return self._widened(stored)
+
+    def _widened(self, entry: E) -> E:
+        return entry if self.entry_dtype == torch.float32 else entry.widened(self.model_dtype)
 
     def clear(self) -> None:
         self._memory.clear()
@@ -190,11 +219,21 @@ class SegmentStore:
     def __contains__(self, key: str) -> bool:
         return key in self._memory
 
+    def hit_ratio_by_kind(self) -> dict[str, float]:
+        """Per segment kind, the share of its entry lookups that some tier answered."""
+        kinds = {kind for kind, _ in self.lookups}
+        return {k: self.lookups[k, "hit"] / (self.lookups[k, "hit"] + self.lookups[k, "miss"]) for k in sorted(kinds)}
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "memory_entries": len(self._memory),
             "memory_bytes": self._memory.used,
             "evictions": self._memory.evictions,
+            "policy": self._memory.lru.policy,
+            "admitted": self._memory.lru.admitted,
+            "refused": dict(self._memory.lru.refused),
+            "evicted": dict(self._memory.lru.evicted),
+            "hit_ratio_by_kind": self.hit_ratio_by_kind(),
             **self.counters,
         }
         for tier in self._tiers.values():

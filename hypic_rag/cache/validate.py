@@ -18,6 +18,16 @@ from ..model.config import FULL, HYBRID
 from .entry import CacheEntry, CorruptEntry, SegmentEntry
 
 
+def _packed_wy(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> bool:
+    """A dense operator's place holding the packed WY form of ``tokens`` tokens (``kernels.algebra.WYOperator``)."""
+    return len(dense) == 3 == len(got) and dense[1] == dense[2] and got[:2] == dense[:2] and got[2] == 2 * tokens + 1
+
+
+def _packed_state(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> bool:
+    """A dense ``[H, K, V]`` state's place holding its two factors of ``tokens`` columns, ``[H, K + V, L]``."""
+    return len(dense) == 3 == len(got) and got == (dense[0], dense[1] + dense[2], tokens)
+
+
 @dataclass(frozen=True)
 class EntryLayout:
     """The shapes and dtypes of one model's entries (``L`` is the segment's length): per linear layer its
@@ -28,10 +38,10 @@ class EntryLayout:
     kv_heads: int
     head_dim: int
     vocab_size: int
-    dtypes: frozenset[torch.dtype]  # fp32 (states, operators) and the model's dtype (KV, conv tails)
+    dtypes: frozenset[torch.dtype]  # fp32 (states, operators), the model's dtype (KV, conv tails), the entry dtype
 
     @classmethod
-    def of(cls, model: HybridModel) -> EntryLayout:
+    def of(cls, model: HybridModel, entry_dtype: torch.dtype = torch.float32) -> EntryLayout:
         config = model.config
         shapes = {i: tuple(mixer.state_shapes().items()) for i, mixer in model.linear_mixers().items()}
         return cls(
@@ -40,7 +50,7 @@ class EntryLayout:
             kv_heads=config.num_key_value_heads,
             head_dim=config.head_dim,
             vocab_size=config.vocab_size,
-            dtypes=frozenset({torch.float32, model.dtype}),
+            dtypes=frozenset({torch.float32, model.dtype, entry_dtype}),
         )
 
     @property
@@ -70,7 +80,12 @@ class EntryLayout:
                 expected += [(f"attention.{i}.keys", att.keys, kv), (f"attention.{i}.values", att.values, kv)]
         elif not 0 < entry.seam < n:
             raise CorruptEntry(f"a remainder after {entry.seam} of {n} tokens")
+        covered = n if isinstance(entry, SegmentEntry) else n - entry.seam  # the tokens its operators span
         for name, tensor, shape in expected:
+            if name.endswith(".p") and _packed_wy(tuple(tensor.shape), shape, covered):
+                shape = tuple(tensor.shape)
+            if name.endswith(".b") and _packed_state(tuple(tensor.shape), shape, covered):
+                shape = tuple(tensor.shape)
             if tuple(tensor.shape) != shape:
                 raise CorruptEntry(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
             if tensor.dtype not in self.dtypes:

@@ -48,6 +48,9 @@ class TransitionCapture:
 
     rest_start: torch.Tensor
     operators: dict[int, SplitTransition] = field(default_factory=dict)
+    # Gated DeltaNet layers' keys, values, log gates and betas ([B, T, H, K], [B, T, H, V], [B, T, H]): the WY
+    # form of their operators and the factors of their states
+    inputs: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
 
 
 @dataclass

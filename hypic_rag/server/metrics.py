@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..engine import Engine
@@ -23,7 +23,7 @@ STEP_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8
 
 
 class _CacheBytes(Collector):
-    """Bytes and entries held by each cache tier, read when scraped."""
+    """Bytes and entries held by each cache tier, and what the memory tier's policy did, read when scraped."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -43,6 +43,22 @@ class _CacheBytes(Collector):
                 entries.add_metric([tier], segments[tier]["entries"])
         yield held
         yield entries
+        refused = CounterMetricFamily(
+            "hypic_cache_admissions_refused", "Entries the memory tier did not admit, by reason", labels=["reason"]
+        )
+        for reason, n in ({"frequency": 0, "oversize": 0} | segments["refused"]).items():
+            refused.add_metric([reason], n)
+        evicted = CounterMetricFamily("hypic_cache_evictions", "Entries evicted, by reason", labels=["reason"])
+        for reason, n in ({"capacity": 0, "corrupt": 0} | segments["evicted"]).items():
+            evicted.add_metric([reason], n)
+        ratio = GaugeMetricFamily(
+            "hypic_cache_hit_ratio", "Share of segment lookups answered by a cache tier, by kind", labels=["kind"]
+        )
+        for kind, value in segments["hit_ratio_by_kind"].items():
+            ratio.add_metric([kind], value)
+        yield refused
+        yield evicted
+        yield ratio
 
 
 class ServerMetrics:

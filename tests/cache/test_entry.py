@@ -13,6 +13,7 @@ from hypic_rag.cache import (
     RemainderEntry,
     SegmentEntry,
 )
+from hypic_rag.cache.entry import entry_dtype
 
 
 def make_entry(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> SegmentEntry:
@@ -78,3 +79,38 @@ def test_damage_is_detected(damage, message):
 def test_another_model_cannot_read_an_entry():
     with pytest.raises(CorruptEntry, match="another format version or model"):
         SegmentEntry.from_bytes(make_entry().to_bytes("model-a"), "model-b")
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_an_entry_kept_in_16_bits_holds_half_the_state_bytes_and_widens_back(name):
+    dtype = entry_dtype(name)
+    entry = make_entry(dtype=torch.float32)
+    kept = entry.stored_as(dtype)
+    assert all(t.dtype == dtype for g in (*kept.linear.values(), *kept.attention.values()) for t in vars(g).values())
+    assert kept.nbytes == entry.nbytes // 2 == entry.nbytes_as(dtype)
+    back = kept.widened(torch.float32)
+    for i, lin in entry.linear.items():
+        for name_, t in vars(lin).items():
+            u = getattr(back.linear[i], name_)
+            assert u.dtype == torch.float32 and torch.equal(u, t.to(dtype).float())  # rounded once, no more
+    rest = make_remainder()
+    assert rest.stored_as(dtype).nbytes == rest.nbytes // 2
+    assert rest.stored_as(dtype).widened(torch.float32).linear[0].p.dtype == torch.float32
+    assert_same(SegmentEntry.from_bytes(kept.to_bytes("fp"), "fp"), kept)  # the bytes keep the dtype
+
+
+def test_float32_entries_are_kept_as_they_are():
+    entry = make_entry()
+    assert entry.stored_as(torch.float32) is entry and entry.nbytes_as(torch.float32) == entry.nbytes
+
+
+@pytest.mark.parametrize("bad", ["fp8", "float64", torch.int8, None])
+def test_an_unknown_entry_dtype_is_a_value_error(bad):
+    with pytest.raises(ValueError, match="entry_dtype must be one of float32, bfloat16, float16"):
+        entry_dtype(bad)
+
+
+def test_a_float16_state_past_its_range_is_not_finite():
+    entry = make_entry(dtype=torch.float32)
+    entry.linear[0].b[0, 0, 0] = 1e6
+    assert entry.finite() and not entry.stored_as(torch.float16).finite()

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hypic_rag.cache.lru import ByteLRU
+from hypic_rag.cache.lru import ByteLRU, FrequencySketch
 
 
 @dataclass
@@ -43,3 +43,71 @@ def test_spaces_share_one_budget_and_count_apart():
     assert len(prefixes) == 0 and "b" in segments and lru.used == 40
     with pytest.raises(ValueError, match="space name"):
         lru.space("a/b")
+
+
+@dataclass
+class Entry:
+    nbytes: int
+    prefill_tokens: int
+
+
+def _seen(lru: ByteLRU, key: str, times: int) -> None:
+    for _ in range(times):
+        lru.get(key)
+
+
+def test_a_one_off_value_is_refused_under_pressure_and_admitted_once_it_recurs():
+    lru: ByteLRU[Entry] = ByteLRU(100, "value")
+    for key in "ab":
+        _seen(lru, key, 3)
+        assert lru.put(key, Entry(50, 50))  # room: admitted whatever its count
+    lru.get("once")
+    assert not lru.put("once", Entry(50, 50))  # needs room, seen once: b and a stay
+    assert "once" not in lru and "a" in lru and "b" in lru and lru.refused["frequency"] == 1
+    _seen(lru, "often", 4)
+    assert lru.put("often", Entry(50, 50))  # seen more often than the one it pushes out
+    assert "often" in lru and lru.used == 100 and lru.evicted["capacity"] == 1
+    assert lru.refused["frequency"] == 1 and lru.admitted == 3
+
+
+def test_eviction_weighs_the_prefill_a_value_saves_per_byte():
+    lru: ByteLRU[Entry] = ByteLRU(100, "value")
+    for key, tokens in (("cheap", 5), ("dear", 500)):
+        _seen(lru, key, 2)
+        lru.put(key, Entry(50, tokens))
+    _seen(lru, "new", 3)
+    assert lru.put("new", Entry(50, 50))
+    assert "cheap" not in lru and "dear" in lru  # equally frequent: the one that saves less per byte went
+
+
+def test_the_value_policy_keeps_the_budget_and_its_counts_under_churn():
+    lru: ByteLRU[Entry] = ByteLRU(100, "value")
+    space = lru.space("s")
+    for i in range(300):
+        key = f"k{(i * 7) % 11}"
+        space.get(key)
+        space.put(key, Entry(30 + i % 20, 10 + i % 5))
+        assert space.used == lru.used <= 100 and len(space) == len(lru)
+    assert lru.evicted["capacity"] > 0 and lru.refused["frequency"] > 0
+    with pytest.raises(ValueError, match="unknown cache_policy 'lfu'"):
+        ByteLRU(10, "lfu")
+
+
+def test_the_sketch_counts_and_ages():
+    sketch = FrequencySketch(width=64)
+    for _ in range(20):
+        sketch.increment("hot")
+    sketch.increment("cold")
+    assert sketch.estimate("hot") == 15 and sketch.estimate("cold") >= 1 and sketch.estimate("never") <= 1
+    for i in range(640):  # a period of other keys halves every counter
+        sketch.increment(f"x{i}")
+    assert sketch.estimate("hot") < 15
+
+
+def test_a_noted_lookup_counts_for_admission():
+    lru: ByteLRU[Entry] = ByteLRU(50, "value")
+    lru.get("old")
+    lru.put("old", Entry(50, 50))
+    for _ in range(2):
+        lru.space("p").note("new")  # wanted twice, never read: a prefix chain that recurs
+    assert lru.space("p").put("new", Entry(50, 50)) and "old" not in lru

@@ -124,3 +124,18 @@ def test_another_models_fingerprint_never_reads_our_entries(redis_server, checkp
     segs = [Segment(token_ids=list(range(10 + i, 40 + i))) for i in range(3)]
     out = other.generate(segs, Segment(token_ids=[3, 4, 5], kind="query"), max_new_tokens=1)
     assert out.stats["remote_hits"] == 0 and out.stats["corrupt"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_entries_round_trip_through_redis_and_never_mix_with_float32(redis_server, dtype):
+    writer = _engine(cache_url=redis_server.url, entry_dtype=dtype)
+    cold = _ask(writer)
+    reader = _engine(cache_url=redis_server.url, entry_dtype=dtype)  # another replica
+    warm = _ask(reader)
+    assert warm.stats["remote_hits"] >= 3 and warm.stats["corrupt"] == 0 and warm.stats["hit_segments"] == 3
+    # The cold request already composed the rounded entries it stored: the replica's hit gives the same logits.
+    assert float((warm.prompt_logits - cold.prompt_logits).abs().max()) <= 1e-5
+    wide = _engine(cache_url=redis_server.url)  # float32 entries: other keys, no hits, nothing corrupt
+    out = _ask(wide)
+    assert out.stats["remote_hits"] == 0 and out.stats["corrupt"] == 0 and out.stats["hit_segments"] == 0
+    assert warm.stats["cache_bytes"] * 2 == pytest.approx(out.stats["cache_bytes"], rel=0.01)

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from hypic_rag import Engine, Segment
-from hypic_rag.cache import DiskCacheTier, PickledValue, SegmentStore, segment_key
+from hypic_rag.cache import DiskCacheTier, EntryLayout, PickledValue, SegmentStore, segment_key
+from hypic_rag.cache.keys import entry_fingerprint
+from hypic_rag.cache.lru import ByteLRU
 
 from .test_entry import assert_same, make_entry, make_remainder
 
@@ -149,3 +151,73 @@ def test_several_processes_share_the_disk_tier(tmp_path):
         gen = torch.Generator().manual_seed(seed)
         assert torch.equal(got.attention[1].keys, torch.randn(2, 64, 16, generator=gen))
     assert store.counters["corrupt"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_entries_of_every_dtype_round_trip_through_disk_validated(tmp_path, dtype):
+    entry, rest = make_entry(dtype=torch.float32), make_remainder()
+    fp = entry_fingerprint("fp", dtype)
+    layout = EntryLayout(
+        ((0, (("b", (4, 16, 8)), ("p", (4, 16, 16)), ("conv_tail", (72, 3)))),),
+        (1,),
+        2,
+        16,
+        400,
+        frozenset({torch.float32, dtype}),
+    )
+    writer = SegmentStore(fp, disk=DiskCacheTier(tmp_path), entry_dtype=dtype, layout=layout)
+    given = writer.put("k", entry)
+    writer.put_remainder("k", rest)
+    assert given.linear[0].b.dtype == torch.float32  # handed out in the compute dtype
+    assert writer.stats()["memory_bytes"] == entry.nbytes_as(dtype) + rest.nbytes_as(dtype)
+    reader = SegmentStore(fp, disk=DiskCacheTier(tmp_path), entry_dtype=dtype, layout=layout)
+    got, got_rest = reader.get("k", entry.token_ids), reader.get_remainder("k", entry.token_ids, rest.seam)
+    assert reader.counters["disk_hits"] == 2 and reader.counters["corrupt"] == 0
+    assert_same(got, given)
+    assert torch.equal(got_rest.linear[0].p, rest.linear[0].p.to(dtype).float())
+    other = torch.bfloat16 if dtype != torch.bfloat16 else torch.float16
+    stranger = SegmentStore(entry_fingerprint("fp", other), disk=DiskCacheTier(tmp_path), entry_dtype=other)
+    assert stranger.get("k", entry.token_ids) is None  # another dtype's entry is never read as this one's
+    assert stranger.counters["corrupt"] == 1
+
+
+def test_a_tampered_16_bit_entry_on_disk_is_dropped(tmp_path):
+    entry = make_entry(dtype=torch.float32)
+    fp = entry_fingerprint("fp", torch.bfloat16)
+    tier = DiskCacheTier(tmp_path)
+    SegmentStore(fp, disk=tier, entry_dtype=torch.bfloat16).put("k", entry)
+    cache = diskcache.Cache(str(tier.folder))
+    data = bytearray(cache.get("k"))
+    data[-3] ^= 0xFF
+    cache.set("k", bytes(data))
+    cache.close()
+    fresh = SegmentStore(fp, disk=DiskCacheTier(tmp_path), entry_dtype=torch.bfloat16)
+    assert fresh.get("k", entry.token_ids) is None and fresh.counters["corrupt"] == 1
+
+
+def test_a_float16_entry_out_of_range_is_not_stored_and_used_as_computed():
+    entry = make_entry(dtype=torch.float32)
+    entry.linear[0].b[0, 0, 0] = 1e6
+    store = SegmentStore(entry_fingerprint("fp", torch.float16), entry_dtype=torch.float16)
+    assert store.put("k", entry) is entry
+    assert "k" not in store and store.counters["unstorable"] == 1
+
+
+def test_a_one_off_segment_is_refused_under_pressure_and_admitted_once_it_recurs():
+    a, b, c = make_entry(1), make_entry(2), make_entry(3)
+    store = SegmentStore("fp", memory=ByteLRU(2 * a.nbytes, "value"))
+    for key, entry in (("a", a), ("b", b)):
+        for _ in range(3):
+            store.get(key, entry.token_ids, "document")
+        store.put(key, entry)
+    assert store.get("a", a.token_ids, "document") is a
+    assert store.get("c", c.token_ids, "tool") is None
+    assert store.put("c", c) is c  # handed back to its request, but not kept: seen once, it needs room
+    assert "c" not in store and "a" in store and "b" in store
+    assert store.stats()["refused"] == {"frequency": 1}
+    for _ in range(4):  # it recurs; lookups of its remainders count for the segment too
+        store.get_remainder("c", c.token_ids, 2)
+    store.put("c", c)
+    stats = store.stats()
+    assert "c" in store and stats["evicted"] == {"capacity": 1} and stats["policy"] == "value"
+    assert stats["hit_ratio_by_kind"] == {"document": 1 / 7, "tool": 0.0}

@@ -182,7 +182,7 @@ def test_options_are_checked_and_honoured(chat_checkpoint, tmp_path, monkeypatch
         ChatHypic(cache_url="/tmp/not-a-url")
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         ChatHypic(top_q=0.5)
-    with pytest.raises(ValueError, match="cache_dir and cache_url apply when ChatHypic loads the model"):
+    with pytest.raises(ValueError, match="cache_dir, cache_url and entry_dtype apply when ChatHypic loads the model"):
         ChatHypic(engine=object(), cache_dir=str(tmp_path))
     # model + cache_dir: loaded once per (model, cache_dir) per process, with the disk tier there
     llm = ChatHypic(model=str(chat_checkpoint), cache_dir=str(tmp_path), top_p=0.5, top_k=3, seed=7, max_tokens=2)

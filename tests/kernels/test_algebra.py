@@ -222,3 +222,28 @@ def test_rerotation_moves_keys_to_new_positions():
     cos2, sin2 = rope_cos_sin(inv, at + 1000)
     assert (moved - apply_rope(keys, cos2, sin2)).abs().max() < 1e-4
     assert torch.equal(moved[..., 8:], keys[..., 8:])  # only the rotary dims move
+
+
+@pytest.mark.parametrize("t", [1, 5, 16, 40])
+def test_the_wy_form_is_the_dense_operator_and_applies_without_forming_it(t):
+    k, v, g, beta = _inputs(t, seed=3 * t, h=2, dk=64, dv=8)
+    dense = transition(k, v, g, beta, backend="torch").p[0]  # [H, K, K]
+    wy = algebra.wy_operator(k[0], g[0], beta[0])
+    assert wy.w.shape == wy.y.shape == (2, 64, t)
+    assert (wy.dense() - dense).abs().max() < 1e-5
+    s = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(t))
+    assert (wy.apply(s) - dense @ s).abs().max() < 1e-5
+    numbers = sum(x.numel() for x in (wy.gamma, wy.w, wy.y))
+    assert (numbers < dense.numel()) == (t < 32)  # smaller than dense while L < K / 2
+
+
+@pytest.mark.parametrize("t", [1, 7, 33])
+def test_the_low_rank_state_is_the_zero_start_end_state(t):
+    k, v, g, beta = _inputs(t, seed=5 * t, h=2, dk=32, dv=16)
+    g = g * 20  # long decays: the factors keep every exponent <= 0
+    dense = transition(k, v, g, beta, backend="torch").state[0]  # [H, K, V]
+    left, right = algebra.low_rank_state(k[0], v[0], g[0], beta[0])
+    assert left.shape == (2, 32, t) and right.shape == (2, 16, t)
+    assert torch.isfinite(left).all() and (left @ right.transpose(-1, -2) - dense).abs().max() < 1e-5
+    packed = torch.cat([left, right], dim=1)
+    assert torch.equal(algebra.dense_state(packed, 32), left @ right.transpose(-1, -2))

@@ -27,7 +27,8 @@ def test_segments_remainders_and_prefix_nodes_share_one_bound(oracle):
         churn.generate(_docs(i), QUESTION, max_new_tokens=1, mode=mode)
         segments, prefix = churn.segment_store.stats()["memory_bytes"], churn.prefix_store.stats()["prefix_bytes"]
         assert segments + prefix == churn.memory.used <= budget
-    assert churn.memory.evictions > 0 and churn.prefix_store.stats()["prefix_nodes"] > 0
+    pressed = churn.memory.evictions + churn.memory.refused["frequency"]  # one-off documents: refused, not evicting
+    assert pressed > 0 and churn.prefix_store.stats()["prefix_nodes"] > 0
 
 
 def test_rss_stays_bounded_under_churn():
@@ -48,3 +49,15 @@ def test_a_tiny_budget_still_answers_exactly(oracle):
 
     out = tiny.generate(segments(), QUESTION, max_new_tokens=1)
     assert tiny.memory.used == 0 and same(out.prompt_logits, oracle(DOCS))
+
+
+def test_a_recurring_prefix_is_admitted_under_pressure():
+    probe = engine()
+    probe.generate(_docs(0), QUESTION, max_new_tokens=1, mode="prefix")
+    full = engine(memory_bytes=probe.memory.used)  # room for one request's chain
+    full.generate(_docs(0), QUESTION, max_new_tokens=1, mode="prefix")  # kept: there was room
+    once = full.generate(_docs(1), QUESTION, max_new_tokens=1, mode="prefix")
+    assert once.stats["hit_segments"] == 0 and full.memory.refused["frequency"] > 0  # new: not let in
+    full.generate(_docs(1), QUESTION, max_new_tokens=1, mode="prefix")  # it recurs: let in
+    again = full.generate(_docs(1), QUESTION, max_new_tokens=1, mode="prefix")
+    assert again.stats["hit_segments"] > 0

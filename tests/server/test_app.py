@@ -52,6 +52,9 @@ def test_models_health_and_metrics(server, client):
         'hypic_cached_tokens_total{mode="hypic"}',
         'hypic_cache_bytes{tier="memory"}',
         'hypic_cache_entries{tier="prefix"}',
+        'hypic_cache_admissions_refused_total{reason="frequency"}',
+        'hypic_cache_evictions_total{reason="capacity"}',
+        "hypic_cache_hit_ratio{kind=",
         "hypic_queue_depth ",
         "hypic_active_requests ",
     ):

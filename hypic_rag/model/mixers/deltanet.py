@@ -105,6 +105,7 @@ class GatedDeltaNet(nn.Module):
             split = split_transition(q, k, v, g, beta, capture.rest_start)
             out, s_end = split.out, split.state
             capture.operators[self.layer_idx] = replace(split, out=None)
+            capture.inputs[self.layer_idx] = (k, v, g, beta)
         else:
             q, k, v, g, beta = (y.transpose(1, 2) for y in (q, k, v, g, beta))
             if s0 is not None and t == 1:
