@@ -53,3 +53,21 @@ def chat_checkpoint(checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Pat
     shutil.copytree(checkpoint("qwen3_5_text"), path)
     template = (Path(__file__).parent / "chat" / "templates" / "qwen3.jinja").read_text()
     return add_chat_files(path, template)
+
+
+@pytest.fixture
+def decode_rows(monkeypatch):
+    """``decode_rows(engine)`` -> a list that gets the number of rows of each of ``engine``'s batched decode steps."""
+
+    def record(engine) -> list[int]:
+        seen: list[int] = []
+        real = engine.model.decode_batch
+
+        def recording(tokens, states):
+            seen.append(len(tokens))
+            return real(tokens, states)
+
+        monkeypatch.setattr(engine.model, "decode_batch", recording)
+        return seen
+
+    return record

@@ -20,22 +20,9 @@ def engine() -> Engine:
     return Engine.from_pretrained(min_cached_tokens=0)
 
 
-def _rows(engine, monkeypatch) -> list[int]:
-    """Record the rows of every batched decode step."""
-    seen: list[int] = []
-    real = engine.model.decode_batch
-
-    def recording(tokens, states):
-        seen.append(len(tokens))
-        return real(tokens, states)
-
-    monkeypatch.setattr(engine.model, "decode_batch", recording)
-    return seen
-
-
-def test_concurrent_callers_share_decode_steps_and_answer_as_alone(engine, monkeypatch):
+def test_concurrent_callers_share_decode_steps_and_answer_as_alone(engine, decode_rows):
     want = [engine.generate(DOCS, q, max_new_tokens=12) for q in QUERIES]
-    rows = _rows(engine, monkeypatch)
+    rows = decode_rows(engine)
     batch = SharedBatch()
 
     def start(query):

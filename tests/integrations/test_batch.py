@@ -13,17 +13,9 @@ QUESTIONS = ["Where does Ana Lee live?", "What does Bo Ek teach?", "Who lives in
 
 
 @pytest.fixture
-def rows(engine, monkeypatch) -> list[int]:
+def rows(engine, decode_rows) -> list[int]:
     """The rows of every batched decode step."""
-    seen: list[int] = []
-    real = engine.model.decode_batch
-
-    def recording(tokens, states):
-        seen.append(len(tokens))
-        return real(tokens, states)
-
-    monkeypatch.setattr(engine.model, "decode_batch", recording)
-    return seen
+    return decode_rows(engine)
 
 
 def test_chathypic_batch_and_abatch_decode_together_and_answer_as_alone(engine, rows):
