@@ -89,9 +89,9 @@ class ByteLRU(Generic[V]):
         self._spaces: dict[str, list[int]] = {}  # space -> [entries, bytes]
         self.sketch = FrequencySketch() if policy == "value" else None
         self.clock = 0.0  # GreedyDual's inflation: the priority of the last value evicted
-        self._priority: dict[str, float] = {}
+        self._row: dict[str, int] = {}  # key -> the order of its one live heap row
         self._seen: dict[str, str] = {}
-        self._heap: list[tuple[float, int, str]] = []  # (priority, order, key); stale rows skipped
+        self._heap: list[tuple[float, int, str]] = []  # (priority, order, key); rows not in _row are stale
         self._order = 0
 
     @property
@@ -122,11 +122,11 @@ class ByteLRU(Generic[V]):
 
     def _rank(self, key: str, value: V, size: int) -> None:
         priority = self.clock + max(self.frequency(self._seen[key]), 1) * _density(value, size)
-        self._priority[key] = priority
         self._order += 1
+        self._row[key] = self._order
         heapq.heappush(self._heap, (priority, self._order, key))
         if len(self._heap) > 4 * len(self._items) + 64:  # drop the stale rows
-            self._heap = [(p, o, k) for p, o, k in self._heap if self._priority.get(k) == p]
+            self._heap = [(p, o, k) for p, o, k in self._heap if self._row.get(k) == o]
             heapq.heapify(self._heap)
 
     def note(self, key: str) -> None:
@@ -164,10 +164,7 @@ class ByteLRU(Generic[V]):
             self._seen[key] = seen_as or key
             self._rank(key, value, size)
         while self.used > self.budget:  # lru; the value policy made room already
-            old_key, (_, old) = self._items.popitem(last=False)
-            self.used -= old
-            self._count(old_key, old, -1)
-            self.evicted["capacity"] += 1
+            self.pop(next(iter(self._items)), "capacity")
         return True
 
     def _make_room(self, seen_as: str, size: int) -> bool:
@@ -177,7 +174,7 @@ class ByteLRU(Generic[V]):
         freed = self.budget - self.used
         while freed < size and self._heap:
             row = heapq.heappop(self._heap)
-            if self._priority.get(row[2]) == row[0] and row[2] in self._items:
+            if self._row.get(row[2]) == row[1] and row[2] in self._items:
                 victims.append(row)
                 freed += self._items[row[2]][1]
         frequency = self.frequency(seen_as)
@@ -199,7 +196,7 @@ class ByteLRU(Generic[V]):
                 self.evicted[reason] += 1
             self.used -= item[1]
             self._count(key, item[1], -1)
-            self._priority.pop(key, None)
+            self._row.pop(key, None)
             self._seen.pop(key, None)
 
     def clear(self, prefix: str = "") -> None:
@@ -207,7 +204,7 @@ class ByteLRU(Generic[V]):
         if not prefix:
             self._items.clear()
             self._spaces.clear()
-            self._priority.clear()
+            self._row.clear()
             self._seen.clear()
             self._heap.clear()
             self.used = 0

@@ -111,3 +111,14 @@ def test_a_noted_lookup_counts_for_admission():
     for _ in range(2):
         lru.space("p").note("new")  # wanted twice, never read: a prefix chain that recurs
     assert lru.space("p").put("new", Entry(50, 50)) and "old" not in lru
+
+
+def test_a_hot_value_keeps_one_live_heap_row_and_each_victim_counts_once():
+    lru: ByteLRU[Entry] = ByteLRU(100, "value")
+    lru.put("hot", Entry(50, 50))
+    lru.put("warm", Entry(50, 50))
+    for _ in range(500):  # its frequency saturates and the clock stands still: every row has one priority
+        lru.get("hot")
+    assert len(lru._heap) <= 4 * len(lru) + 64  # stale rows are dropped, not kept and re-sorted on every get
+    assert lru.put("hot-part", Entry(100, 500), seen_as="hot")  # needs both out: each evicted once
+    assert list(lru._items) == ["hot-part"] and lru.used == 100 and lru.evicted["capacity"] == 2
