@@ -431,7 +431,7 @@ class Engine:
         stats.cached_tokens = sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
-            if f is not None and i not in missed and not seg.in_context
+            if f is not None and i not in missed and i not in cold and not seg.in_context
         )
         filled = sum(len(plan.segments[i].ids) for i in cold)
         if deferred and self.cold_policy == "parallel":

@@ -225,7 +225,7 @@ def choose_widths(
     n = len(lengths)
     mean = AUTO_MEAN_SEAM if seam_budget is None else seam_budget
     if auto:
-        widths = allocate_seams(profiles, lengths, mean * n)
+        widths = allocate_seams(profiles, lengths, mean * n) if n else []  # inf * 0 boundaries is nan
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
     est = estimate(profiles, widths, lengths)

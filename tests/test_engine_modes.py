@@ -300,6 +300,7 @@ def test_auto_seams_spend_the_budget_and_serve_cold_as_warm(checkpoint):
     warm = engine.generate(segs, q, seam="auto", max_new_tokens=1)
     assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
     assert cold.stats["miss_segments"] == 5 and cold.stats["filled_tokens"] >= sum([30, 41, 25, 33, 40])
+    assert cold.stats["cached_tokens"] == 0  # filled for the probe, not found in the cache
     assert warm.stats["hit_segments"] == 5 and warm.stats["filled_tokens"] == 0
     widths = warm.stats["seam_widths"]
     assert widths[0] == 0 and sum(widths) <= 8 * 4 and warm.stats["probe_tokens"] > 0

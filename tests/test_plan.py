@@ -117,3 +117,5 @@ def test_the_guard_keeps_widens_or_computes_exactly():
     assert action == "exact" and est > 0  # a whole recompute of both is past the widening allowance
     auto, _, action = choose_widths(profiles, lengths, [0, 0], auto=True, seam_budget=4)
     assert sum(auto) <= 8 and action == "none"
+    # no boundary to probe (one segment, or none cached): nothing to allocate, whatever the budget
+    assert choose_widths([], [], [], auto=True, seam_budget=float("inf"))[0] == []
