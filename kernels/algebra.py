@@ -260,8 +260,10 @@ def compose_forms(form: str, p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor 
 @dataclass(frozen=True)
 class WYOperator:
     """A Gated DeltaNet segment's operator in WY form, per head: ``P = gamma (I - W Y^T)``, ``gamma [H]`` the
-    product of the gates (scalars per head, so they factor out) and ``w, y [H, K, L]`` for ``L`` tokens. It holds
-    ``2 K L + 1`` numbers per head against the dense ``K^2``: smaller while ``L < K / 2``."""
+    product of the gates (scalars per head, so they factor out) and ``w, y [H, K, L]`` for ``L`` tokens. Packed
+    (``packed``: ``[H, K, 2 L + 1]``, gamma repeated down its column) it holds ``K (2 L + 1)`` numbers per head
+    against the dense ``K^2``: smaller while ``2 L + 1 < K``. Assembly expands it to dense (``dense_operator``)
+    before composing; ``apply`` is the product without forming ``P``, which the tests hold the forms to."""
 
     gamma: torch.Tensor
     w: torch.Tensor

@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MAGIC = b"HYPIC\x00\x02\x00"
 
 
