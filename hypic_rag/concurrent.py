@@ -5,7 +5,8 @@ The engine is not thread-safe, so no two forwards may overlap; instead of a lock
 hand their request to a ``SharedBatch`` and the first one to find nobody driving it becomes the driver: it
 starts each request handed in (its prefill), then decodes one token of every running request in one forward
 (``decoding.step_together``), until none is left, while the other callers wait for their own answers. No
-thread of its own, so nothing outlives the callers. ``lock`` is held for each step, so a caller that needs the
+thread of its own, so nothing outlives the callers; a driver stops once its own answer is done and a waiting
+caller takes over. ``lock`` is held for each step, so a caller that needs the
 engine to itself (a stream) takes it and runs between two steps.
 """
 
@@ -42,42 +43,56 @@ class SharedBatch:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()  # the engine's: held for each step of the batch
-        self._guard = threading.Lock()  # the waiting list's and the driver flag's
+        self._cond = threading.Condition()  # guards the waiting list, the running list and the driver flag
         self._waiting: list[_Request] = []
+        self._running: list[_Request] = []
         self._driving = False
 
     def run(self, start: Callable[[], Generation]) -> GenerationOutput:
         """``start()`` (``Engine.start_chat``, ``Engine.start`` with their arguments) decoded to the end among
-        whatever else is running; its output, the one it gets alone. ``start``'s errors are raised here."""
+        whatever else is running; its output, as it decodes alone up to the rounding of a batched matmul.
+        ``start``'s errors are raised here.
+
+        A caller drives the batch only until its own request is done, then hands the driving to a caller still
+        waiting, so no caller is held past its answer; a driver interrupted (an exception out of a step, a
+        KeyboardInterrupt) leaves the batch to the next one."""
         request = _Request(start)
-        with self._guard:
+        with self._cond:
             self._waiting.append(request)
-            drive = not self._driving
-            self._driving = True
-        if drive:
-            self._drive()
-        request.done.wait()
+        while True:
+            with self._cond:
+                while self._driving and not request.done.is_set():
+                    self._cond.wait()
+                if request.done.is_set():
+                    break
+                self._driving = True
+            try:
+                self._drive(request)
+            finally:
+                with self._cond:
+                    self._driving = False
+                    self._cond.notify_all()
         if request.error is not None:
             raise request.error
         assert request.output is not None
         return request.output
 
-    def _drive(self) -> None:
-        running: list[_Request] = []
-        while True:
-            with self._guard:
+    def _drive(self, own: _Request) -> None:
+        while not own.done.is_set():
+            with self._cond:
                 joining, self._waiting = self._waiting, []
-                if not joining and not running:
-                    self._driving = False
+                if not joining and not self._running:
                     return
             with self.lock:
                 for request in joining:
                     try:
                         request.run = request.start()
-                        running.append(request)
+                        self._running.append(request)
                     except BaseException as exc:  # handed to its caller, who raises it
                         request.fail(exc)
-                running = self._step(running)
+                self._running = self._step(self._running)
+            with self._cond:
+                self._cond.notify_all()  # callers whose answers are done return
 
     def _step(self, running: list[_Request]) -> list[_Request]:
         failures: dict[int, Exception] = {}

@@ -46,6 +46,27 @@ def test_concurrent_callers_share_decode_steps_and_answer_as_alone(engine, decod
     assert max(rows) == len(QUERIES)
 
 
+def test_a_driver_returns_with_its_own_answer_and_a_waiting_caller_drives_on(engine, decode_rows):
+    want = engine.generate(DOCS, QUERIES[1], max_new_tokens=40)
+    steps = decode_rows(engine)
+    batch = SharedBatch()
+    with ThreadPoolExecutor(1) as pool:
+        late: list = []
+
+        def short():  # the driver's own request; a long one is handed in before it starts
+            late.append(pool.submit(batch.run, lambda: engine.start(DOCS, QUERIES[1], max_new_tokens=40)))
+            deadline = time.monotonic() + 30
+            while not batch._waiting and time.monotonic() < deadline:
+                time.sleep(0.005)
+            return engine.start(DOCS, QUERIES[0], max_new_tokens=2)
+
+        assert len(batch.run(short).token_ids) <= 2
+        at_return = len(steps)  # back with its own answer, not held until the long one ends:
+        assert late[0].result(60).token_ids == want.token_ids
+        assert len(steps) > at_return  # the long one's caller drove its own remaining steps
+    assert not batch._driving
+
+
 def test_a_failing_request_fails_only_its_caller(engine):
     batch = shared_batch(engine)
     assert shared_batch(engine) is batch
