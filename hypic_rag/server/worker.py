@@ -19,7 +19,9 @@ and the events (first token, text deltas, the finished output, or an error) hand
 deterministically) to run again in ``full``, prompt only, once the worker is idle (nothing running, nothing
 waiting): the KL of its next-token distribution to the served one goes to ``shadowed(job, kl)``. A shadow
 runs after its request's answer has gone out and never writes the segment cache (``full`` reads none), so it
-changes no answer and no request's TTFT; at most ``SHADOW_BACKLOG`` wait, the oldest dropped first.
+changes no answer and adds nothing to its own request's TTFT; it runs whole, unchunked, so a request that
+arrives while it runs waits for it. At most ``SHADOW_BACKLOG`` wait, the oldest dropped first; a shadow keeps
+its request's arguments and served logits, not its state.
 """
 
 from __future__ import annotations
@@ -266,6 +268,7 @@ class EngineWorker:
         except Exception as exc:
             job.emit(ERROR, exc)
             return
+        job.run = job.pending = None  # its state (KV, linear states) is no longer needed, shadowed or not
         if self.observe is not None:
             self.observe(job, output)
         job.emit(DONE, output)

@@ -187,7 +187,7 @@ def _prepared(message: Mapping[str, Any], last_user: bool, where: str, cut: bool
     if message.get("content") is None:
         return [base]
     if cut and (role == "system" or (role == "user" and last_user)) and not any(k for k, _ in parts):
-        parts = _flat_parts("".join(t for _, t in parts), question=role == "user")
+        parts = _flat_parts("\n".join(t for _, t in parts), question=role == "user")
     plain = [t for k, t in parts if k is None and t.strip()]
     text = "\n".join(plain).rstrip() if role == "assistant" else collapse_space(" ".join(plain))
     queries = [collapse_space(t) for k, t in parts if k == "query"]
