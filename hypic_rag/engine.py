@@ -97,6 +97,14 @@ def _usable_device(device: str | torch.device) -> torch.device:
 CACHE_AHEAD_CHUNK = 64  # segments filled, then stored, at a time by ``Engine.cache_segments``
 
 
+def _whole(overrides: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """``overrides`` of a method that runs its prompt whole, which ``prefill_chunk`` (a keyword of ``start`` and
+    ``start_chat``, whose ``Prefilling`` a scheduler advances) cannot reach."""
+    if "prefill_chunk" in overrides:
+        raise ValueError(f"prefill_chunk is taken by start and start_chat, not by {where}: it runs the prompt whole")
+    return overrides
+
+
 def _chunk(tokens: int | None) -> int | None:
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise ValueError(f"prefill_chunk must be a positive number of tokens, got {tokens!r}")
@@ -605,7 +613,7 @@ class Engine:
         text is cut before it), or at the model's context. ``on_token(id, text_delta)`` streams each token as it is
         chosen (``decoding.FLUSH`` ends held-back text).
         """
-        return self.start(segments, query, options, on_token=on_token, **overrides).run()
+        return self.start(segments, query, options, on_token=on_token, **_whole(overrides, "generate")).run()
 
     def start(
         self,
@@ -714,6 +722,7 @@ class Engine:
         """``generate`` for each ``(segments, query)`` under the same options, decoded together (``run_together``):
         prompts run one after another (each finds the segments the ones before it cached), answers in one batch."""
         prompts = as_list(prompts, "prompts", "(segments, query) pairs")
+        overrides = _whole(overrides, "generate_batch")
         return self.run_together([self.start(segments, query, options, **overrides) for segments, query in prompts])
 
     def chat_batch(
@@ -728,6 +737,7 @@ class Engine:
     ) -> list[GenerationOutput]:
         """``chat`` for each conversation under the same options and tools, decoded together (``run_together``)."""
         conversations = as_list(conversations, "conversations", "lists of messages")
+        overrides = _whole(overrides, "chat_batch")
         runs = [
             self.start_chat(
                 messages,
@@ -841,7 +851,7 @@ class Engine:
             tool_choice=tool_choice,
             parallel_tool_calls=parallel_tool_calls,
             on_token=on_token,
-            **overrides,
+            **_whole(overrides, "chat"),
         )
         return run.run()
 

@@ -128,6 +128,10 @@ def test_a_prompt_run_a_chunk_at_a_time_answers_as_whole(mode):
         assert max(chunks) <= 16 and len(chunks) >= whole.stats["prompt_tokens"] // 16
     with pytest.raises(ValueError, match="prefill_chunk must be a positive"):
         engine.start(docs, query, prefill_chunk=0)
+    with pytest.raises(ValueError, match="prefill_chunk is taken by start and start_chat, not by generate"):
+        engine.generate(docs, query, prefill_chunk=16)  # it runs the prompt whole: no Prefilling to advance
+    with pytest.raises(ValueError, match="not by chat_batch"):
+        engine.chat_batch([[{"role": "user", "content": query}]], prefill_chunk=16)
 
 
 def test_a_token_taken_early_goes_out_at_once_and_is_decoded_next(engine, alone):
