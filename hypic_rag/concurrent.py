@@ -4,10 +4,9 @@
 The engine is not thread-safe, so no two forwards may overlap; instead of a lock held per request, callers
 hand their request to a ``SharedBatch`` and the first one to find nobody driving it becomes the driver: it
 starts each request handed in (its prefill), then decodes one token of every running request in one forward
-(``decoding.step_together``), until none is left, while the other callers wait for their own answers. No
-thread of its own, so nothing outlives the callers; a driver stops once its own answer is done and a waiting
-caller takes over. ``lock`` is held for each step, so a caller that needs the
-engine to itself (a stream) takes it and runs between two steps.
+(``decoding.step_together``), until its own answer is done, while the other callers wait for theirs; then a
+caller still waiting takes over. No thread of its own, so nothing outlives the callers. ``lock`` is held for
+each step, so a caller that needs the engine to itself (a stream) takes it and runs between two steps.
 """
 
 from __future__ import annotations

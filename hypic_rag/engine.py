@@ -706,7 +706,8 @@ class Engine:
 
     def run_together(self, runs: Sequence[Generation]) -> list[GenerationOutput]:
         """Decode started requests (``start``, ``start_chat``) to their ends in one forward per step for all of them
-        (``decoding.step_together``); each output is the one the request gets alone, in ``runs``' order."""
+        (``decoding.step_together``); each output the one the request gets alone, up to the rounding of a batched
+        matmul, in ``runs``' order."""
         pending = list(runs)
         while pending:
             done = step_together([run.decoder for run in pending])

@@ -446,7 +446,8 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         **kwargs: Any,
     ) -> ChatResult:
         engine, chat, arguments = self._request(messages, kwargs, stop)
-        # Concurrent calls (``batch``, ``abatch``) share each decode step; the answer is the one it gets alone.
+        # Concurrent calls (``batch``, ``abatch``) share each decode step; each answer is the one it gets alone,
+        # up to rounding.
         out = shared_batch(engine).run(lambda: engine.start_chat(chat, **arguments))
         return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
 
@@ -459,7 +460,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         **kwargs: Any,
     ) -> list[AIMessage]:
         """LangChain's ``batch`` with every input running at once unless ``max_concurrency`` says otherwise: the
-        calls share each decode step (``hypic_rag.concurrent``), each answer the one it gets alone."""
+        calls share each decode step (``hypic_rag.concurrent``), each answer the one it gets alone up to rounding."""
         configs = get_config_list(config, len(inputs))
         configs = [c if c.get("max_concurrency") else {**c, "max_concurrency": max(1, len(inputs))} for c in configs]
         return super().batch(inputs, configs, return_exceptions=return_exceptions, **kwargs)
