@@ -27,6 +27,7 @@ its request's arguments and served logits, not its state.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -40,6 +41,7 @@ from ..engine import Engine
 from ..fidelity import kl_divergence
 
 FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
+log = logging.getLogger(__name__)
 SHADOW_BACKLOG = 16
 
 
@@ -137,14 +139,23 @@ class EngineWorker:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            prefilled = self._admit()
-            if self.active:
-                running = len(self.active)
-                self._step_all()
-                if self.observe_step is not None:
-                    self.observe_step(running, running + prefilled)
-            if self.shadows and not self.active and self.prefilling is None and self.queue.empty():
-                self._shadow(*self.shadows.popleft())
+            try:
+                self._turn()
+            except Exception as exc:  # a bug: the requests in hand fail with it (a 500), the worker goes on
+                log.exception("engine worker step failed")
+                for job in [*self.active, *([self.prefilling] if self.prefilling is not None else [])]:
+                    job.emit(ERROR, exc)
+                self.active.clear()
+                self.prefilling = None
+
+    def _turn(self) -> None:
+        prefilled = self._admit()
+        if self.active:
+            running = len(self.active)
+            self._step_all()
+            _tell(self.observe_step, running, running + prefilled)
+        if self.shadows and not self.active and self.prefilling is None and self.queue.empty():
+            self._shadow(*self.shadows.popleft())
 
     def _sample_shadow(self, job: Job, output: Any) -> None:
         """Keep ``job`` for a shadow run if its turn has come (composed modes only: ``full`` is its own)."""
@@ -163,8 +174,7 @@ class EngineWorker:
             run = getattr(self.engine, job.method)(**{**job.arguments, "options": options})
         except Exception:  # the request was served; a shadow that fails measures nothing
             return
-        if self.shadowed is not None:
-            self.shadowed(job, kl_divergence(run.prompt_logits, output.prompt_logits))
+        _tell(self.shadowed, job, kl_divergence(run.prompt_logits, output.prompt_logits))
 
     def _admit(self) -> int:
         """Run prompts, first come first served, a chunk at a time, while the step's budget lasts (always one
@@ -269,7 +279,16 @@ class EngineWorker:
             job.emit(ERROR, exc)
             return
         job.run = job.pending = None  # its state (KV, linear states) is no longer needed, shadowed or not
-        if self.observe is not None:
-            self.observe(job, output)
+        _tell(self.observe, job, output)
         job.emit(DONE, output)
         self._sample_shadow(job, output)
+
+
+def _tell(callback: Callable[..., None] | None, *args: Any) -> None:
+    """A metrics callback, whose failure is logged and never fails a request or stops the worker."""
+    if callback is None:
+        return
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("a worker callback failed")

@@ -108,6 +108,15 @@ def test_a_bad_request_fails_alone(engine, alone):
     assert results[0][1].token_ids == alone[0].token_ids and results[2][1].token_ids == alone[1].token_ids
 
 
+def test_a_failing_metrics_callback_fails_no_request_and_the_worker_goes_on(engine, alone):
+    def broken(job, output):
+        raise RuntimeError("a metrics bug")
+
+    results, _ = _serve(engine, [_arguments(q) for q in QUERIES[:3]], observe=broken, max_active=2)
+    assert [kind for kind, _ in results] == [DONE, DONE, DONE]  # the third was admitted after the first two ended
+    assert [out.token_ids for _, out in results] == [a.token_ids for a in alone[:3]]
+
+
 def test_the_budget_must_cover_a_step_of_every_running_request(engine):
     with pytest.raises(ValueError, match="at least max_active"):
         EngineWorker(engine, max_active=8, max_num_batched_tokens=4)
