@@ -480,7 +480,11 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         visible = _Visible(format_of(engine), thinking_opened(rendered.text), options.stop)
         sent = ""
         raw = ""
-        for item in stream_tokens(lambda cb: alone(engine, lambda: engine.chat(chat, on_token=cb, **arguments))):
+
+        def run(on_token: Callable[[int, str | None], None], cancelled: Callable[[], bool]) -> GenerationOutput:
+            return alone(engine, lambda: engine.chat(chat, on_token=on_token, cancelled=cancelled, **arguments))
+
+        for item in stream_tokens(run):
             if isinstance(item, GenerationOutput):
                 final = self._message(item, stop)
                 text = str(final.content)

@@ -487,13 +487,13 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
             request["parallel_tool_calls"] = bool(parallel)
         return request
 
-    def _run(self, request: dict[str, Any], on_token: Any = None) -> GenerationOutput:
+    def _run(self, request: dict[str, Any], on_token: Any = None, cancelled: Any = None) -> GenerationOutput:
         engine = self.get_engine()
         arguments = {k: v for k, v in request.items() if k != "messages"}
         if on_token is None:  # concurrent calls (``achat`` gathered) share each decode step
             return shared_batch(engine).run(lambda: engine.start_chat(request["messages"], **arguments))
         with _run_lock(engine):
-            return engine.chat(request["messages"], **arguments, on_token=on_token)
+            return engine.chat(request["messages"], **arguments, on_token=on_token, cancelled=cancelled)
 
     # -- chat --------------------------------------------------------------------------------------
     # The public methods carry LlamaIndex's callbacks and events; each calls the undecorated ``_chat`` or
@@ -518,7 +518,7 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
 
         def gen() -> Generator[ChatResponse, None, None]:
             text = ""
-            for item in stream_tokens(lambda on_token: self._run(request, on_token)):
+            for item in stream_tokens(lambda on_token, cancelled: self._run(request, on_token, cancelled)):
                 if isinstance(item, GenerationOutput):
                     _record(collector, item.stats)
                     yield to_chat_response(item, delta="")

@@ -208,25 +208,31 @@ def tool_names(tools: Sequence[dict]) -> list[str]:
 
 
 def stream_tokens(
-    run: Callable[[Callable[[int, str | None], None]], GenerationOutput],
+    run: Callable[[Callable[[int, str | None], None], Callable[[], bool]], GenerationOutput],
 ) -> Iterator[str | GenerationOutput]:
     """Text deltas as the engine picks tokens, then the finished output.
 
-    ``run(on_token)`` calls ``Engine.generate``; it runs in a worker thread so the caller can yield.
+    ``run(on_token, cancelled)`` calls the engine; it runs in a worker thread so the caller can yield. A
+    consumer that stops reading (a ``break``, a closed generator) cancels it at the next token, so an
+    abandoned stream does not keep the engine to itself until ``max_tokens``.
     """
     q: queue.Queue = queue.Queue()
+    stop = threading.Event()
 
     def work() -> None:
         try:
-            q.put(run(lambda _id, delta: q.put(delta or "")))
+            q.put(run(lambda _id, delta: q.put(delta or ""), stop.is_set))
         except BaseException as exc:  # re-raised in the caller's thread
             q.put(exc)
 
     threading.Thread(target=work, daemon=True).start()
-    while True:
-        item = q.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if isinstance(item, GenerationOutput):
-            return
+    try:
+        while True:
+            item = q.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if isinstance(item, GenerationOutput):
+                return
+    finally:
+        stop.set()

@@ -644,3 +644,17 @@ def test_auto_seams_and_the_fidelity_guard_are_chat_model_fields(engine):
     assert guarded.content == exact.content
     with pytest.raises(ValueError, match="fidelity_budget"):
         ChatHypic(engine=engine, fidelity_budget=-1.0)
+
+
+def test_an_abandoned_stream_is_cancelled_and_lets_the_engine_go(chat_checkpoint, monkeypatch):
+    from hypic_rag.concurrent import alone
+
+    engine = Engine.from_pretrained(chat_checkpoint)  # random weights: an answer that runs to max_tokens
+    outputs: list = []
+    real = engine.chat
+    monkeypatch.setattr(engine, "chat", lambda *a, **k: outputs.append(real(*a, **k)) or outputs[-1])
+    stream = ChatHypic(engine=engine, max_tokens=200).stream("Hello")
+    next(stream)
+    stream.close()  # the consumer stops reading
+    alone(engine, lambda: None)  # the stream's thread has let the engine go
+    assert outputs[0].finish_reason == "cancelled" and len(outputs[0].token_ids) < 200
