@@ -415,13 +415,14 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         once and the first question about it is already warm, in whatever order the retriever ranks it.
         Each is rendered on its own (a corpus may be far past the context), then all are filled in chunks
         (``Engine.cache_segments``, ``progress(done, total)``). The number of segments computed (cached ones,
-        and the template's own pieces after the first time, are skipped)."""
+        and the template's own pieces after the first time, are skipped). It runs with the engine to itself,
+        between two steps of its shared batch."""
         to_messages = documents_to_messages(system)
         engine = self.get_engine()
         fmt = format_of(engine)
         messages = (to_messages.invoke({"context": [doc], "question": "?"}) for doc in documents)
         chats = (to_chat_messages(m, chat_format=fmt, registry=self.registry) for m in messages)
-        return cache_ahead(engine, chats, request_options(self), progress)
+        return alone(engine, lambda: cache_ahead(engine, chats, request_options(self), progress))
 
     def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
         meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}
