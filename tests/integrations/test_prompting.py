@@ -3,6 +3,9 @@ options as the frameworks' fields."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from hypic_rag import GenerationOutput
@@ -52,18 +55,37 @@ def test_engines_are_loaded_once_and_the_bundled_one_is_default(engine):
 def test_stream_tokens_yields_deltas_then_the_output_and_reraises():
     out = GenerationOutput("ab", [1, 2], 0.0)
 
-    def run(cb):
+    def run(cb, cancelled):
         cb(1, "a")
         cb(2, "b")
         return out
 
     assert list(stream_tokens(run)) == ["a", "b", out]
 
-    def fail(cb):
+    def fail(cb, cancelled):
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
         list(stream_tokens(fail))
+
+
+def test_a_stream_closed_by_its_reader_is_cancelled():
+    seen: list[bool] = []
+    ended = threading.Event()
+
+    def run(cb, cancelled):
+        cb(1, "a")
+        deadline = time.monotonic() + 10
+        while not cancelled() and time.monotonic() < deadline:  # a long answer, asked before each token
+            time.sleep(0.001)
+        seen.append(cancelled())
+        ended.set()
+        return GenerationOutput("a", [1], 0.0)
+
+    stream = stream_tokens(run)
+    assert next(stream) == "a"
+    stream.close()  # the reader stops
+    assert ended.wait(30) and seen == [True]
 
 
 def test_the_frameworks_fields_are_the_request_options():
