@@ -373,12 +373,12 @@ class Engine:
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
             plan = self.plan(prompt, mode, seam)
-            composed = yield from self._prefill_composed(plan, state, stats, chunk, options, prompt.kinds)
-            if composed is not None:
-                return Prefilled(composed[0], state, stats, composed[1])
+            logits, deferred = yield from self._prefill_composed(plan, state, stats, chunk, options, prompt.kinds)
+            if logits is not None:
+                return Prefilled(logits, state, stats, deferred)
             state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
             stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids), 0
-            return Prefilled(self._last_logits(prompt.ids, state), state, stats, [])
+            return Prefilled(self._last_logits(prompt.ids, state), state, stats, deferred)
         last = list(prompt.ids)  # full: one forward over the whole prompt
         if mode == "prefix":
             yield from self._prefill_prefix(prompt, state, stats, chunk)
@@ -421,17 +421,18 @@ class Engine:
         chunk: int | None,
         options: RequestOptions,
         kinds: Sequence[str] | None = None,
-    ) -> Generator[int, None, tuple[torch.Tensor, list[tuple[SegmentPlan, CachedSegment | None]]] | None]:
+    ) -> Generator[int, None, tuple[torch.Tensor | None, list[tuple[SegmentPlan, CachedSegment | None]]]]:
         """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
         the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
-        fidelity budget probes the boundaries first (``_guard``); None: the guard wants it computed exactly."""
+        fidelity budget probes the boundaries first (``_guard``); logits None: the guard wants it computed
+        exactly, and the misses are still filled after its first token, so the cache learns them."""
         found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
         cold: list[int] = []
         if plan.seam == AUTO or budget is not None:
             guarded = self._guard(plan, found, stats, options.seam_budget, budget)
             if guarded is None:
-                return None
+                return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
             plan, cold = guarded
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]

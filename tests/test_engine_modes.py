@@ -328,6 +328,16 @@ def test_a_fidelity_budget_of_zero_gives_full_and_says_so(checkpoint):
         engine.generate(segs, q, fidelity_budget=-1.0, max_new_tokens=1)
 
 
+def test_a_request_the_guard_computes_exactly_still_caches_its_misses(checkpoint):
+    engine = _engine(checkpoint("qwen3_5_text"), cold_policy="exact")
+    segs, q = _segments([30, 41, 150]), _query()  # a cached segment past what widening may recompute
+    engine.generate([segs[0], segs[2]], q, max_new_tokens=1)  # two of three cached
+    out = engine.generate(segs, q, seam=8, fidelity_budget=0.0, max_new_tokens=1)
+    assert out.stats["fidelity_action"] == "exact"
+    again = engine.generate(segs, q, seam=8, max_new_tokens=1)
+    assert again.stats["hit_segments"] == 3  # the middle one was filled after the exact request's first token
+
+
 def test_auto_is_also_an_engine_default(checkpoint):
     engine = _engine(checkpoint("qwen3_5_text"), seam="auto")
     segs, q = _segments([30, 41]), _query()
