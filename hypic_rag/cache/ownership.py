@@ -43,7 +43,9 @@ def tier_folder(root: Path) -> Path:
     for name in INDEX:
         if (folder / name).is_symlink():
             raise ValueError(f"the segment cache index {str(folder / name)!r} is a symlink: refusing to open it")
-    if not _marked(folder) and any(folder.iterdir()):
+    # Listed before the mark is looked for: the tier writes its mark before any other file, so files seen here
+    # were written after a mark that another engine may be making at this moment, and the look then finds it.
+    if any(folder.iterdir()) and not _marked(folder):
         raise ValueError(
             f"{str(folder)!r} holds files hypic-rag did not write (it has no {MARKER}); "
             "move them away or give another cache_dir"

@@ -129,3 +129,22 @@ def test_the_weight_digest_file_survives_a_cache_in_the_default_folder(tmp_path,
     reader.generate(segments(), QUESTION, max_new_tokens=1)
     engine(cache_dir=default_cache_dir()).generate(segments(), QUESTION, max_new_tokens=1)
     assert all(file.exists() for file in digests)
+
+
+def test_a_folder_another_engine_is_marking_at_that_moment_is_not_refused(tmp_path, monkeypatch):
+    from hypic_rag.cache import ownership
+
+    folder = tmp_path / "cache" / ownership.SUBFOLDER
+    folder.mkdir(parents=True)  # made by another engine, which marks it and opens its index next
+    real, raced = ownership._marked, []
+
+    def racing(path):
+        found = real(path)  # not yet marked when looked at ...
+        if not raced:
+            raced.append(path)
+            ownership.claim(path)  # ... then the other engine marks it and writes its index
+            (path / "cache.db").write_bytes(b"")
+        return found
+
+    monkeypatch.setattr(ownership, "_marked", racing)
+    assert ownership.tier_folder(tmp_path / "cache") == folder
