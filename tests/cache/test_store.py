@@ -221,3 +221,55 @@ def test_a_one_off_segment_is_refused_under_pressure_and_admitted_once_it_recurs
     stats = store.stats()
     assert "c" in store and stats["evicted"] == {"capacity": 1} and stats["policy"] == "value"
     assert stats["hit_ratio_by_kind"] == {"document": 1 / 7, "tool": 0.0}
+
+
+def _tokens_case(checkpoint, tmp_path, dtype: str = "float32"):
+    """A qwen3_5_text engine on a disk cache whose first segments keep their tokens (under 22 tokens on this
+    checkpoint) beside a dense one, and the logits a first request gets."""
+    path = checkpoint("qwen3_5_text")
+    segs = [Segment(token_ids=list(range(10 + 7 * i, 10 + 7 * i + n))) for i, n in enumerate((15, 18, 30))]
+    query = Segment(token_ids=[3, 4, 5], kind="query")
+    writer = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0, seam=4, entry_dtype=dtype)
+    expected = writer.prompt_logits(segs, query, mode="hypic")
+    return path, segs, query, writer, expected
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_entries_kept_as_tokens_round_trip_through_disk_validated(checkpoint, tmp_path, dtype):
+    from hypic_rag.cache import LinearTokens
+
+    path, segs, query, writer, expected = _tokens_case(checkpoint, tmp_path, dtype)
+    reader = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0, seam=4, entry_dtype=dtype)
+    out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
+    counters = reader.segment_store.counters
+    # three entries and the dense segment's remainder; the others' remainders are derived, not read
+    assert counters["disk_hits"] == 4 and counters["corrupt"] == 0 and out.stats["hit_segments"] == 3
+    assert float((out.prompt_logits - expected).abs().max()) <= 1e-5
+    key = segment_key(segs[1].token_ids, reader.fingerprint, torch.float32)
+    entry = reader.segment_store.get(key, tuple(segs[1].token_ids))
+    assert all(isinstance(e, LinearTokens) for e in entry.linear.values())
+
+
+@pytest.mark.parametrize("damage", ["old format", "log gate above 0", "keys of another length"])
+def test_an_old_or_damaged_entry_kept_as_tokens_is_recomputed_not_used(checkpoint, tmp_path, monkeypatch, damage):
+    import hypic_rag.cache.entry as entry_module
+    from hypic_rag.cache import SegmentEntry
+
+    path, segs, query, writer, expected = _tokens_case(checkpoint, tmp_path)
+    tier = DiskCacheTier(tmp_path)
+    key = segment_key(segs[1].token_ids, writer.fingerprint, torch.float32)
+    entry = SegmentEntry.from_bytes(tier.get(key), writer.fingerprint)
+    layer = next(iter(entry.linear))
+    if damage == "old format":
+        monkeypatch.setattr(entry_module, "FORMAT_VERSION", entry_module.FORMAT_VERSION - 1)
+    elif damage == "log gate above 0":
+        entry.linear[layer].gates[0, 0, 0] = 0.5
+    else:
+        entry.linear[layer].keys = entry.linear[layer].keys[:, 1:]
+    tier.set(key, entry.to_bytes(writer.fingerprint))  # well checksummed: only the format or the layout tells
+    monkeypatch.undo()
+    reader = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0, seam=4)
+    out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
+    assert reader.segment_store.counters["corrupt"] == 1
+    assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
+    assert float((out.prompt_logits - expected).abs().max()) <= 1e-5  # recomputed alone, not in the first batch
