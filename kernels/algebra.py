@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from .backend import HAS_TRITON, resolve
-from .decay import decay_exp
-from .delta_rule import chunk_gated_transition, chunk_size_for, gated_delta_state
+from .decay import decay_exp, masked_decay_exp
+from .delta_rule import chunk_gated_transition, chunk_size_for
 from .rope import apply_rope, rope_cos_sin
 
 
@@ -268,8 +268,11 @@ class DeltaTokens:
     transform) and ``B``, of rank at most ``L``, lies in ``span(Y)``, so operator and state are both functions of
     these ``L (K + V + 2)`` numbers per head (against ``K (K + V)`` dense); and the remainder after a seam of
     ``w`` tokens is the same rule over tokens ``[w, L)`` (``suffix``), so no entry per seam width is needed.
-    ``apply`` runs the chunked rule from ``S`` without outputs: per chunk one triangular solve and
-    ``2 K C V`` for the state, never forming ``P`` (the UT/WY update ``S e^{G} + K~^T (U - W S)``)."""
+    ``apply`` carries a state past the segment without forming ``P``, in the UT form of one chunk:
+    ``S' = e^{G_L} S + K~^T T (beta v - beta e^{G} k S)``, ``T`` the unit-lower triangle solved once, so
+    ``2 K L V + L^2 V`` (and ``L^2 K`` for ``T``'s system) against the dense ``K^2 V``; every exponent is
+    ``<= 0``. An entry keeps this form only while it is smaller than dense (``L < K (K + V) / (K + V + 2)`` at
+    equal head counts), so ``L`` stays one chunk's size."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -285,8 +288,20 @@ class DeltaTokens:
 
     def apply(self, s: torch.Tensor | None) -> torch.Tensor:
         """``P S + B`` ``[H, K, V]`` fp32 from ``s [H, K, V]`` (None: zero, giving ``B``)."""
-        start = s.float()[None] if s is not None else None
-        return gated_delta_state(self.k[None], self.v[None], self.g[None], self.beta[None], start)[0]
+        k, v, beta = self.k.float(), self.v.float(), self.beta.float()
+        cum = self.g.float().cumsum(-1)  # [H, L]
+        n = k.shape[1]
+        causal = torch.ones(n, n, dtype=torch.bool, device=k.device).tril()
+        k_beta = k * beta[..., None]
+        decay = masked_decay_exp(cum[..., :, None] - cum[..., None, :], causal)
+        system = torch.matmul(k_beta, k.transpose(-1, -2)) * decay
+        rhs = v * beta[..., None]
+        if s is not None:
+            rhs = rhs - torch.matmul(k_beta * decay_exp(cum)[..., None], s.float())
+        v_new = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        k_to_end = k * decay_exp(cum[:, -1:] - cum)[..., None]
+        out = torch.matmul(k_to_end.transpose(-1, -2), v_new)
+        return out if s is None else out + decay_exp(cum[:, -1])[:, None, None] * s.float()
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(P [H, K, K], B [H, K, V])``: for a kernel that takes dense operators only, and for checking."""

@@ -58,19 +58,6 @@ def chunk_gated_delta_rule(
     return out, state
 
 
-def gated_delta_state(
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    initial_state: torch.Tensor | None = None,
-    chunk_size: int | None = None,
-) -> torch.Tensor:
-    """The final state ``[B, H, K, V]`` alone, no outputs (no queries): a cached segment's map applied from its
-    tokens (``algebra.DeltaTokens``) in ``2 K C V`` per chunk of ``C`` and per value column block."""
-    return _chunked(None, k, v, g, beta, initial_state, chunk_size, outputs=False, operator=False)[1]
-
-
 def chunk_gated_transition(
     q: torch.Tensor | None,
     k: torch.Tensor,

@@ -8,13 +8,16 @@ cold ``hypic`` request stores), kept as a store of each ``entry_dtype`` keeps it
 Gated DeltaNet layers as their tokens where that is smaller than their dense ``b`` and ``p`` (``form``), and
 then derive every remainder from them; ``dense`` is the same segment with every layer dense (``b``, ``p`` and a
 stored remainder), in the same dtype, and ``dense_over_entry`` how many times larger that is. ``remainder_share``
-is the stored remainder's part of the bytes (0 where it is derived).
+is the stored remainder's part of the bytes (0 where it is derived). Where a segment keeps its tokens,
+``apply_over_dense`` is what carrying one state past it costs against the dense ``P S + B`` (one linear layer,
+the best of ``repeats`` timings each, side by side): the price of the smaller entry, paid once per hit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,8 +39,30 @@ def _stored(made: CachedSegment, dtype: torch.dtype) -> tuple[int, int]:
     return made.nbytes_as(dtype), held
 
 
+def _best(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _apply_ratio(made: CachedSegment, dense: CachedSegment, repeats: int) -> float:
+    """Seconds to carry a state past the segment's first linear layer kept as tokens, over dense ``P S + B``."""
+    layer = next(iter(made.entry.linear))
+    kept, full = made.entry.linear[layer].operator(), dense.entry.linear[layer]
+    s = torch.randn_like(full.b)
+    with torch.inference_mode():
+        return _best(lambda: kept.apply(s), repeats) / _best(lambda: torch.baddbmm(full.b, full.p, s), repeats)
+
+
 def run(
-    lengths: tuple[int, ...] = LENGTHS, layers: int = 4, seam: int = 8, log: Callable[[str], None] = print
+    lengths: tuple[int, ...] = LENGTHS,
+    layers: int = 4,
+    seam: int = 8,
+    repeats: int = 20,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     # the vocabulary adds nothing to an entry: a small one keeps the random checkpoint quick to build
     model = random_model(layer_shapes(layers, max_position_embeddings=8192, vocab_size=8192))
@@ -60,12 +85,15 @@ def run(
                 "dense_over_entry": base / held,
             }
         row["remainder_share"] = row["float32"]["remainder_bytes"] / row["float32"]["bytes"]
+        if tokens:
+            row["apply_over_dense"] = _apply_ratio(made, dense, repeats)
         rows.append(row)
         cells = "  ".join(
             f"{name} {row[name]['bytes_per_token'] / 1024:8.1f} KiB ({row[name]['dense_over_entry']:.2f}x)"
             for name in ENTRY_DTYPES
         )
-        log(f"  {n:>5} tokens ({row['form']}): per token {cells}; remainder {row['remainder_share']:.0%}")
+        cost = f"; applied in {row['apply_over_dense']:.2f}x dense's time" if tokens else ""
+        log(f"  {n:>5} tokens ({row['form']}): per token {cells}; remainder {row['remainder_share']:.0%}{cost}")
     return {
         "benchmark": "entry_bytes",
         "layers": layers,
