@@ -463,7 +463,8 @@ class Engine:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
-        stats.cache_bytes = sum(self.segment_store.held_nbytes(f) for f in found if f is not None)
+        held = zip(plan.segments, found, strict=True)
+        stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         return logits, deferred
 

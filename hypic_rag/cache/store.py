@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any, TypeVar
 
 import torch
@@ -37,6 +37,7 @@ from .validate import EntryLayout
 E = TypeVar("E", SegmentEntry, RemainderEntry)
 log = logging.getLogger("hypic_rag.cache")
 TIERS = ("disk", "remote")  # the lookup order after memory
+UNKEPT_KEYS = 4096  # enough to answer for a request's own writes; older keys count as kept where a tier is up
 COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors", "unstorable")
 
 
@@ -76,6 +77,8 @@ class SegmentStore:
         self._tiers: dict[str, _Tier] = {}
         self.disk, self.remote = disk, remote
         self.counters = dict.fromkeys(COUNTERS, 0)
+        # keys whose last write no tier kept (the last UNKEPT_KEYS of them): what ``held_nbytes`` leaves out
+        self._unkept: OrderedDict[str, None] = OrderedDict()
         self.lookups: Counter[tuple[str, str]] = Counter()  # (segment kind, "hit" or "miss")
 
     @property
@@ -123,9 +126,19 @@ class SegmentStore:
     def put_remainder(self, key: str, entry: RemainderEntry) -> RemainderEntry:
         return self._put(remainder_key(key, entry.seam), entry, key)
 
-    def held_nbytes(self, cached: CachedSegment) -> int:
-        """The bytes the store keeps for a segment it handed out (in ``entry_dtype``)."""
-        return cached.nbytes_as(self.entry_dtype)
+    def held_nbytes(self, key: str, cached: CachedSegment) -> int:
+        """The bytes the store keeps for a segment it handed out under ``key`` (in ``entry_dtype``): its entry and
+        stored remainder where a tier keeps them, nothing for what memory refused and no tier took (or that did
+        not fit the dtype)."""
+        held = cached.entry.nbytes_as(self.entry_dtype) if self._holds(key) else 0
+        rest = cached.remainder
+        if rest is not None and not rest.derived and self._holds(remainder_key(key, rest.seam)):
+            held += rest.nbytes_as(self.entry_dtype)
+        return held
+
+    def _holds(self, key: str) -> bool:
+        """Memory holds it, or its last write was taken by a persistent tier (which keeps it by its own rules)."""
+        return key in self._memory or (key not in self._unkept and bool(self._tiers))
 
     def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E], segment: str) -> E | None:
         """``segment``: the key of the segment the entry belongs to, which the admission policy counts."""
@@ -199,14 +212,23 @@ class SegmentStore:
         stored = entry.stored_as(self.entry_dtype)
         if stored is not entry and not stored.finite():
             self.counters["unstorable"] += 1
+            self._kept(key, False)
             return entry
         self.counters["writes"] += 1
-        self._memory.put(key, stored, segment)
+        kept = self._memory.put(key, stored, segment)
         if self._tiers:
             data = stored.to_bytes(self.fingerprint)
             for tier in self._tiers.values():
-                self._call(tier, lambda t: t.set(key, data))
+                kept |= self._call(tier, lambda t: t.set(key, data) or True) is not None
+        self._kept(key, kept)
         return self._widened(stored)
+
+    def _kept(self, key: str, kept: bool) -> None:
+        self._unkept.pop(key, None)
+        if not kept:
+            self._unkept[key] = None
+            if len(self._unkept) > UNKEPT_KEYS:
+                self._unkept.popitem(last=False)
 
     def _widened(self, entry: E) -> E:
         return entry if self.entry_dtype == torch.float32 else entry.widened(self.model_dtype)

@@ -273,3 +273,41 @@ def test_an_old_or_damaged_entry_kept_as_tokens_is_recomputed_not_used(checkpoin
     assert reader.segment_store.counters["corrupt"] == 1
     assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
     assert float((out.prompt_logits - expected).abs().max()) <= 1e-5  # recomputed alone, not in the first batch
+
+
+def test_held_bytes_count_only_what_some_tier_kept(tmp_path):
+    from hypic_rag.cache import CachedSegment
+
+    a, b, rest = make_entry(1), make_entry(2), make_remainder(1, seam=2)
+    store = SegmentStore("fp", memory=ByteLRU(2 * a.nbytes, "value"))
+    for _ in range(3):
+        store.get("a", a.token_ids, "document")
+    store.put("a", a)
+    store.put_remainder("a", rest)
+    assert store.held_nbytes("a", CachedSegment(a, rest)) == a.nbytes + rest.nbytes
+    store.put("b", b)  # seen once, no room: refused, and no other tier
+    assert "b" not in store and store.held_nbytes("b", CachedSegment(b)) == 0
+    with_disk = SegmentStore("fp", memory=ByteLRU(a.nbytes, "value"), disk=DiskCacheTier(tmp_path))
+    for _ in range(3):
+        with_disk.get("a", a.token_ids, "document")
+    with_disk.put("a", a)
+    with_disk.put("b", b)  # the memory tier refuses it; the disk tier keeps it
+    assert "b" not in with_disk and with_disk.held_nbytes("b", CachedSegment(b)) == b.nbytes
+    big = make_entry(3, dtype=torch.float32)
+    big.linear[0].b[0, 0, 0] = 1e6  # past float16's range: kept nowhere, in any tier
+    half = SegmentStore(entry_fingerprint("fp", torch.float16), entry_dtype=torch.float16, disk=DiskCacheTier(tmp_path))
+    half.put("c", big)
+    assert half.counters["unstorable"] == 1 and half.held_nbytes("c", CachedSegment(big)) == 0
+
+
+def test_a_request_counts_in_cache_bytes_only_the_entries_kept(checkpoint):
+    path = checkpoint("qwen3_5_text")
+    segs = [Segment(token_ids=list(range(10 + 40 * i, 40 + 40 * i))) for i in range(3)]
+    query = Segment(token_ids=[3, 4, 5], kind="query")
+    roomy = Engine.from_pretrained(path, min_cached_tokens=0)
+    everything = roomy.generate(segs, query, max_new_tokens=1).stats["cache_bytes"]
+    # room for about one segment: the value policy keeps the first and refuses the others, seen once
+    tight = Engine.from_pretrained(path, min_cached_tokens=0, memory_bytes=everything // 3 + 1)
+    out = tight.generate(segs, query, max_new_tokens=1)
+    held = tight.segment_store.stats()["memory_bytes"]
+    assert out.stats["miss_segments"] == 3 and 0 < out.stats["cache_bytes"] <= held < everything
