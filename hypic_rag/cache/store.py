@@ -13,6 +13,11 @@ index, a server that is down) is bypassed: the failure is counted (``tier_errors
 the tier is tried again after ``retry_s`` seconds; meanwhile requests are served from memory or
 recomputed.
 
+Under the memory tier's ``value`` policy the disk tier is gated too: while it has room it takes every write, and once
+full (a write would evict) it takes only a segment looked up at least twice (``DISK_ADMIT_LOOKUPS``, by the memory
+tier's frequency sketch), so one-off documents do not push out what recurs there either (``disk_refused``); the
+shared remote tier takes every write, since another replica may be the one that sees it again.
+
 Entries are kept in ``entry_dtype`` in every tier (``entry.py``) and widened to the compute dtypes when handed out.
 One that does not fit its dtype (a float16 state past 65504) is not stored (``unstorable``) and its request uses it
 as computed.
@@ -38,7 +43,18 @@ E = TypeVar("E", SegmentEntry, RemainderEntry)
 log = logging.getLogger("hypic_rag.cache")
 TIERS = ("disk", "remote")  # the lookup order after memory
 UNKEPT_KEYS = 4096  # enough to answer for a request's own writes; older keys count as kept where a tier is up
-COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors", "unstorable")
+COUNTERS = (
+    "memory_hits",
+    "disk_hits",
+    "remote_hits",
+    "misses",
+    "corrupt",
+    "writes",
+    "tier_errors",
+    "unstorable",
+    "disk_refused",
+)
+DISK_ADMIT_LOOKUPS = 2  # lookups of a segment before a full disk tier takes it
 
 
 class _Tier:
@@ -219,9 +235,22 @@ class SegmentStore:
         if self._tiers:
             data = stored.to_bytes(self.fingerprint)
             for tier in self._tiers.values():
+                if not self._admits(tier, segment, len(data)):
+                    self.counters[f"{tier.name}_refused"] += 1
+                    continue
                 kept |= self._call(tier, lambda t: t.set(key, data) or True) is not None
         self._kept(key, kept)
         return self._widened(stored)
+
+    def _admits(self, tier: _Tier, segment: str, nbytes: int) -> bool:
+        """Whether ``tier`` takes a write of ``nbytes`` for ``segment``: the disk tier, under the value policy, only
+        while it has room or for a segment looked up at least ``DISK_ADMIT_LOOKUPS`` times."""
+        room = getattr(tier.tier, "has_room", None)
+        if tier.name != "disk" or room is None or not self._memory.counts_lookups:
+            return True
+        if self._memory.frequency(segment) >= DISK_ADMIT_LOOKUPS:
+            return True
+        return bool(self._call(tier, lambda t: room(nbytes)))
 
     def _kept(self, key: str, kept: bool) -> None:
         self._unkept.pop(key, None)

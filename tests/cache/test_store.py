@@ -311,3 +311,24 @@ def test_a_request_counts_in_cache_bytes_only_the_entries_kept(checkpoint):
     out = tight.generate(segs, query, max_new_tokens=1)
     held = tight.segment_store.stats()["memory_bytes"]
     assert out.stats["miss_segments"] == 3 and 0 < out.stats["cache_bytes"] <= held < everything
+
+
+def test_a_full_disk_tier_takes_a_one_off_segment_only_once_it_recurs(tmp_path):
+    entries = {name: make_entry(seed) for seed, name in enumerate("abc")}
+    first = SegmentStore("fp", memory=ByteLRU(1, "value"), disk=DiskCacheTier(tmp_path))
+    for name in "ab":  # while the disk has room it takes everything, seen once or not
+        first.put(name, entries[name])
+    full = DiskCacheTier(tmp_path, size_limit=first.stats()["disk"]["bytes"] + 1)  # no room for one more
+    store = SegmentStore("fp", memory=ByteLRU(1, "value"), disk=full)  # memory too small to keep any
+    # a request looks the segment up, misses and stores what it computed: seen once, the full disk refuses it
+    assert store.get("c", entries["c"].token_ids, "document") is None
+    store.put("c", entries["c"])
+    assert store.counters["disk_refused"] == 1 and full.get("c") is None
+    assert full.get("a") is not None and full.get("b") is not None  # nothing recurring was pushed out
+    assert store.get("c", entries["c"].token_ids, "document") is None  # it recurs
+    store.put("c", entries["c"])
+    assert store.counters["disk_refused"] == 1 and full.get("c") is not None
+    assert SegmentStore("fp", disk=full).get("c", entries["c"].token_ids) is not None
+    plain = SegmentStore("fp", memory=ByteLRU(1, "lru"), disk=DiskCacheTier(tmp_path / "lru", size_limit=1))
+    plain.put("c", entries["c"])  # under the lru policy the disk tier keeps its own LRU and takes every write
+    assert plain.counters["disk_refused"] == 0
