@@ -10,7 +10,9 @@ then derive every remainder from them; ``dense`` is the same segment with every 
 stored remainder), in the same dtype, and ``dense_over_entry`` how many times larger that is. ``remainder_share``
 is the stored remainder's part of the bytes (0 where it is derived). Where a segment keeps its tokens,
 ``apply_over_dense`` is what carrying one state past it costs against the dense ``P S + B`` (one linear layer,
-the best of ``repeats`` timings each, side by side): the price of the smaller entry, paid once per hit.
+the best of ``repeats`` timings each, side by side): the price of the smaller entry, paid once per hit; and
+``warm_over_dense`` the same for a whole warm ``hypic`` request's assembly and first forward (``assemble_fused``:
+``SEGMENTS`` cached segments of that length, each with its seam, and a 16-token query).
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from typing import Any
 
 import torch
 
+from hypic_rag.assembly import assemble_fused
 from hypic_rag.cache.entry import ENTRY_DTYPES, CachedSegment, LinearTokens
 from hypic_rag.entries import prefill_isolated
+from hypic_rag.plan import Prompt, plan_request
 
 from .common import layer_shapes, random_model
 
 LENGTHS = (16, 32, 64, 96, 128, 256, 1024, 4096)
+SEGMENTS = 8
 
 
 def _stored(made: CachedSegment, dtype: torch.dtype) -> tuple[int, int]:
@@ -55,6 +60,24 @@ def _apply_ratio(made: CachedSegment, dense: CachedSegment, repeats: int) -> flo
     s = torch.randn_like(full.b)
     with torch.inference_mode():
         return _best(lambda: kept.apply(s), repeats) / _best(lambda: torch.baddbmm(full.b, full.p, s), repeats)
+
+
+def _warm_ratio(model: Any, n: int, seam: int, repeats: int) -> float:
+    """Seconds of a warm request's ``assemble_fused`` with entries as kept, over the same with dense entries."""
+    segments = [[3 + (i * n + j) % 8000 for j in range(n)] for i in range(SEGMENTS)]
+    prompt = Prompt(segments, list(range(5, 21)))
+    plan = plan_request(
+        prompt, seam=seam, default_seam=seam, variant="B", min_cached_tokens=1, key=lambda ids: str(hash(tuple(ids)))
+    )
+    widths = [seg.record_remainder for seg in plan.segments]
+    seconds = []
+    for compact in (True, False):
+        made = prefill_isolated(model, segments, widths, compact=compact)
+        pairs = zip(made, plan.segments, strict=True)
+        cached = [CachedSegment(m.entry, m.remainder if seg.remainder else None) for m, seg in pairs]
+        with torch.inference_mode():
+            seconds.append(_best(lambda cached=cached: assemble_fused(model, model.new_state(), plan, cached), repeats))
+    return seconds[0] / seconds[1]
 
 
 def run(
@@ -87,12 +110,15 @@ def run(
         row["remainder_share"] = row["float32"]["remainder_bytes"] / row["float32"]["bytes"]
         if tokens:
             row["apply_over_dense"] = _apply_ratio(made, dense, repeats)
+            row["warm_over_dense"] = _warm_ratio(model, n, seam, max(1, repeats // 2))
         rows.append(row)
         cells = "  ".join(
             f"{name} {row[name]['bytes_per_token'] / 1024:8.1f} KiB ({row[name]['dense_over_entry']:.2f}x)"
             for name in ENTRY_DTYPES
         )
-        cost = f"; applied in {row['apply_over_dense']:.2f}x dense's time" if tokens else ""
+        cost = ""
+        if tokens:
+            cost = f"; applied in {row['apply_over_dense']:.2f}x dense's time, warm {row['warm_over_dense']:.2f}x"
         log(f"  {n:>5} tokens ({row['form']}): per token {cells}; remainder {row['remainder_share']:.0%}{cost}")
     return {
         "benchmark": "entry_bytes",

@@ -7,7 +7,7 @@ from hypic_rag.eval.bench.entry_bytes import run
 
 
 def test_short_entries_are_at_least_twice_smaller_than_dense_and_long_ones_dense():
-    report = run(lengths=(16, 64, 128), layers=2, log=lambda _: None)  # one Gated DeltaNet, one attention
+    report = run(lengths=(16, 64, 128), layers=2, repeats=1, log=lambda _: None)  # one Gated DeltaNet, one attention
     rows = {row["tokens"]: row for row in report["rows"]}
     for n in (16, 64):
         assert rows[n]["form"] == "tokens" and rows[n]["remainder_share"] == 0
