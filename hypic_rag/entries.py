@@ -2,7 +2,9 @@
 from the zero state, whose per-row states, transition operators and KV become cache entries.
 
 The operators come out of the forward through an explicit ``TransitionCapture``; each row's
-remainder (seam variant B) starts at its own column, so the batch needs no common split.
+remainder (seam variant B) starts at its own column, so the batch needs no common split. A short Gated DeltaNet
+segment keeps the capture's keys, values and gates instead (``cache.entry.LinearTokens``): its operator and state
+are functions of them in fewer numbers, and every remainder is a suffix of them, so none is stored.
 """
 
 from __future__ import annotations
