@@ -186,10 +186,13 @@ def recurrent_gated_delta_rule(
     dv = v.shape[-1]
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(q)
     out = q.new_empty(b, h, t, dv)
+    # Each token reads the [dk, dv] state three times (a matvec for the recall, a rank-1 update in place, a matvec
+    # for the output) after one decaying copy, which leaves the caller's initial state untouched.
     for i in range(t):
         state = state * g[:, :, i].exp()[..., None, None]
-        k_t = k[:, :, i]
-        delta = (v[:, :, i] - (state * k_t.unsqueeze(-1)).sum(-2)) * beta[:, :, i].unsqueeze(-1)
-        state = state + k_t.unsqueeze(-1) * delta.unsqueeze(-2)
-        out[:, :, i] = (state * q[:, :, i].unsqueeze(-1)).sum(-2)
+        k_t = k[:, :, i].unsqueeze(-2)  # [B, H, 1, dk]
+        delta = (v[:, :, i].unsqueeze(-2) - k_t @ state) * beta[:, :, i, None, None]  # [B, H, 1, dv]
+        flat = state.view(b * h, dk, dv)
+        flat.baddbmm_(k_t.reshape(b * h, 1, dk).transpose(1, 2), delta.reshape(b * h, 1, dv))
+        out[:, :, i] = (q[:, :, i].unsqueeze(-2) @ state).squeeze(-2)
     return out, state

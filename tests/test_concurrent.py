@@ -89,3 +89,20 @@ def test_a_stream_has_the_engine_to_itself(engine):
 
     out = alone(engine, stream)
     assert "".join(pieces) == out.text and not lock.locked()
+
+
+def test_in_thread_runs_off_the_loop_with_the_callers_context():
+    import asyncio
+    import contextvars
+    import threading
+
+    from hypic_rag.concurrent import in_thread
+
+    var = contextvars.ContextVar("var", default="unset")
+
+    async def main():
+        var.set("caller's")
+        return await in_thread(lambda x: (var.get(), threading.current_thread().name, x), 7)
+
+    value, thread, x = asyncio.run(main())
+    assert (value, x) == ("caller's", 7) and thread.startswith("hypic-async")
