@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,16 @@ T = TypeVar("T")
 ASYNC_CALLERS = 256
 _ASYNC_POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """A forked child inherits the pool's bookkeeping but not its threads: it starts a pool of its own."""
+    global _ASYNC_POOL, _POOL_LOCK
+    _ASYNC_POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 async def in_thread(fn: Callable[..., T], *args: object) -> T:

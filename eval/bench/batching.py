@@ -79,7 +79,7 @@ def run(
         raise ValueError("layers, batches, prompt_tokens, steps and repeats must be >= 1")
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}")
-    if clock == "cpu" and (torch.get_num_threads() != 1 or load.get("device", "cpu") != "cpu"):
+    if clock == "cpu" and (torch.get_num_threads() != 1 or torch.device(load.get("device", "cpu")).type != "cpu"):
         raise ValueError("clock='cpu' counts one thread's time: run on CPU with one torch thread (OMP_NUM_THREADS=1)")
     report: dict[str, Any] = {
         "benchmark": "batching",

@@ -533,7 +533,7 @@ def concurrency(
                 "wall_s": wall,
                 "generated_tokens": tokens,
                 "tokens_per_s": tokens / wall,
-                "server_cpu_s": cpu,
+                "server_cpu_s": cpu if cpu > 0 else None,  # None where the platform exports no process metrics
                 "tokens_per_server_cpu_s": tokens / cpu if cpu > 0 else None,
                 "engine_steps": steps,
                 "mean_batch_size": mean_batch,

@@ -75,3 +75,34 @@ def test_a_copied_head_repacks_its_own_weight():
     twin = copy.deepcopy(head)
     torch.testing.assert_close(twin(h), out, rtol=0, atol=0)
     assert twin.packed_weight(h) is not head.packed_weight(h)
+
+
+def test_head_drops_its_copy_when_the_weight_is_cast_loaded_or_packing_turned_off():
+    head = _head()
+    h = torch.randn(3, 64)
+    with torch.inference_mode():
+        head(h)
+    assert head._packed.held
+    head.to(torch.bfloat16).to(torch.float32)  # the weight now holds bf16-rounded values
+    with torch.inference_mode():
+        torch.testing.assert_close(head(h), F.linear(h, head.weight), rtol=0, atol=1e-5)
+    head.load_state_dict({"weight": torch.full((1000, 64), 0.5)})
+    with torch.inference_mode():
+        torch.testing.assert_close(head(h), F.linear(h, head.weight), rtol=0, atol=1e-5)
+        head.pack = False
+        assert not head._packed.held and head.packed_weight(h) is None
+        head.pack = True
+        head(h)
+        assert head._packed.held
+        head.invalidate()
+        assert not head._packed.held
+
+
+def test_engine_loads_without_a_packed_head_when_asked():
+    from hypic_rag import Engine
+
+    engine = Engine.from_pretrained(pack_head=False)
+    assert engine.model.lm_head.pack is False
+    packed = Engine.from_pretrained()
+    assert engine.generate([], "Hi", max_new_tokens=4).text == packed.generate([], "Hi", max_new_tokens=4).text
+    assert not engine.model.lm_head._packed.held
