@@ -140,10 +140,13 @@ class DiskCacheTier:
             raise
         return value if value is None or isinstance(value, bytes) else None
 
-    def set(self, key: str, value: bytes) -> None:
+    def set(self, key: str, value: bytes) -> bool:
+        """Whether the write was taken (not while the tier is off)."""
         cache = self._diskcache
-        if cache is not None:
-            cache.set(key, value)
+        if cache is None:
+            return False
+        cache.set(key, value)
+        return True
 
     def delete(self, key: str) -> None:
         cache = self._diskcache

@@ -308,11 +308,13 @@ class RemainderEntry:
         if dtype == torch.float32:
             return self
         every = dict.fromkeys(STATE_FIELDS, dtype)
-        return RemainderEntry(self.token_ids, self.seam, {i: _cast(e, every) for i, e in self.linear.items()})
+        linear = {i: _cast(e, every) for i, e in self.linear.items()}
+        return RemainderEntry(self.token_ids, self.seam, linear, self.derived)
 
     def widened(self, model_dtype: torch.dtype) -> RemainderEntry:
         fp32 = dict.fromkeys(STATE_FIELDS, torch.float32)
-        return RemainderEntry(self.token_ids, self.seam, {i: _cast(e, fp32) for i, e in self.linear.items()})
+        linear = {i: _cast(e, fp32) for i, e in self.linear.items()}
+        return RemainderEntry(self.token_ids, self.seam, linear, self.derived)
 
     def nbytes_as(self, dtype: torch.dtype) -> int:
         return self.nbytes if dtype == torch.float32 else _nbytes_as(self.linear, dtype)

@@ -134,9 +134,10 @@ class ByteLRU(Generic[V]):
         if self.sketch is not None:
             self.sketch.increment(key)
 
-    def get(self, key: str, seen_as: str | None = None) -> V | None:
-        """The value, now most recently used (or ranked higher); None when absent. Counts the lookup."""
-        if self.sketch is not None:
+    def get(self, key: str, seen_as: str | None = None, count: bool = True) -> V | None:
+        """The value, now most recently used (or ranked higher); None when absent. Counts the lookup unless
+        ``count`` is False (a second lookup of the same thing, which must not weigh twice)."""
+        if self.sketch is not None and count:
             self.sketch.increment(seen_as or key)
         item = self._items.get(key)
         if item is None:
@@ -228,8 +229,8 @@ class Space(Generic[V]):
     def note(self, key: str) -> None:
         self.lru.note(self.prefix + key)
 
-    def get(self, key: str, seen_as: str | None = None) -> V | None:
-        return self.lru.get(self.prefix + key, self.prefix + (seen_as or key))
+    def get(self, key: str, seen_as: str | None = None, count: bool = True) -> V | None:
+        return self.lru.get(self.prefix + key, self.prefix + (seen_as or key), count)
 
     def put(self, key: str, value: V, seen_as: str | None = None) -> bool:
         return self.lru.put(self.prefix + key, value, self.prefix + (seen_as or key))

@@ -66,12 +66,14 @@ class RedisTier:
             raise UnreadableKey(f"Redis key {PREFIX + key} is not a string: dropped") from None
         return value if isinstance(value, bytes) else None
 
-    def set(self, key: str, value: bytes) -> None:
-        """Queued for the writer thread; dropped (and counted) when the queue is full."""
+    def set(self, key: str, value: bytes) -> bool:
+        """Queued for the writer thread; dropped (and counted, False) when the queue is full."""
         try:
             self._pending.put_nowait((key, value))
         except queue.Full:
             self.dropped_writes += 1
+            return False
+        return True
 
     def delete(self, key: str) -> None:
         self.client.delete(PREFIX + key)

@@ -140,6 +140,8 @@ class SegmentStore:
         return self._put(key, entry, key)
 
     def put_remainder(self, key: str, entry: RemainderEntry) -> RemainderEntry:
+        if entry.derived:  # a view of its entry: nothing of its own to keep
+            return entry
         return self._put(remainder_key(key, entry.seam), entry, key)
 
     def held_nbytes(self, key: str, cached: CachedSegment) -> int:
@@ -157,8 +159,10 @@ class SegmentStore:
         return key in self._memory or (key not in self._unkept and bool(self._tiers))
 
     def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E], segment: str) -> E | None:
-        """``segment``: the key of the segment the entry belongs to, which the admission policy counts."""
-        entry = self._memory.get(key, segment)
+        """``segment``: the key of the segment the entry belongs to, which the admission policy counts once a
+        lookup of the segment itself (a remainder's lookup follows its segment's: counted again, a segment with a
+        stored remainder would weigh twice one whose remainders are derived)."""
+        entry = self._memory.get(key, segment, count=kind is SegmentEntry)
         if entry is not None:
             if isinstance(entry, kind) and entry.token_ids == token_ids:
                 self.counters["memory_hits"] += 1
@@ -238,7 +242,7 @@ class SegmentStore:
                 if not self._admits(tier, segment, len(data)):
                     self.counters[f"{tier.name}_refused"] += 1
                     continue
-                kept |= self._call(tier, lambda t: t.set(key, data) or True) is not None
+                kept |= bool(self._call(tier, lambda t: t.set(key, data) is not False))
         self._kept(key, kept)
         return self._widened(stored)
 
@@ -250,7 +254,8 @@ class SegmentStore:
             return True
         if self._memory.frequency(segment) >= DISK_ADMIT_LOOKUPS:
             return True
-        return bool(self._call(tier, lambda t: room(nbytes)))
+        has = self._call(tier, lambda t: room(nbytes))
+        return has is None or bool(has)  # a tier that is down refuses nothing: its write is skipped as down
 
     def _kept(self, key: str, kept: bool) -> None:
         self._unkept.pop(key, None)

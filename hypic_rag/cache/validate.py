@@ -9,6 +9,7 @@ is used; one that does not fit is corrupt (dropped, counted, recomputed).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -62,11 +63,18 @@ class EntryLayout:
         covered = n if isinstance(entry, SegmentEntry) else n - entry.seam  # the tokens its operators span
         expected: list[tuple[str, torch.Tensor, tuple[int, ...]]] = []
         token_shapes = dict(self.tokens)
+        kept_as_tokens = {isinstance(entry.linear[i], LinearTokens) for i in token_shapes}
+        if len(kept_as_tokens) > 1:  # the writer picks one form per segment for every layer that has both
+            raise CorruptEntry("some linear layers kept as tokens and some dense")
         for i, shapes in self.linear:
             lin = entry.linear[i]
             if isinstance(lin, LinearTokens):
                 if i not in token_shapes:
                     raise CorruptEntry(f"linear layer {i} kept as tokens, a form its mixer does not have")
+                dense = sum(math.prod(shape) for name, shape in shapes if name in ("b", "p"))
+                per_token = sum(heads * width for _, (heads, width) in token_shapes[i])
+                if isinstance(entry, SegmentEntry) and n * per_token >= dense:
+                    raise CorruptEntry(f"linear layer {i} kept as {n} tokens, which its dense form holds in less")
                 for name, (heads, width) in token_shapes[i]:
                     expected.append((f"tokens.{i}.{name}", getattr(lin, name), (heads, covered, width)))
                 expected.append((f"tokens.{i}.conv_tail", lin.conv_tail, dict(shapes)["conv_tail"]))

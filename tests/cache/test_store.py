@@ -215,8 +215,11 @@ def test_a_one_off_segment_is_refused_under_pressure_and_admitted_once_it_recurs
     assert store.put("c", c) is c  # handed back to its request, but not kept: seen once, it needs room
     assert "c" not in store and "a" in store and "b" in store
     assert store.stats()["refused"] == {"frequency": 1}
-    for _ in range(4):  # it recurs; lookups of its remainders count for the segment too
-        store.get_remainder("c", c.token_ids, 2)
+    seen = store._memory.frequency("c")
+    store.get_remainder("c", c.token_ids, 2)  # follows its segment's lookup in a request: not counted again
+    assert store._memory.frequency("c") == seen
+    for _ in range(4):  # it recurs
+        store.get("c", c.token_ids)
     store.put("c", c)
     stats = store.stats()
     assert "c" in store and stats["evicted"] == {"capacity": 1} and stats["policy"] == "value"
@@ -332,3 +335,31 @@ def test_a_full_disk_tier_takes_a_one_off_segment_only_once_it_recurs(tmp_path):
     plain = SegmentStore("fp", memory=ByteLRU(1, "lru"), disk=DiskCacheTier(tmp_path / "lru", size_limit=1))
     plain.put("c", entries["c"])  # under the lru policy the disk tier keeps its own LRU and takes every write
     assert plain.counters["disk_refused"] == 0
+
+
+def test_a_write_an_off_or_failing_disk_did_not_take_is_neither_held_nor_refused(tmp_path):
+    import time
+
+    from hypic_rag.cache import CachedSegment
+
+    tier = DiskCacheTier(tmp_path / "off")
+    tier._off_until = time.monotonic() + 1e6  # what a nearly full disk does: the tier is off and drops writes
+    store = SegmentStore("fp", memory=ByteLRU(1, "lru"), disk=tier)  # memory too small to keep anything
+    entry = make_entry(0)
+    store.put("a", entry)
+    assert tier.get("a") is None and store.held_nbytes("a", CachedSegment(entry)) == 0
+
+    flaky = DiskCacheTier(tmp_path / "flaky")
+    real, calls = flaky.set, []
+
+    def set_once_failing(key, value):
+        calls.append(key)
+        if len(calls) == 1:
+            raise OSError("disk hiccup")
+        return real(key, value)
+
+    flaky.set = set_once_failing
+    store = SegmentStore("fp", memory=ByteLRU(1 << 30, "value"), disk=flaky)
+    for i, name in enumerate("abcd"):
+        store.put(name, make_entry(i))
+    assert store.counters["tier_errors"] == 1 and store.counters["disk_refused"] == 0  # down, not full
