@@ -5,7 +5,9 @@ A probe runs the request's fused forward, with a ``PROBE_WIDTH``-token seam at e
 attention layer only, on a throwaway state, and compares the seam tokens' in-context keys and values there with
 the ones their cache entry holds (computed with the segment alone), and measures how much attention the query
 pays each segment there. The probe jumps over every cached segment with its whole operator (variant A), so it
-needs no remainder entries; it runs the query too.
+needs no remainder entries; it places keys and jumps only in the layers it runs. The query runs only for the
+``mass`` signals: ``auto`` and the guard read the seams alone, which no later token changes (causal), so their
+probe leaves it out (``query=False``).
 
 ``auto`` and the guard read the per-token value distances (``Deviation.profiles``): where a boundary's first
 tokens settle is the seam it needs (``plan.settled_width``). The per-boundary summaries below are the
@@ -69,22 +71,24 @@ def boundary_deviation(
     cached: Sequence[CachedSegment | None],
     width: int = PROBE_WIDTH,
     deep: bool = False,
+    query: bool = True,
 ) -> Deviation:
     """The signals of every boundary of ``plan`` whose segment ``cached`` holds, from a probe with a
-    ``width``-token seam there; ``deep`` probes through the last attention layer too."""
+    ``width``-token seam there; ``deep`` probes through the last attention layer too; without the ``query``
+    the ``mass`` signals are left out (0)."""
     state = model.new_state()
     layers = state.attention_layer_ids
     bounds = [i for i in plan.boundaries if cached[i] is not None]
     if not layers or not bounds or width < 1:
         return Deviation({}, 0, 0)
     layer, last = layers[0], layers[-1] if deep else layers[0]
-    probe = with_widths(replace(plan, variant="A"), {i: width for i in bounds})
-    inputs = fused_inputs(model, state, probe, cached)
-    state.queries = {}
+    probe = with_widths(replace(plan, variant="A", query=plan.query if query else ()), {i: width for i in bounds})
+    inputs = fused_inputs(model, state, probe, cached, through_layer=last)
+    state.queries = {} if query else None
     model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps, through_layer=last)
     lengths = [len(seg.ids) for seg in plan.segments]
-    mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths)
-    deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep else mass
+    mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths) if query else [0.0] * len(lengths)
+    deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep and query else mass
     out: dict[int, dict[str, float]] = {}
     profiles: dict[int, list[float]] = {}
     for i in bounds:

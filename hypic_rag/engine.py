@@ -483,7 +483,7 @@ class Engine:
                 found[i] = made
         else:
             cold = []
-        dev = boundary_deviation(self.model, plan, found)
+        dev = boundary_deviation(self.model, plan, found, query=False)
         bounds = sorted(dev.per_boundary)
         widths, estimate, action = choose_widths(
             [dev.profiles[i] for i in bounds],
@@ -494,6 +494,7 @@ class Engine:
             fidelity_budget=fidelity_budget,
         )
         stats.probe_tokens, stats.fidelity_estimate, stats.fidelity_action = dev.probe_tokens, estimate, action
+        stats.probe_cost = dev.probe_tokens * dev.probe_layers / self.model.config.num_hidden_layers
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         if action == "exact":
             return None

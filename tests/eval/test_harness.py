@@ -44,6 +44,13 @@ def test_eval_reports_the_tokens_each_seam_recomputes(trained):
     assert rows["hypic@w32"]["recomputed_tokens"] >= rows["hypic"]["recomputed_tokens"]
     assert rows["hypic"]["recomputed_tokens"] > rows["hypic@w0"]["recomputed_tokens"]
     assert rows["hypic@auto"]["probe_tokens"] > 0 and rows["hypic"]["probe_tokens"] == 0
+    # the probe runs through the layers up to the first attention layer: that share of its tokens is its
+    # cost, and cost_tokens counts it
+    auto, config = rows["hypic@auto"], engine.model.config
+    share = (config.layer_types.index("full_attention") + 1) / config.num_hidden_layers
+    assert auto["probe_cost"] == pytest.approx(auto["probe_tokens"] * share) and auto["probe_cost"] > 0
+    assert auto["cost_tokens"] == auto["recomputed_tokens"] + auto["probe_cost"]
+    assert rows["hypic"]["cost_tokens"] == rows["hypic"]["recomputed_tokens"]
     assert rows["full"]["filled_tokens"] == 0 and "kl" in rows["hypic@auto"]
 
 
