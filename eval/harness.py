@@ -137,9 +137,9 @@ def evaluate(
             tokens[label]["recomputed_tokens"].append(stats["recomputed_tokens"] - stats.get("filled_tokens", 0))
             tokens[label]["filled_tokens"].append(stats.get("filled_tokens", 0))
             tokens[label]["probe_tokens"].append(stats.get("probe_tokens", 0))
-            row = tokens[label]
-            row["probe_cost"].append(stats.get("probe_cost", 0.0))
-            row["cost_tokens"].append(row["recomputed_tokens"][-1] + row["probe_cost"][-1])
+            counts = tokens[label]
+            counts["probe_cost"].append(stats.get("probe_cost", 0.0))
+            counts["cost_tokens"].append(counts["recomputed_tokens"][-1] + counts["probe_cost"][-1])
             if label != "full":
                 kls[label].append(kl_divergence(full, out.prompt_logits))
                 agree[label].append(top1_agreement(full, out.prompt_logits))
