@@ -29,11 +29,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .assembly import FusedInputs, fused_inputs
-from .cache.entry import CachedSegment
+from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, SegmentEntry
 from .kernels.algebra import rerotate
 from .kernels.indices import int64
 from .kernels.rope import apply_rope, rope_cos_sin
-from .model import HybridModel, RequestState
+from .model import HybridModel, RequestState, TransitionCapture
 from .plan import RequestPlan, with_widths
 
 FIRST_SIGNALS = ("v", "k", "v_last", "k_last")
@@ -56,6 +56,31 @@ class Deviation:
     def signal(self, name: str | None = None) -> dict[int, float]:
         """Each boundary's value of signal ``name`` (default ``SIGNAL``)."""
         return {i: sig[name or SIGNAL] for i, sig in self.per_boundary.items()}
+
+
+def probe_layer(model: HybridModel) -> int | None:
+    """The last layer a (shallow) probe runs: the first attention layer; None for a model without one."""
+    layers = model.new_state().attention_layer_ids
+    return layers[0] if layers else None
+
+
+@torch.inference_mode()
+def isolated_through(model: HybridModel, ids: Sequence[int], through_layer: int) -> CachedSegment:
+    """A cold segment prefilled alone through ``through_layer`` only: as much of its cache entry as a probe
+    reads (operators of the linear layers and keys of the attention layers up to there). The guard probes a
+    cold segment with it and fills the whole entry once, with the remainder of the width it then chooses;
+    unbatched and kept dense (its cost is a probe's, and it is never stored)."""
+    state = model.new_state()
+    capture = TransitionCapture(int64([len(ids)], model.device))
+    model.hidden_states(int64(ids, model.device)[None], state, capture=capture, through_layer=through_layer)
+    entry = SegmentEntry(tuple(ids))
+    for layer in (i for i in state.linear_layer_ids if i <= through_layer):
+        lin = state.linear(layer)
+        entry.linear[layer] = LinearEntry(lin.recurrent[0], capture.operators[layer].p[0], lin.conv[0])
+    for layer in (i for i in state.attention_layer_ids if i <= through_layer):
+        kv = state.attention(layer)
+        entry.attention[layer] = AttentionEntry(kv.keys[0], kv.values[0])
+    return CachedSegment(entry)
 
 
 def _relative(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:

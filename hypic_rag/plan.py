@@ -214,6 +214,7 @@ def choose_widths(
     auto: bool,
     seam_budget: float | None = None,
     fidelity_budget: float | None = None,
+    widen: bool = True,
 ) -> tuple[list[int], float, str]:
     """The boundaries' widths, the request's estimate with them, and what the guard did (``ACTIONS``), from
     each boundary's probe ``profiles``.
@@ -221,7 +222,8 @@ def choose_widths(
     ``auto`` allocates ``seam_budget`` tokens per boundary on average (default ``AUTO_MEAN_SEAM``) by
     ``allocate_seams``; otherwise the ``current`` widths stay. Where the estimate is above
     ``fidelity_budget``, the seams widen (up to ``WIDEN_FACTOR`` times the tokens) until it is not; if no
-    widening within that reaches it, the action is ``"exact"``: compute the request as ``full`` does."""
+    widening within that reaches it, or ``widen`` is False (``pic``, which has no seams by definition), the
+    action is ``"exact"``: compute the request as ``full`` does."""
     n = len(lengths)
     mean = AUTO_MEAN_SEAM if seam_budget is None else seam_budget
     if auto:
@@ -231,6 +233,8 @@ def choose_widths(
     est = estimate(profiles, widths, lengths)
     if fidelity_budget is None or est <= fidelity_budget:
         return widths, est, "none"
+    if not widen:
+        return widths, est, "exact"
     cap = WIDEN_FACTOR * max(sum(widths), AUTO_MEAN_SEAM * n)
     wider = allocate_seams(profiles, lengths, cap, start=widths, target=fidelity_budget)
     wider_est = estimate(profiles, wider, lengths)
