@@ -54,19 +54,19 @@ Seam = int | float | str
 
 
 def seam_label(seam: Seam) -> str:
-    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``, ``hypic@auto:9.6``."""
+    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``, ``hypic@auto:9.6``, ``hypic@blend:8``."""
     return f"hypic@{seam}" if isinstance(seam, str) else f"hypic@w{seam:g}"
 
 
 def seam_options(seam: Seam) -> dict[str, Any]:
     """The request options of a swept seam: ``auto:B`` is ``seam="auto"`` with ``seam_budget=B`` tokens per
-    boundary."""
-    if isinstance(seam, str) and seam.startswith("auto:"):
+    boundary, ``blend:B`` the CacheBlend-style baseline (``seam="blend"``) under that budget."""
+    kind, colon, budget = seam.partition(":") if isinstance(seam, str) else ("", "", "")
+    if colon and kind in ("auto", "blend"):
         try:
-            budget = float(seam.removeprefix("auto:"))
+            return {"seam": kind, "seam_budget": float(budget)}
         except ValueError:
-            raise ValueError(f"auto:BUDGET takes a number of tokens per boundary, got {seam!r}") from None
-        return {"seam": "auto", "seam_budget": budget}
+            raise ValueError(f"{kind}:BUDGET takes a number of tokens per boundary, got {seam!r}") from None
     check_seam(seam)
     return {"seam": seam}
 

@@ -9,6 +9,10 @@ needs no remainder entries; it places keys and jumps only in the layers it runs.
 ``mass`` signals: ``auto`` and the guard read the seams alone, which no later token changes (causal), so their
 probe leaves it out (``query=False``).
 
+The CacheBlend-style baseline (``seam="blend"``) reads every cached token's distance instead: its probe,
+``token_deviation``, runs the whole prompt (the query aside) in context through the first attention layer, as
+CacheBlend recomputes its first layer in full, and compares each token's value there with its cached one.
+
 ``auto`` and the guard read the per-token value distances (``Deviation.profiles``): where a boundary's first
 tokens settle is the seam it needs (``plan.settled_width``). The per-boundary summaries below are the
 candidates ``eval/bench/deviation.py`` ranks requests by (none ranked them well on every family):
@@ -131,6 +135,29 @@ def boundary_deviation(
             out[i].update({f"deep_{k}": v for k, v in deeper.items()})
             out[i]["deep_mass"] = deep_mass[i]
     return Deviation(out, inputs.ids.shape[1], last + 1, profiles)
+
+
+@torch.inference_mode()
+def token_deviation(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> Deviation:
+    """Every cached token's value distance at the first attention layer, per boundary (``profiles`` over the
+    whole segment), from the prompt's segments run in context through that layer."""
+    state = model.new_state()
+    layers = state.attention_layer_ids
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
+    if not layers or not bounds:
+        return Deviation({}, 0, 0)
+    layer = layers[0]
+    ids = [t for seg in plan.segments for t in seg.ids]
+    model.hidden_states(int64(ids, model.device)[None], state, through_layer=layer)
+    out: dict[int, dict[str, float]] = {}
+    profiles: dict[int, list[float]] = {}
+    offset = 0
+    for i, seg in enumerate(plan.segments):
+        found, n = cached[i], len(seg.ids)
+        if i in bounds and found is not None:
+            out[i], profiles[i] = _signals(model, state, layer, found, list(range(offset, offset + n)), offset)
+        offset += n
+    return Deviation(out, len(ids), layer + 1, profiles)
 
 
 def _signals(

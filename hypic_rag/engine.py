@@ -39,7 +39,7 @@ from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
 from .decoding import Decoder, Generation, Prefilling, Sampler, TokenCallback, step_together
-from .deviation import boundary_deviation, isolated_through, probe_layer
+from .deviation import boundary_deviation, isolated_through, probe_layer, token_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
@@ -51,7 +51,19 @@ from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
 from .outputs import GenerationOutput, RequestStats
-from .plan import AUTO, VARIANTS, Prompt, RequestPlan, SegmentPlan, check_seam, choose_widths, plan_request, with_widths
+from .plan import (
+    ADAPTIVE,
+    AUTO,
+    BLEND,
+    VARIANTS,
+    Prompt,
+    RequestPlan,
+    SegmentPlan,
+    check_seam,
+    choose_widths,
+    plan_request,
+    with_widths,
+)
 from .segments import Segment, as_query, check_unicode
 from .tokenizer import load_tokenizer
 
@@ -437,7 +449,7 @@ class Engine:
         exactly, and the misses are still filled after its first token, so the cache learns them."""
         found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
-        if plan.seam == AUTO or budget is not None:
+        if plan.seam in ADAPTIVE or budget is not None:
             guarded = yield from self._guard(plan, found, stats, options.seam_budget, budget, chunk)
             if guarded is None:
                 return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
@@ -496,7 +508,11 @@ class Engine:
                 isolated += len(plan.segments[i].ids)
                 if chunk is not None:
                     yield len(plan.segments[i].ids)
-        dev = boundary_deviation(self.model, plan, probed, query=False)
+        blend = plan.seam == BLEND
+        if blend:
+            dev = token_deviation(self.model, plan, probed)
+        else:
+            dev = boundary_deviation(self.model, plan, probed, query=False)
         if chunk is not None and dev.probe_tokens:
             yield dev.probe_tokens
         bounds = sorted(dev.per_boundary)
@@ -505,6 +521,7 @@ class Engine:
             [len(plan.segments[i].ids) for i in bounds],
             [plan.segments[i].seam for i in bounds],
             auto=plan.seam == AUTO,
+            blend=blend,
             seam_budget=seam_budget,
             fidelity_budget=fidelity_budget,
             widen=plan.seam != 0,

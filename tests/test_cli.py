@@ -53,7 +53,7 @@ def test_bad_sweep_and_eval_arguments_are_refused(capsys):
     assert "comma-separated numbers" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "--workload", "memory", "--seams", "8,wide"])
-    assert 'a seam is a token count, a fraction or "auto"' in capsys.readouterr().err
+    assert 'a seam is a token count, a fraction, "auto" or "blend"' in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "--workload", "memory", "--seam", "-2"])
     assert "a seam must be >= 0" in capsys.readouterr().err

@@ -292,6 +292,21 @@ def test_auto_seams_with_an_unlimited_budget_equal_full(checkpoint, kind):
     assert out.stats["seam_widths"] == [0, 41, 25, 33] and out.stats["seam"] == "auto"
 
 
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "kimi_linear"])
+def test_the_blend_baseline_with_an_unlimited_budget_equals_full_and_spends_its_budget(checkpoint, kind):
+    engine = _engine(checkpoint(kind))
+    segs, q = _segments([30, 41, 25, 33]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    out = engine.generate(segs, q, seam="blend", seam_budget=float("inf"), max_new_tokens=1)
+    assert _diff(out.prompt_logits, full) < TOL and out.stats["seam_widths"] == [0, 41, 25, 33]
+    cold = _engine(checkpoint(kind)).generate(segs, q, seam="blend", seam_budget=5, max_new_tokens=1)
+    warm = engine.generate(segs, q, seam="blend", seam_budget=5, max_new_tokens=1)
+    assert sum(warm.stats["seam_widths"]) <= 5 * 3 and warm.stats["seam_widths"] == cold.stats["seam_widths"]
+    assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
+    # its probe runs every segment token through the first attention layer, as CacheBlend's first layer does
+    assert warm.stats["probe_tokens"] == 30 + 41 + 25 + 33
+
+
 def test_auto_seams_spend_the_budget_and_serve_cold_as_warm(checkpoint):
     engine = _engine(checkpoint("qwen3_5_text"))
     segs, q = _segments([30, 41, 25, 33, 40]), _query()
