@@ -400,7 +400,8 @@ def test_the_guard_respects_the_prefill_chunk(checkpoint):
     assert max(ran[1:]) <= 16 and len(ran[1:]) >= (96 + 9) // 16
     auto = engine.start(segs, q, seam="auto", max_new_tokens=1, prefill_chunk=16)
     ran = _steps(auto)
-    assert len(ran) == 2 and ran[0] == auto.generation.stats.probe_tokens  # the probe, then the fused forward
+    stats = auto.generation.stats
+    assert ran == [stats.probe_tokens, stats.recomputed_tokens]  # the probe, then the fused forward
 
 
 def test_the_guard_never_widens_pic(checkpoint):
