@@ -280,7 +280,8 @@ class Prefilling:
             self.generation = stop.value
             self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
             stats = self.generation.stats  # the last chunk's: what it ran less what the chunks before did
-            ran = max(0, stats.recomputed_tokens + (stats.probe_tokens or 0) - self._ran)
+            probed = (stats.probe_tokens or 0) + (stats.probe_cold_tokens or 0)
+            ran = max(0, stats.recomputed_tokens + probed - self._ran)
         self._ran += ran
         return ran
 

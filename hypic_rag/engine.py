@@ -527,7 +527,7 @@ class Engine:
             widen=plan.seam != 0,
         )
         stats.fidelity_estimate, stats.fidelity_action = estimate, action
-        stats.probe_tokens = dev.probe_tokens + isolated
+        stats.probe_tokens, stats.probe_cold_tokens = dev.probe_tokens, isolated
         probed_layers = dev.probe_layers or (layer + 1 if layer is not None else 0)
         stats.probe_cost = stats.probe_tokens * probed_layers / self.model.config.num_hidden_layers
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
