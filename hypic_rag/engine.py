@@ -497,18 +497,19 @@ class Engine:
         """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
         check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes.
         The plan, or None to compute the request exactly. ``pic`` (no seams by definition) is never widened:
-        over the budget it runs exactly. A cold boundary (parallel policy) is probed from its segment run
-        alone through the probed layers only, and filled once afterwards, with the remainder of the width
-        chosen here; with ``chunk``, each such segment and then the probe's forward is a step."""
-        layer = probe_layer(self.model)
+        over the budget it runs exactly. A cold segment (parallel policy) is probed from its run alone through
+        the probed layers only, and filled once afterwards, with the remainder of the width chosen here; with
+        ``chunk``, each such segment and then the probe's forward is a step."""
+        layer, blend = probe_layer(self.model), plan.seam == BLEND
         probed, isolated = list(found), 0
+        # cold segments the probe reads (boundaries) or jumps over, as a warm request's probe does (not blend's)
+        cold = [i for i in (plan.boundaries if blend else range(len(found))) if plan.segments[i].key and not found[i]]
         if layer is not None and self.cold_policy == "parallel":
-            for i in (i for i in plan.boundaries if found[i] is None):
+            for i in cold:
                 probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
                 isolated += len(plan.segments[i].ids)
                 if chunk is not None:
                     yield len(plan.segments[i].ids)
-        blend = plan.seam == BLEND
         if blend:
             dev = token_deviation(self.model, plan, probed)
         else:

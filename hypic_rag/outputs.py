@@ -37,7 +37,7 @@ class RequestStats:
     seam_widths: list[int] | None = None
     probe_tokens: int | None = None
     probe_cost: float | None = None
-    # of a cold request, its cold boundaries' tokens run alone through the probed layers (not in probe_tokens)
+    # of a cold request, its cold segments' tokens run alone through the probed layers (not in probe_tokens)
     probe_cold_tokens: int | None = None
     fidelity_estimate: float | None = None
     fidelity_action: str | None = None

@@ -372,9 +372,10 @@ def test_the_guard_fills_each_cold_segment_once(checkpoint, options, monkeypatch
     assert cold.stats["filled_tokens"] == 96
     widths = dict(zip([30, 41, 25], cold.stats["seam_widths"], strict=True))
     assert all(w == widths[n] for n, w in filled if 0 < widths[n] < n)  # the remainder it composes
-    assert cold.stats["probe_cold_tokens"] == 41 + 25  # the cold boundaries ran alone through the probed layers
+    assert cold.stats["probe_cold_tokens"] == 96  # the cold segments ran alone through the probed layers
     warm = engine.generate(segs, q, max_new_tokens=1, **options)
     assert warm.stats["filled_tokens"] == 0 and warm.stats["seam_widths"] == cold.stats["seam_widths"]
+    assert warm.stats["probe_tokens"] == cold.stats["probe_tokens"]  # the probe a warm request repeats
     assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
 
 
