@@ -163,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         "--entry-dtype", default="float32", help="what cache entries are kept in: float32, bfloat16 or float16"
     )
     srv.add_argument("--device", default="cpu")
+    srv.add_argument(
+        "--no-pack-head",
+        dest="pack_head",
+        action="store_false",
+        help="keep no packed copy of the LM head (saves its size in memory; batched decode on CPU is slower)",
+    )
     srv.add_argument("--log-level", default="info")
     srv.add_argument(
         "--api-key", default=None, help="the Bearer token /v1 routes ask for (default: $HYPIC_API_KEY, else none)"
@@ -317,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                 dtype=args.dtype,
                 entry_dtype=args.entry_dtype,
                 device=args.device,
+                pack_head=args.pack_head,
                 prefill_workers=args.prefill_workers,
                 api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
                 allowed_origins=args.allowed_origins,

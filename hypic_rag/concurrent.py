@@ -7,12 +7,21 @@ starts each request handed in (its prefill), then decodes one token of every run
 (``decoding.step_together``), until its own answer is done, while the other callers wait for theirs; then a
 caller still waiting takes over. No thread of its own, so nothing outlives the callers. ``lock`` is held for
 each step, so a caller that needs the engine to itself (a stream) takes it and runs between two steps.
+
+Async callers need a thread each while they wait, and asyncio's default executor holds only
+``min(32, cores + 4)`` threads (six on two cores), which would cap how many concurrent ``await``s share a step:
+``in_thread`` runs them on a pool as wide as ``ASYNC_CALLERS``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
+import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 from weakref import WeakKeyDictionary
@@ -22,6 +31,32 @@ from .engine import Engine
 from .outputs import GenerationOutput
 
 T = TypeVar("T")
+
+# Concurrent async calls that can wait on a shared batch at once; more queue for a thread.
+ASYNC_CALLERS = 256
+_ASYNC_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """A forked child inherits the pool's bookkeeping but not its threads: it starts a pool of its own."""
+    global _ASYNC_POOL, _POOL_LOCK
+    _ASYNC_POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+async def in_thread(fn: Callable[..., T], *args: object) -> T:
+    """``asyncio.to_thread`` on a pool of ``ASYNC_CALLERS`` threads (the module docstring says why); the
+    caller's context variables go with it, as with ``to_thread``."""
+    global _ASYNC_POOL
+    with _POOL_LOCK:
+        if _ASYNC_POOL is None:  # threads are made as calls need them, and idle ones wait on a queue
+            _ASYNC_POOL = ThreadPoolExecutor(ASYNC_CALLERS, thread_name_prefix="hypic-async")
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_ASYNC_POOL, call)
 
 
 @dataclass

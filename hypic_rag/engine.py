@@ -251,10 +251,13 @@ class Engine:
         cache_url: str | None = None,
         revision: str | None = None,
         prefill_workers: int = 0,
+        pack_head: bool = True,
         **options: Any,
     ) -> Engine:
         """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
         through the local Hugging Face cache), or, for ``None``, the bundled default model.
+        ``pack_head=False``: no packed copy of the LM head (``model.linear.LMHead``; it costs the head's size
+        again in memory and makes a decode batch on CPU cheaper).
 
         ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
         one that replicas on several machines use together; ``prefill_workers=N`` prefills cold segments on N
@@ -265,6 +268,7 @@ class Engine:
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
         model = load_model(root, device=device, dtype=resolve_dtype(dtype))
+        model.lm_head.pack = pack_head
         eos = eos_token_ids(root, model.config.eos_token_ids)
         if "generation_defaults" not in options:
             options["generation_defaults"] = read_generation_defaults(root)

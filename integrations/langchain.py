@@ -16,12 +16,17 @@ the bundled model, the normalised form it was trained on); nothing here depends 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun, CallbackManagerForRetrieverRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.exceptions import OutputParserException
@@ -50,7 +55,7 @@ from hypic_rag.cache.remote import check_url
 from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result, get_format
 from hypic_rag.chat.tool_calls import split_reasoning
-from hypic_rag.concurrent import alone, shared_batch
+from hypic_rag.concurrent import alone, in_thread, shared_batch
 from hypic_rag.options import RequestOptions
 from hypic_rag.segments import KINDS
 
@@ -451,6 +456,17 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         # up to rounding.
         out = shared_batch(engine).run(lambda: engine.start_chat(chat, **arguments))
         return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        """``_generate`` in a thread of ``hypic_rag.concurrent``'s wide pool, not the event loop's default one:
+        every concurrent ``ainvoke`` (``abatch``) then waits on the shared batch at once."""
+        return await in_thread(functools.partial(self._generate, messages, stop, None, **kwargs))
 
     def batch(
         self,

@@ -22,7 +22,6 @@ what the LLM recorded into the response at ``SynthesizeEndEvent``; see ``HypicSt
 from __future__ import annotations
 
 import ast
-import asyncio
 import json
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
@@ -61,7 +60,7 @@ from pydantic import AliasChoices, ConfigDict, Field
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result
 from hypic_rag.chat.tool_calls import call_id
-from hypic_rag.concurrent import shared_batch
+from hypic_rag.concurrent import in_thread, shared_batch
 
 from . import embeddings
 from .prompting import (
@@ -77,6 +76,7 @@ from .prompting import (
 )
 
 # -- engines ---------------------------------------------------------------------------------------
+
 
 def _run_lock(engine: Engine) -> threading.Lock:
     """The engine to itself (a stream, a cache fill), between two steps of the requests decoded together."""
@@ -507,7 +507,7 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
 
     async def _achat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
         collector = _current_collector()
-        out = await asyncio.to_thread(self._run, self._request(messages, kwargs))
+        out = await in_thread(self._run, self._request(messages, kwargs))
         _record(collector, out.stats)
         return to_chat_response(out)
 
@@ -533,7 +533,7 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         done = object()
 
         async def gen() -> AsyncGenerator[ChatResponse, None]:
-            while (item := await asyncio.to_thread(next, sync, done)) is not done:
+            while (item := await in_thread(next, sync, done)) is not done:
                 yield item
 
         return gen()

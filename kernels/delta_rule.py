@@ -186,10 +186,13 @@ def recurrent_gated_delta_rule(
     dv = v.shape[-1]
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(q)
     out = q.new_empty(b, h, t, dv)
+    # Each token reads the [dk, dv] state three times (a matvec for the recall, a rank-1 update, a matvec for the
+    # output) after one decaying copy; the caller's initial state is never written.
     for i in range(t):
-        state = state * g[:, :, i].exp()[..., None, None]
-        k_t = k[:, :, i]
-        delta = (v[:, :, i] - (state * k_t.unsqueeze(-1)).sum(-2)) * beta[:, :, i].unsqueeze(-1)
-        state = state + k_t.unsqueeze(-1) * delta.unsqueeze(-2)
-        out[:, :, i] = (state * q[:, :, i].unsqueeze(-1)).sum(-2)
+        state = (state * g[:, :, i].exp()[..., None, None]).reshape(b * h, dk, dv)
+        k_t = k[:, :, i].reshape(b * h, 1, dk)
+        delta = (v[:, :, i].reshape(b * h, 1, dv) - torch.bmm(k_t, state)) * beta[:, :, i].reshape(b * h, 1, 1)
+        state = torch.baddbmm(state, k_t.transpose(1, 2), delta)  # not in place: autograd saved it for the recall
+        out[:, :, i] = torch.bmm(q[:, :, i].reshape(b * h, 1, dk), state).view(b, h, dv)
+        state = state.view(b, h, dk, dv)
     return out, state

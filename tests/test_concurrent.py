@@ -89,3 +89,46 @@ def test_a_stream_has_the_engine_to_itself(engine):
 
     out = alone(engine, stream)
     assert "".join(pieces) == out.text and not lock.locked()
+
+
+def test_in_thread_runs_off_the_loop_with_the_callers_context():
+    import asyncio
+    import contextvars
+    import threading
+
+    from hypic_rag.concurrent import in_thread
+
+    var = contextvars.ContextVar("var", default="unset")
+
+    async def main():
+        var.set("caller's")
+        return await in_thread(lambda x: (var.get(), threading.current_thread().name, x), 7)
+
+    value, thread, x = asyncio.run(main())
+    assert (value, x) == ("caller's", 7) and thread.startswith("hypic-async")
+
+
+def _in_thread_in_a_forked_child(queue) -> None:
+    import asyncio
+
+    from hypic_rag.concurrent import in_thread
+
+    queue.put(asyncio.run(asyncio.wait_for(in_thread(lambda: "ran"), 10)))
+
+
+def test_in_thread_works_in_a_child_forked_after_it_ran():
+    import asyncio
+    import multiprocessing
+    import sys
+
+    from hypic_rag.concurrent import in_thread
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("fork is the start method in question, and Linux's default")
+    assert asyncio.run(in_thread(lambda: 1)) == 1  # the parent's pool exists, with an idle thread
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_in_thread_in_a_forked_child, args=(queue,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0 and queue.get(timeout=5) == "ran"

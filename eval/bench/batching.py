@@ -8,6 +8,9 @@ the 248k-token LM head whole), ``batch`` requests each prefilled with its own ``
 ``steps`` decode steps of all of them together; tokens/s is ``batch * steps`` over the best of ``repeats`` timed
 rounds. Batch 1 is also timed through the single-request path (``model(token, state)``), the serial baseline.
 Every batch size runs in the same process, in turn within each round, so the ratios are side by side.
+
+``--clock cpu`` times the calling thread's CPU seconds instead of wall seconds (one torch thread only): on a
+machine shared with other work, time spent waiting for a core is then not counted against either side.
 """
 
 from __future__ import annotations
@@ -37,11 +40,16 @@ def _prefilled(model: Any, batch: int, prompt_tokens: int, seed: int) -> tuple[l
     return states, tokens
 
 
-def _seconds(model: Any, states: list[Any], tokens: list[int], steps: int, serial: bool) -> tuple[float, list[int]]:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def _seconds(
+    model: Any, states: list[Any], tokens: list[int], steps: int, serial: bool, clock: Callable[[], float]
+) -> tuple[float, list[int]]:
     """Seconds for ``steps`` decode steps of these requests (``serial``: a forward each), and their next tokens."""
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     sync()
-    start = time.perf_counter()
+    start = clock()
     for _ in range(steps):
         if serial:
             pairs = zip(tokens, states, strict=True)
@@ -49,7 +57,7 @@ def _seconds(model: Any, states: list[Any], tokens: list[int], steps: int, seria
         else:
             tokens = model.decode_batch(tokens, states).argmax(-1).tolist()
     sync()
-    return time.perf_counter() - start, tokens
+    return clock() - start, tokens
 
 
 def run(
@@ -60,6 +68,7 @@ def run(
     repeats: int = 3,
     log: Callable[[str], None] = print,
     shapes: dict[str, Any] | None = None,
+    clock: str = "wall",
     **load: Any,
 ) -> dict[str, Any]:
     """Each round times every batch size once, in turn (this shared machine's speed drifts: rounds spread it over
@@ -68,12 +77,17 @@ def run(
     and dtype (default CPU, fp32)."""
     if min(*layers, *batches, prompt_tokens, steps, repeats) < 1:
         raise ValueError("layers, batches, prompt_tokens, steps and repeats must be >= 1")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and (torch.get_num_threads() != 1 or torch.device(load.get("device", "cpu")).type != "cpu"):
+        raise ValueError("clock='cpu' counts one thread's time: run on CPU with one torch thread (OMP_NUM_THREADS=1)")
     report: dict[str, Any] = {
         "benchmark": "batching",
         "prompt_tokens": prompt_tokens,
         "steps": steps,
         "repeats": repeats,
         "threads": torch.get_num_threads(),
+        "clock": clock,
         "layers": {},
     }
     for n in layers:
@@ -84,7 +98,7 @@ def run(
             for _ in range(repeats):
                 for b in ["alone", *batches]:
                     size = 1 if b == "alone" else int(b)
-                    t, tokens[:size] = _seconds(model, states[:size], tokens[:size], steps, serial=b == "alone")
+                    t, tokens[:size] = _seconds(model, states[:size], tokens[:size], steps, b == "alone", CLOCKS[clock])
                     best[str(b)] = min(best.get(str(b), float("inf")), t / (size * steps))
         alone = 1 / best["alone"]
         rows = {str(b): {"tokens_per_s": 1 / best[str(b)], "over_alone": best["alone"] / best[str(b)]} for b in batches}
@@ -103,9 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="rounds over every batch size; each keeps its best")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: one thread's CPU seconds")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    report = run(args.layers, args.batches, args.prompt_tokens, args.steps, args.repeats)
+    report = run(args.layers, args.batches, args.prompt_tokens, args.steps, args.repeats, clock=args.clock)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -507,6 +507,7 @@ def concurrency(
             with running_server(checkpoint, threads, log, max_active=active) as url:
                 with httpx.Client() as client:
                     timed_stream(client, url, corpus.messages(list(range(traffic.k))), "hypic", 1)  # warm the docs
+                cpu = metric(url, "process_cpu_seconds_total")
                 start = time.perf_counter()
 
                 def one(body: list[dict], start: float = start, url: str = url) -> tuple[float, float, int, str]:
@@ -518,6 +519,7 @@ def concurrency(
                 with ThreadPoolExecutor(clients) as pool:
                     rows = list(pool.map(one, bodies))
                 wall = time.perf_counter() - start
+                cpu = metric(url, "process_cpu_seconds_total") - cpu
                 steps = metric(url, "hypic_batch_size_count")
                 mean_batch = metric(url, "hypic_batch_size_sum") / max(1.0, steps)
             firsts, lasts = [r[0] for r in rows], [r[1] for r in rows]
@@ -531,6 +533,8 @@ def concurrency(
                 "wall_s": wall,
                 "generated_tokens": tokens,
                 "tokens_per_s": tokens / wall,
+                "server_cpu_s": cpu if cpu > 0 else None,  # None where the platform exports no process metrics
+                "tokens_per_server_cpu_s": tokens / cpu if cpu > 0 else None,
                 "engine_steps": steps,
                 "mean_batch_size": mean_batch,
             }
@@ -546,6 +550,10 @@ def concurrency(
     first, last = (report["runs"][str(a)]["tokens_per_s"] for a in (actives[0], actives[-1]))
     report["tokens_per_s_ratio"] = last / first
     log(f"tokens/s, max_active {actives[-1]} over {actives[0]}: {last / first:.2f}x")
+    first, last = (report["runs"][str(a)]["tokens_per_server_cpu_s"] for a in (actives[0], actives[-1]))
+    if first and last:  # the server's own CPU seconds: on a shared machine, waits for a core count for neither
+        report["tokens_per_server_cpu_s_ratio"] = last / first
+        log(f"tokens per server CPU second, max_active {actives[-1]} over {actives[0]}: {last / first:.2f}x")
     return report
 
 

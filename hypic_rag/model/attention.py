@@ -19,6 +19,7 @@ from hypic_rag.kernels.stitch import stitch
 from .batch import BatchState
 from .config import HybridConfig
 from .layers import PlainRMSNorm, RMSNorm
+from .linear import Linear
 from .state import RequestState
 
 
@@ -80,11 +81,11 @@ class Attention(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = hd = config.head_dim
         bias = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * hd, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.q_proj = Linear(config.hidden_size, self.num_heads * hd, bias=bias)
+        self.k_proj = Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.v_proj = Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
         self.out_name = out
-        self.add_module(out, nn.Linear(self.num_heads * hd, config.hidden_size, bias=bias))
+        self.add_module(out, Linear(self.num_heads * hd, config.hidden_size, bias=bias))
         self.qk_norm = qk_norm
         self.norm_whole_projection = norm_whole_projection
         if qk_norm is not None:
@@ -131,10 +132,10 @@ class GatedAttention(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = hd = config.head_dim
         bias = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * hd * 2, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * hd, config.hidden_size, bias=bias)
+        self.q_proj = Linear(config.hidden_size, self.num_heads * hd * 2, bias=bias)
+        self.k_proj = Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.v_proj = Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
+        self.o_proj = Linear(self.num_heads * hd, config.hidden_size, bias=bias)
         self.q_norm = RMSNorm(hd, config.rms_norm_eps)
         self.k_norm = RMSNorm(hd, config.rms_norm_eps)
 
@@ -185,19 +186,19 @@ class MultiLatentAttention(nn.Module):
         self.qk_dim = self.nope + self.rope_part
         self.kv_rank = config.kv_lora_rank
         if config.q_lora_rank:
-            self.q_a_proj = nn.Linear(h, config.q_lora_rank, bias=False)
+            self.q_a_proj = Linear(h, config.q_lora_rank, bias=False)
             self.q_a_layernorm = PlainRMSNorm(config.q_lora_rank, 1e-6)
-            self.q_b_proj = nn.Linear(config.q_lora_rank, heads * self.qk_dim, bias=False)
+            self.q_b_proj = Linear(config.q_lora_rank, heads * self.qk_dim, bias=False)
         else:
-            self.q_proj = nn.Linear(h, heads * self.qk_dim, bias=False)
-        self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_rank + self.rope_part, bias=config.attention_bias)
+            self.q_proj = Linear(h, heads * self.qk_dim, bias=False)
+        self.kv_a_proj_with_mqa = Linear(h, self.kv_rank + self.rope_part, bias=config.attention_bias)
         self.kv_a_layernorm = PlainRMSNorm(self.kv_rank, 1e-6)
-        self.kv_b_proj = nn.Linear(self.kv_rank, heads * (self.nope + self.v_dim), bias=False)
+        self.kv_b_proj = Linear(self.kv_rank, heads * (self.nope + self.v_dim), bias=False)
         self._out = out_name
-        self.add_module(out_name, nn.Linear(heads * self.v_dim, h, bias=config.attention_bias))
+        self.add_module(out_name, Linear(heads * self.v_dim, h, bias=config.attention_bias))
         self.rotate_and_gate = rotate_and_gate
         if rotate_and_gate:
-            self.g_proj = nn.Linear(h, heads, bias=False)
+            self.g_proj = Linear(h, heads, bias=False)
 
     def forward(
         self,

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import HybridConfig
+from .linear import Linear
 
 
 class RMSNorm(nn.Module):
@@ -76,7 +77,7 @@ class SwiGLU(nn.Module):
         for role, name in names.items():
             rows = 2 * size if role == "gate_up" else size
             shape = (size, hidden) if role == "down" else (hidden, rows)
-            self.add_module(name, nn.Linear(*shape, bias=bias))
+            self.add_module(name, Linear(*shape, bias=bias))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:

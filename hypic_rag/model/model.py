@@ -12,6 +12,7 @@ from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 from .batch import BatchState
 from .config import HybridConfig
 from .family import Family
+from .linear import LMHead
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -44,7 +45,7 @@ class HybridModel(nn.Module):
             i: layer.linear_mixer for i, layer in enumerate(backbone.layers) if layer.is_linear
         }
         self._forms = {i: mixer.operator_form for i, mixer in self._mixers.items()}
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = LMHead(config.hidden_size, config.vocab_size)
         self.register_buffer("inv_freq", rope_inv_freq(config.rotary_dim, config.rope_theta), persistent=False)
 
     @property
@@ -143,16 +144,8 @@ class HybridModel(nn.Module):
         for layer in layers:
             x = layer(x, positions, rope, batch)
         batch.advance(1)
-        logits = self._head(norm(x)[:, 0])
+        logits = self.lm_head(norm(x)[:, 0])
         return logits if self.config.logits_scaling == 1.0 else logits / self.config.logits_scaling
-
-    def _head(self, h: torch.Tensor) -> torch.Tensor:
-        """The LM head over rows ``[B, H]``. For more than two rows it is ``W @ h.T``: on CPU, BLAS's GEMM with
-        the vocabulary as the long dimension streams the (largest) weight once, where ``h @ W.T`` re-reads
-        it per block of rows."""
-        if h.shape[0] <= 2 or self.lm_head.bias is not None:
-            return self.lm_head(h)
-        return (self.lm_head.weight @ h.t()).t()
 
     def forward(
         self,

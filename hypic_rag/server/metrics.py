@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -65,6 +65,7 @@ class ServerMetrics:
     def __init__(self, engine: Engine, queue_depth: Any, active: Any) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total and memory: what serving costs the host
         self.requests = Counter("hypic_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
         self.ttft = Histogram(
             "hypic_ttft_seconds",

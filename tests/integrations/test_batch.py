@@ -44,3 +44,18 @@ def test_llamaindex_concurrent_achat_calls_decode_together_and_answer_as_alone(e
 
     assert [r.message.content for r in asyncio.run(together())] == want
     assert max(rows) > 1
+
+
+def test_abatch_is_not_capped_by_the_event_loops_default_executor(engine, rows):
+    from concurrent.futures import ThreadPoolExecutor
+
+    llm = ChatHypic(engine=engine, max_tokens=12)
+    want = [llm.invoke(q).content for q in QUESTIONS]
+    rows.clear()
+
+    async def narrow_loop():  # a default executor of two threads would let at most two calls share a step
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+        return await llm.abatch(QUESTIONS)
+
+    assert [m.content for m in asyncio.run(narrow_loop())] == want
+    assert max(rows) > 2

@@ -87,3 +87,16 @@ def test_transition_outputs_only_for_the_columns_asked(t, chunk):
     q_tilde_r, p_r = recurrent_gated_delta_rule(q, k, torch.zeros_like(k), g, beta, eye)
     for a, b in ((full_out, out_r), (full_state, state_r), (full_q_tilde, q_tilde_r), (full_p, p_r)):
         assert (a - b).abs().max() < 1e-5
+
+
+def test_recurrence_keeps_the_callers_state_and_its_gradients():
+    q, k, v, g, beta, s0 = _inputs(4)
+    permuted = s0.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3)  # same values, heads-major strides
+    kept = permuted.clone()
+    out, state = recurrent_gated_delta_rule(q, k, v, g, beta, permuted)
+    assert torch.equal(permuted, kept)
+    torch.testing.assert_close(out, recurrent_gated_delta_rule(q, k, v, g, beta, s0)[0], rtol=0, atol=1e-6)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, s0)]
+    out, state = recurrent_gated_delta_rule(leaves[0], leaves[1], leaves[2], g, beta, leaves[3])
+    (out.square().sum() + state.sum()).backward()
+    assert all(x.grad is not None and torch.isfinite(x.grad).all() for x in leaves)

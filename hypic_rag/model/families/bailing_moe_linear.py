@@ -24,6 +24,7 @@ from ..block import GroupRoutedLayer
 from ..config import FULL, LINEAR, HybridConfig
 from ..family import Family
 from ..layers import PlainRMSNorm
+from ..linear import Linear
 from ..mixers.lightning import RingLightningAttention
 from ..state import RequestState
 from ..weight_names import drop, stack_experts
@@ -147,12 +148,12 @@ class RingSoftmaxAttention(nn.Module):
             config.head_dim,
         )
         h, hd = config.hidden_size, config.head_dim
-        self.query_key_value = nn.Linear(h, (self.heads + 2 * self.kv_heads) * hd, bias=config.attention_bias)
+        self.query_key_value = Linear(h, (self.heads + 2 * self.kv_heads) * hd, bias=config.attention_bias)
         self.qk_norm = config.ring_qk_norm
         if self.qk_norm:
             self.query_layernorm = PlainRMSNorm(hd, config.rms_norm_eps)
             self.key_layernorm = PlainRMSNorm(hd, config.rms_norm_eps)
-        self.dense = nn.Linear(self.heads * hd, h, bias=config.attention_bias)
+        self.dense = Linear(self.heads * hd, h, bias=config.attention_bias)
 
     def forward(
         self,

@@ -20,6 +20,7 @@ from ..attention import Attention
 from ..config import FULL, LINEAR, MLP, MOE, HybridConfig
 from ..family import Family
 from ..layers import GroupRouter, PlainRMSNorm
+from ..linear import Linear
 from ..mixers.mamba2 import Mamba2Mixer
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from ..weight_names import expert_groups
@@ -137,8 +138,8 @@ def relu2(x: torch.Tensor) -> torch.Tensor:
 class Relu2MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, bias: bool) -> None:
         super().__init__()
-        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        self.up_proj = Linear(hidden, intermediate, bias=bias)
+        self.down_proj = Linear(intermediate, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(relu2(self.up_proj(x)))
@@ -170,8 +171,8 @@ class Relu2MoE(nn.Module):
         self.experts = Relu2Experts(config, latent or config.hidden_size)
         self.shared_experts = Relu2MLP(config.hidden_size, config.shared_expert_intermediate_size, config.mlp_bias)
         if latent:
-            self.fc1_latent_proj = nn.Linear(config.hidden_size, latent, bias=config.mlp_bias)
-            self.fc2_latent_proj = nn.Linear(latent, config.hidden_size, bias=config.mlp_bias)
+            self.fc1_latent_proj = Linear(config.hidden_size, latent, bias=config.mlp_bias)
+            self.fc2_latent_proj = Linear(latent, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])

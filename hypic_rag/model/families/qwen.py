@@ -19,6 +19,7 @@ from ..block import PreNormLayer
 from ..config import FULL, LINEAR, HybridConfig
 from ..family import Family
 from ..layers import Experts, MoE, RMSNorm, Router, SwiGLU
+from ..linear import Linear
 from ..mixers.deltanet import GatedDeltaNet
 from ..weight_names import stack_experts
 from .reading import DELTA_SIZES, check_act, check_experts, check_rotary, common_fields, merge, rope_fields
@@ -165,7 +166,7 @@ class QwenLayer(PreNormLayer):
         h = config.hidden_size
         if config.is_moe_layer(idx):
             shared = ("shared_expert", SwiGLU(h, config.shared_expert_intermediate_size))
-            gate = nn.Linear(h, 1, bias=False)  # sigmoid-gates the shared expert
+            gate = Linear(h, 1, bias=False)  # sigmoid-gates the shared expert
             ffn: nn.Module = MoE(Router(config), Experts(config), shared=shared, shared_gate=gate)
         else:
             ffn = SwiGLU(h, config.intermediate_size)

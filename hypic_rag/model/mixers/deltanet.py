@@ -19,6 +19,7 @@ from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 
 from ..config import HybridConfig
 from ..layers import GatedRMSNorm
+from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 
@@ -38,16 +39,16 @@ class GatedDeltaNet(nn.Module):
         self.kernel = config.linear_conv_kernel_dim
         self.conv_dim = config.conv_dim
         h = config.hidden_size
-        self.in_proj_qkv = nn.Linear(h, self.conv_dim, bias=False)
-        self.in_proj_z = nn.Linear(h, self.value_dim, bias=False)
-        self.in_proj_b = nn.Linear(h, self.num_v_heads, bias=False)
-        self.in_proj_a = nn.Linear(h, self.num_v_heads, bias=False)
+        self.in_proj_qkv = Linear(h, self.conv_dim, bias=False)
+        self.in_proj_z = Linear(h, self.value_dim, bias=False)
+        self.in_proj_b = Linear(h, self.num_v_heads, bias=False)
+        self.in_proj_a = Linear(h, self.num_v_heads, bias=False)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.kernel, groups=self.conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.dv, config.linear_norm_eps or config.rms_norm_eps)
         self.beta_scale = config.linear_beta_scale  # OLMo hybrid's 2: negative eigenvalues allowed
-        self.out_proj = nn.Linear(self.value_dim, h, bias=False)
+        self.out_proj = Linear(self.value_dim, h, bias=False)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of one segment's cached state: end state ``b``, operator ``p``, conv tail."""

@@ -17,6 +17,7 @@ from hypic_rag.kernels.kda import kda_scan
 
 from ..config import HybridConfig
 from ..layers import PlainRMSNorm
+from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 from .recurrence import run_recurrence
@@ -28,8 +29,8 @@ class ForgetGate(nn.Module):
     def __init__(self, hidden: int, heads: int, dim: int) -> None:
         super().__init__()
         self.heads, self.dim = heads, dim
-        self.f_a_proj = nn.Linear(hidden, dim, bias=False)
-        self.f_b_proj = nn.Linear(dim, heads * dim, bias=False)
+        self.f_a_proj = Linear(hidden, dim, bias=False)
+        self.f_b_proj = Linear(dim, heads * dim, bias=False)
         self.dt_bias = nn.Parameter(torch.zeros(heads * dim))
         self.A_log = nn.Parameter(torch.zeros(1, 1, heads, 1))
 
@@ -53,11 +54,11 @@ class DeltaAttentionBase(nn.Module):
         self.heads, self.dim = config.linear_num_value_heads, config.linear_value_head_dim
         self.inner = inner = self.heads * self.dim
         self.kernel = config.linear_conv_kernel_dim
-        self.q_proj = nn.Linear(h, inner, bias=False)
-        self.k_proj = nn.Linear(h, inner, bias=False)
-        self.v_proj = nn.Linear(h, inner, bias=False)
+        self.q_proj = Linear(h, inner, bias=False)
+        self.k_proj = Linear(h, inner, bias=False)
+        self.v_proj = Linear(h, inner, bias=False)
         self.conv1d = nn.Conv1d(3 * inner, 3 * inner, self.kernel, groups=3 * inner, bias=False)
-        self.b_proj = nn.Linear(h, self.heads, bias=False)
+        self.b_proj = Linear(h, self.heads, bias=False)
         self.o_norm = PlainRMSNorm(self.dim, config.rms_norm_eps)
 
     def decay(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,9 +121,9 @@ class KimiDeltaAttention(DeltaAttentionBase):
         super().__init__(config, layer_idx)
         h = config.hidden_size
         self.forget_gate = ForgetGate(h, self.heads, self.dim)
-        self.g_a_proj = nn.Linear(h, self.dim, bias=False)
-        self.g_b_proj = nn.Linear(self.dim, self.inner, bias=False)
-        self.o_proj = nn.Linear(self.inner, h, bias=False)
+        self.g_a_proj = Linear(h, self.dim, bias=False)
+        self.g_b_proj = Linear(self.dim, self.inner, bias=False)
+        self.o_proj = Linear(self.inner, h, bias=False)
 
     def decay(self, x: torch.Tensor) -> torch.Tensor:
         return self.forget_gate(x)
@@ -144,9 +145,9 @@ class BailingDeltaAttention(DeltaAttentionBase):
         h = config.hidden_size
         self.A_log = nn.Parameter(torch.zeros(self.heads))
         self.dt_bias = nn.Parameter(torch.zeros(self.inner))
-        self.f_proj = nn.Linear(h, self.inner, bias=False)
-        self.g_proj = nn.Linear(h, self.inner, bias=False)
-        self.dense = nn.Linear(self.inner, h, bias=False)
+        self.f_proj = Linear(h, self.inner, bias=False)
+        self.g_proj = Linear(h, self.inner, bias=False)
+        self.dense = Linear(self.inner, h, bias=False)
         self.safe_gate, self.lower_bound = config.kda_safe_gate, config.kda_lower_bound
 
     def decay(self, x: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from hypic_rag.kernels.ssd import ssd_scan
 
 from ..config import HybridConfig
 from ..layers import PlainRMSNorm
+from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from .recurrence import run_recurrence
 
@@ -82,9 +83,9 @@ class LightningAttention(nn.Module):
         self.layer_idx = layer_idx
         self.heads, self.head_dim = config.num_attention_heads, config.head_dim
         inner = self.heads * self.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, 3 * inner, bias=False)
-        self.output_gate = nn.Linear(config.hidden_size, inner, bias=False)
-        self.out_proj = nn.Linear(inner, config.hidden_size, bias=False)
+        self.qkv_proj = Linear(config.hidden_size, 3 * inner, bias=False)
+        self.output_gate = Linear(config.hidden_size, inner, bias=False)
+        self.out_proj = Linear(inner, config.hidden_size, bias=False)
         self.norm = PlainRMSNorm(inner, 1e-6)  # transformers' MiniMaxRMSNorm default, not rms_norm_eps
         self.layers = config.num_hidden_layers
         self._decay: torch.Tensor | None = None
@@ -161,13 +162,13 @@ class RingLightningAttention(nn.Module):
         self.heads, self.head_dim = config.num_attention_heads, config.head_dim
         h, inner = config.hidden_size, config.num_attention_heads * config.head_dim
         self.silu, self.qk_norm, self.rotary = config.ring_linear_silu, config.ring_qk_norm, config.ring_linear_rope
-        self.query_key_value = nn.Linear(h, 3 * inner, bias=config.attention_bias)
+        self.query_key_value = Linear(h, 3 * inner, bias=config.attention_bias)
         if self.qk_norm:
             self.query_layernorm = PlainRMSNorm(self.head_dim, config.rms_norm_eps)
             self.key_layernorm = PlainRMSNorm(self.head_dim, config.rms_norm_eps)
-        self.g_proj = nn.Linear(h, inner, bias=False)
+        self.g_proj = Linear(h, inner, bias=False)
         self.g_norm = GroupRMSNorm(inner, config.ring_group_norm_size, config.rms_norm_eps)
-        self.dense = nn.Linear(inner, h, bias=config.attention_bias)
+        self.dense = Linear(inner, h, bias=config.attention_bias)
         self._decay: torch.Tensor | None = None
 
     def log_decay(self, device: torch.device) -> torch.Tensor:

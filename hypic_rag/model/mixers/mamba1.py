@@ -17,6 +17,7 @@ from hypic_rag.kernels.selective_scan import selective_scan
 
 from ..config import HybridConfig
 from ..layers import PlainRMSNorm
+from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 from .recurrence import run_recurrence
@@ -30,13 +31,13 @@ class Mamba1Mixer(nn.Module):
         self.layer_idx = layer_idx
         h, inner, s, rank = config.hidden_size, config.mamba1_inner, config.ssm_state_size, config.mamba_dt_rank
         self.inner, self.state_size, self.rank, self.kernel = inner, s, rank, config.mamba_conv_kernel
-        self.in_proj = nn.Linear(h, 2 * inner, bias=config.mamba_proj_bias)
+        self.in_proj = Linear(h, 2 * inner, bias=config.mamba_proj_bias)
         self.conv1d = nn.Conv1d(inner, inner, self.kernel, groups=inner, bias=config.mamba_conv_bias)
-        self.x_proj = nn.Linear(inner, rank + 2 * s, bias=False)
-        self.dt_proj = nn.Linear(rank, inner, bias=True)
+        self.x_proj = Linear(inner, rank + 2 * s, bias=False)
+        self.dt_proj = Linear(rank, inner, bias=True)
         self.A_log = nn.Parameter(torch.zeros(inner, s))
         self.D = nn.Parameter(torch.ones(inner))
-        self.out_proj = nn.Linear(inner, h, bias=config.mamba_proj_bias)
+        self.out_proj = Linear(inner, h, bias=config.mamba_proj_bias)
         self.dt_layernorm = PlainRMSNorm(rank, config.rms_norm_eps)
         self.b_layernorm = PlainRMSNorm(s, config.rms_norm_eps)
         self.c_layernorm = PlainRMSNorm(s, config.rms_norm_eps)

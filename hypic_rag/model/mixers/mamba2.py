@@ -16,6 +16,7 @@ from hypic_rag.kernels.algebra import SCALAR, ssd_split_transition
 from hypic_rag.kernels.ssd import ssd_scan
 
 from ..config import HybridConfig
+from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 from .recurrence import run_recurrence
@@ -54,7 +55,7 @@ class Mamba2Mixer(nn.Module):
         self.kernel = config.mamba_conv_kernel
         self.dt_min, self.dt_max = config.time_step_min, config.time_step_max
         h = config.hidden_size
-        self.in_proj = nn.Linear(h, self.inner + self.conv_dim + self.heads, bias=config.mamba_proj_bias)
+        self.in_proj = Linear(h, self.inner + self.conv_dim + self.heads, bias=config.mamba_proj_bias)
         self.conv1d = nn.Conv1d(
             self.conv_dim, self.conv_dim, self.kernel, groups=self.conv_dim, bias=config.mamba_conv_bias
         )
@@ -66,7 +67,7 @@ class Mamba2Mixer(nn.Module):
             gate_first = config.mamba_norm == "gate_then_norm"
             self.norm = GroupedGatedRMSNorm(self.inner, self.groups, config.rms_norm_eps, gate_first)
         out_bias = config.mamba_proj_bias if config.mamba_out_bias is None else config.mamba_out_bias
-        self.out_proj = nn.Linear(self.inner, h, bias=out_bias)
+        self.out_proj = Linear(self.inner, h, bias=out_bias)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of one segment's cached state: end state ``b``, operator ``p``, conv tail."""

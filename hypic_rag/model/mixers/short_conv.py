@@ -14,6 +14,7 @@ from torch import nn
 from hypic_rag.kernels.algebra import NONE, SplitTransition
 
 from ..config import HybridConfig
+from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 
@@ -27,8 +28,8 @@ class ShortConv(nn.Module):
         h, bias = config.hidden_size, config.short_conv_bias
         self.kernel = config.short_conv_kernel
         self.conv = nn.Conv1d(h, h, self.kernel, groups=h, bias=bias)
-        self.in_proj = nn.Linear(h, 3 * h, bias=bias)
-        self.out_proj = nn.Linear(h, h, bias=bias)
+        self.in_proj = Linear(h, 3 * h, bias=bias)
+        self.out_proj = Linear(h, h, bias=bias)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"b": (0,), "p": (0,), "conv_tail": (self.conv.weight.shape[0], self.kernel - 1)}

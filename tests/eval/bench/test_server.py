@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from hypic_rag.eval.bench.server import concurrency, live_max_qps, run
 from hypic_rag.eval.bench.slo import Traffic
 from hypic_rag.testing.synthetic import TINY
@@ -73,6 +75,10 @@ def test_concurrency_reports_each_max_active():
     for row in report["runs"].values():
         assert 0 < row["mean_ttft_s"] <= row["max_ttft_s"] <= row["wall_s"] + 1e-6
         assert 4 <= row["generated_tokens"] <= 12  # every answer has at least its first token
+        if sys.platform.startswith("linux"):  # read from the server's process_cpu_seconds_total (/proc)
+            assert row["server_cpu_s"] > 0
+    if sys.platform.startswith("linux"):
+        assert report["tokens_per_server_cpu_s_ratio"] > 0
     assert report["runs"]["2"]["answers_equal_to_max_active_1"] == "4/4"  # batched answers are the ones alone
     assert report["runs"]["2"]["mean_batch_size"] > 1
 

@@ -1,0 +1,150 @@
+"""Linear layers laid out for decode batches on CPU: the LM head's weight pre-packed for oneDNN, and the
+other projections run as ``W @ h.T`` for a batch's rows.
+
+Decode on CPU is bound by reading weights, and the LM head is the largest one (a 248k-token vocabulary at
+hidden 1,024 is 1 GB in fp32). ``F.linear`` hands a few rows to BLAS, which packs the weight into its own
+blocked layout on every call: for one row that is a plain matrix-vector pass, but for a batch of rows the
+weight is read twice (once to pack, once to multiply), so a batched decode step costs far more than one row
+though the weight is the same. oneDNN can pack the weight once, ahead of time
+(``torch.ops.mkldnn._reorder_linear_weight``); its matmul then streams the packed copy once per call, for one
+row or many. PyTorch has no public API for this, so the head holds the packed copy itself, rebuilt when the
+weight changes, and falls back to ``F.linear`` wherever oneDNN is missing (other devices, other dtypes,
+training). The same kernel serves one row and a batch, so a row's head logits are the same alone and batched.
+
+The packed copy is extra memory, the size of the head's weight; ``pack = False`` on the module frees it and
+turns packing off (``hypic-rag serve --no-pack-head``, ``Engine.from_pretrained(pack_head=False)``).
+The decoder layers' projections are smaller and many, so they keep one copy: a decode batch's rows ``[B, 1, H]``
+go through ``W @ h.T``, a GEMM with the weight's long side first, which streams the weight once where
+``h @ W.T`` (``F.linear``) re-reads it; one row and prefill keep ``F.linear``, so there a row alone and in a
+batch differ by a matmul's rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn import functional as F
+
+# The batch size oneDNN tunes the packed layout for; one row runs as fast as with the plain weight.
+_PACK_ROWS = 16
+
+
+# A decode batch's rows past which ``F.linear``'s layout is as good (the weight is read once either way).
+_ROWS = range(3, 65)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose decode batch on CPU runs weight-first (module docstring)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in _ROWS and x.device.type == "cpu":
+            out = (self.weight @ x[:, 0].t()).t()[:, None]
+            return out if self.bias is None else out + self.bias
+        return F.linear(x, self.weight, self.bias)
+
+
+class LMHead(nn.Linear):
+    """``nn.Linear`` without bias whose CPU fp32 inference runs on a weight packed once (module docstring).
+
+    The copy is rebuilt when the weight is replaced, moved, cast, loaded or written in place through the
+    parameter; a write through ``.data`` (or into a weight made under ``torch.inference_mode``) is not seen:
+    call ``invalidate()`` after one."""
+
+    def __init__(self, hidden_size: int, vocab_size: int) -> None:
+        super().__init__(hidden_size, vocab_size, bias=False)
+        self._packed = _PackedCopy()
+
+    @property
+    def pack(self) -> bool:
+        """Whether CPU fp32 inference runs on the packed copy; setting it False frees the copy."""
+        return self._packed.enabled
+
+    @pack.setter
+    def pack(self, on: bool) -> None:
+        self._packed.enabled = bool(on)
+        if not on:
+            self.invalidate()
+
+    def invalidate(self) -> None:
+        """Drop the packed copy; the next call builds it from the weight as it is then."""
+        self._packed.clear()
+
+    def _apply(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.invalidate()  # ``to``, ``float``, ``cpu``...: the weight is replaced
+        return super()._apply(*args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        self.invalidate()
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        packed = self.packed_weight(h)
+        if packed is None:
+            return F.linear(h, self.weight)
+        return torch.ops.mkldnn._linear_pointwise(h.contiguous(), packed, None, "none", [], "")
+
+    def packed_weight(self, h: torch.Tensor) -> torch.Tensor | None:
+        """The packed weight for this input, or ``None`` where the plain product must run."""
+        w = self.weight
+        if not self.pack or w.device.type != "cpu" or w.dtype != torch.float32:
+            self.invalidate()  # the weight itself cannot use it: hold no copy
+            return None
+        if h.dtype != torch.float32 or (torch.is_grad_enabled() and (w.requires_grad or h.requires_grad)):
+            return None
+        if not torch.backends.mkldnn.is_available():
+            return None
+        return self._packed.of(w)
+
+
+class _PackedCopy:
+    """The head's packed weight, which a copy of the model rebuilds rather than copies (an opaque oneDNN
+    tensor has no storage to copy or serialize). One lock, so threads meeting an unpacked head build one copy."""
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self._lock = threading.Lock()
+        self._key: tuple[int, int, int, tuple[int, ...]] | None = None
+        self._storage: StorageWeakRef | None = None  # a freed weight whose address is reused is not this one
+        self._tensor: torch.Tensor | None = None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._key = self._storage = self._tensor = None
+
+    @property
+    def held(self) -> bool:
+        return self._tensor is not None
+
+    def of(self, w: torch.Tensor) -> torch.Tensor | None:
+        key = (w.data_ptr(), _version(w), id(w), tuple(w.shape))
+        with self._lock:
+            if self._key == key and self._storage is not None and not self._storage.expired():
+                return self._tensor
+            self._key = self._storage = self._tensor = None  # the old copy goes before the new one is built
+            try:
+                packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), _PACK_ROWS)
+            except (AttributeError, RuntimeError):  # a torch build without the op: the plain product from now on
+                self.enabled = False
+                return None
+            self._key, self._storage, self._tensor = key, StorageWeakRef(w.untyped_storage()), packed
+            return packed
+
+    def __deepcopy__(self, memo: dict) -> _PackedCopy:
+        twin = _PackedCopy()
+        twin.enabled = self.enabled
+        return twin
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return _PackedCopy, ()
+
+
+def _version(w: torch.Tensor) -> int:
+    """The weight's in-place write count. An inference tensor keeps none: a weight made under
+    ``torch.inference_mode`` is repacked only when it is replaced, not when written in place."""
+    try:
+        return w._version
+    except RuntimeError:
+        return -1

@@ -1,0 +1,108 @@
+"""The decode-batch layouts of ``model/linear.py`` compute the same products as ``nn.Linear``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from hypic_rag.model.linear import Linear, LMHead
+
+
+def _head(vocab: int = 1000, hidden: int = 64) -> LMHead:
+    head = LMHead(hidden, vocab)
+    torch.nn.init.normal_(head.weight, std=0.05)
+    return head
+
+
+@torch.inference_mode()
+def test_head_matches_the_plain_product_and_a_row_alone_equals_it_in_a_batch():
+    head = _head()
+    h = torch.randn(8, 64)
+    out = head(h)
+    torch.testing.assert_close(out, F.linear(h, head.weight), rtol=0, atol=1e-5)
+    for i in range(8):
+        assert torch.equal(head(h[i : i + 1]), out[i : i + 1]) or torch.allclose(
+            head(h[i : i + 1]), out[i : i + 1], atol=1e-6
+        )
+    assert head(torch.randn(2, 3, 64)).shape == (2, 3, 1000)
+
+
+def test_head_repacks_when_its_weight_changes():
+    head = _head()  # a loaded model's weights are ordinary tensors, written in place under no_grad
+    h = torch.randn(4, 64)
+    with torch.inference_mode():
+        before = head(h)
+    with torch.no_grad():
+        head.weight.mul_(2.0)
+    with torch.inference_mode():
+        torch.testing.assert_close(head(h), 2 * before, rtol=1e-5, atol=1e-5)
+        head.weight = torch.nn.Parameter(torch.ones(1000, 64), requires_grad=False)
+        torch.testing.assert_close(head(h), h.sum(-1, keepdim=True).expand(4, 1000), rtol=1e-5, atol=1e-5)
+
+
+def test_head_falls_back_off_cpu_fp32_and_under_autograd():
+    head = _head()
+    assert head.packed_weight(torch.randn(1, 64)) is None  # autograd on: the weight requires grad
+    with torch.inference_mode():
+        assert head.packed_weight(torch.randn(1, 64, dtype=torch.float64)) is None
+        head.pack = False
+        assert head.packed_weight(torch.randn(1, 64)) is None
+    h = torch.randn(3, 64, requires_grad=True)
+    head(h).sum().backward()  # the plain product keeps gradients
+    assert h.grad is not None and head.weight.grad is not None
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 64, 65])
+@torch.inference_mode()
+def test_linear_decode_rows_match_f_linear(rows: int, bias: bool):
+    layer = Linear(48, 96, bias=bias)
+    x = torch.randn(rows, 1, 48)
+    out = layer(x)
+    assert out.shape == (rows, 1, 96)
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=0, atol=1e-5)
+    torch.testing.assert_close(layer(x.reshape(1, rows, 48))[0], out[:, 0], rtol=0, atol=1e-5)
+
+
+@torch.inference_mode()
+def test_a_copied_head_repacks_its_own_weight():
+    import copy
+
+    head = _head()
+    h = torch.randn(2, 64)
+    out = head(h)
+    twin = copy.deepcopy(head)
+    torch.testing.assert_close(twin(h), out, rtol=0, atol=0)
+    assert twin.packed_weight(h) is not head.packed_weight(h)
+
+
+def test_head_drops_its_copy_when_the_weight_is_cast_loaded_or_packing_turned_off():
+    head = _head()
+    h = torch.randn(3, 64)
+    with torch.inference_mode():
+        head(h)
+    assert head._packed.held
+    head.to(torch.bfloat16).to(torch.float32)  # the weight now holds bf16-rounded values
+    with torch.inference_mode():
+        torch.testing.assert_close(head(h), F.linear(h, head.weight), rtol=0, atol=1e-5)
+    head.load_state_dict({"weight": torch.full((1000, 64), 0.5)})
+    with torch.inference_mode():
+        torch.testing.assert_close(head(h), F.linear(h, head.weight), rtol=0, atol=1e-5)
+        head.pack = False
+        assert not head._packed.held and head.packed_weight(h) is None
+        head.pack = True
+        head(h)
+        assert head._packed.held
+        head.invalidate()
+        assert not head._packed.held
+
+
+def test_engine_loads_without_a_packed_head_when_asked():
+    from hypic_rag import Engine
+
+    engine = Engine.from_pretrained(pack_head=False)
+    assert engine.model.lm_head.pack is False
+    packed = Engine.from_pretrained()
+    assert engine.generate([], "Hi", max_new_tokens=4).text == packed.generate([], "Hi", max_new_tokens=4).text
+    assert not engine.model.lm_head._packed.held
