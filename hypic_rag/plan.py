@@ -40,7 +40,7 @@ def check_seam(seam: object) -> None:
 def resolve_seam(seam: int | float, length: int) -> int:
     """A token count, or a fraction of the segment (rounded up), capped at its length."""
     if seam in ADAPTIVE:
-        raise ValueError(f'a {seam!r} seam has no width of its own: each boundary gets one (plan.choose_widths)')
+        raise ValueError(f"a {seam!r} seam has no width of its own: each boundary gets one (plan.choose_widths)")
     if isinstance(seam, bool) or not isinstance(seam, (int, float)) or not math.isfinite(seam) or seam < 0:
         raise ValueError(f'seam must be a token count, a fraction in [0, 1], "auto" or "blend", got {seam!r}')
     if isinstance(seam, float):

@@ -35,7 +35,7 @@ def test_the_probe_places_only_the_layers_it_reads(checkpoint, monkeypatch):
 
     monkeypatch.setattr(deviation, "fused_inputs", spy)
     dev = boundary_deviation(engine.model, plan, found, query=False)
-    (state, inputs), = states
+    ((state, inputs),) = states
     placed = [i for i in state.attention_layer_ids if state.attention(i) is not None]
     assert placed == [first] and all(i < first for i in inputs.jumps.linear)
     assert dev.probe_layers == first + 1 and dev.probe_tokens == inputs.ids.shape[1]

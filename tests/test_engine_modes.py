@@ -419,9 +419,10 @@ def test_the_guard_never_widens_pic(checkpoint):
     assert _diff(out.prompt_logits, plain.prompt_logits) < 1e-6
     # a budget pic misses but hypic's widening meets: hypic widens, pic runs exactly
     middle = out.stats["fidelity_estimate"] / 2
-    assert strict.generate(segs, q, mode="pic", fidelity_budget=middle, max_new_tokens=1).stats[
-        "fidelity_action"
-    ] == "exact"
+    assert (
+        strict.generate(segs, q, mode="pic", fidelity_budget=middle, max_new_tokens=1).stats["fidelity_action"]
+        == "exact"
+    )
 
 
 def test_auto_is_also_an_engine_default(checkpoint):

@@ -27,6 +27,8 @@ def test_the_pareto_run_counts_each_seams_tokens_and_its_probe(monkeypatch):
     assert set(rows) == {"8", "auto", "blend:8"}
     assert rows["8"]["cost_tokens"] == rows["8"]["recomputed_tokens"]  # a fixed seam probes nothing
     # blend's probe runs every segment token through the first attention layer; auto's only its seams
-    assert rows["blend:8"]["cost_tokens"] - rows["blend:8"]["recomputed_tokens"] > (
-        rows["auto"]["cost_tokens"] - rows["auto"]["recomputed_tokens"]
-    ) > 0
+    assert (
+        rows["blend:8"]["cost_tokens"] - rows["blend:8"]["recomputed_tokens"]
+        > (rows["auto"]["cost_tokens"] - rows["auto"]["recomputed_tokens"])
+        > 0
+    )
