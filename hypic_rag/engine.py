@@ -507,7 +507,8 @@ class Engine:
         layer, blend = probe_layer(self.model), plan.seam == BLEND
         probed, isolated = list(found), 0
         # cold segments the probe reads (boundaries) or jumps over, as a warm request's probe does (not blend's)
-        cold = [i for i in (plan.boundaries if blend else range(len(found))) if plan.segments[i].key and not found[i]]
+        reads = plan.boundaries if blend else range(len(found))
+        cold = [i for i in reads if plan.segments[i].key is not None and found[i] is None]
         if layer is not None and self.cold_policy == "parallel":
             for i in cold:
                 probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
