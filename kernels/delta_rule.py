@@ -186,13 +186,21 @@ def recurrent_gated_delta_rule(
     dv = v.shape[-1]
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(q)
     out = q.new_empty(b, h, t, dv)
-    # Each token reads the [dk, dv] state three times (a matvec for the recall, a rank-1 update, a matvec for the
-    # output) after one decaying copy; the caller's initial state is never written.
+    # One pass over the state reads both k^T S and q^T S; the output and the recall are then taken through the
+    # decay and the update algebraically (q^T S' = a q^T S + (q.k) delta), and the new state is one decaying copy
+    # plus a rank-1 update into it: three passes over [dk, dv] a token. The caller's initial state is never
+    # written; under autograd the update is out of place.
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, g, beta, state))
     for i in range(t):
-        state = (state * g[:, :, i].exp()[..., None, None]).reshape(b * h, dk, dv)
-        k_t = k[:, :, i].reshape(b * h, 1, dk)
-        delta = (v[:, :, i].reshape(b * h, 1, dv) - torch.bmm(k_t, state)) * beta[:, :, i].reshape(b * h, 1, 1)
-        state = torch.baddbmm(state, k_t.transpose(1, 2), delta)  # not in place: autograd saved it for the recall
-        out[:, :, i] = torch.bmm(q[:, :, i].reshape(b * h, 1, dk), state).view(b, h, dv)
-        state = state.view(b, h, dk, dv)
+        decay = g[:, :, i].exp().reshape(b * h, 1, 1)
+        flat = state.reshape(b * h, dk, dv)
+        kq = torch.stack((k[:, :, i], q[:, :, i]), dim=2).reshape(b * h, 2, dk)
+        read = torch.bmm(kq, flat)  # [BH, 2, dv]: k^T S, q^T S
+        delta = (v[:, :, i].reshape(b * h, 1, dv) - decay * read[:, :1]) * beta[:, :, i].reshape(b * h, 1, 1)
+        qk = (kq[:, 1:] * kq[:, :1]).sum(-1, keepdim=True)
+        out[:, :, i] = (decay * read[:, 1:] + qk * delta).view(b, h, dv)
+        kcol = kq[:, :1].transpose(1, 2)
+        flat = flat * decay
+        flat = torch.baddbmm(flat, kcol, delta) if grad else flat.baddbmm_(kcol, delta)
+        state = flat.view(b, h, dk, dv)
     return out, state
