@@ -15,44 +15,40 @@ cached keys rotated once. ``assemble`` stays as its reference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from dataclasses import dataclass
 
 import torch
 
-from .cache.entry import CachedSegment, LinearEntry, LinearRemainder
-from .kernels.algebra import compose_forms, dense_operator, dense_state, rerotate
+from .cache.entry import CachedSegment, LinearEntry, LinearRemainder, LinearTokens
+from .kernels.algebra import DeltaTokens, compose_forms, rerotate
 from .kernels.indices import int64
 from .model import HybridModel, RequestState, SegmentJumps
 from .plan import RequestPlan
 
-E = TypeVar("E", LinearEntry, LinearRemainder)
+Operator = LinearEntry | LinearRemainder | DeltaTokens
 
 
 def operators(
     cached: CachedSegment, seam: int, variant: str, through_layer: int | None = None
-) -> tuple[bool, dict[int, LinearEntry | LinearRemainder]]:
-    """Per linear layer (up to ``through_layer``), the operator (``p``, ``b``) that carries the state past a
-    cached segment after ``seam`` recomputed tokens, and whether it starts from the state after the seam
-    (variant B's remainder) rather than the state before it (the whole segment's, variant A or no seam)."""
+) -> tuple[bool, dict[int, Operator]]:
+    """Per linear layer (up to ``through_layer``), the map that carries the state past a cached segment after
+    ``seam`` recomputed tokens (``p`` and ``b``, or the segment's tokens as a ``DeltaTokens``, applied without
+    forming ``p``), and whether it starts from the state after the seam (variant B's remainder) rather than the
+    state before it (the whole segment's, variant A or no seam)."""
     after_seam = variant == "B" and seam > 0
     if not after_seam:
-        return False, {i: _dense(e) for i, e in cached.entry.linear.items() if _reaches(i, through_layer)}
+        return False, {i: _operator(e) for i, e in cached.entry.linear.items() if _reaches(i, through_layer)}
     if cached.remainder is None or cached.remainder.seam != seam:
         raise ValueError(f"segment with a {seam}-token seam needs its remainder entry after {seam} tokens")
-    return True, {i: _dense(e) for i, e in cached.remainder.linear.items() if _reaches(i, through_layer)}
+    return True, {i: _operator(e) for i, e in cached.remainder.linear.items() if _reaches(i, through_layer)}
 
 
 def _reaches(layer: int, through_layer: int | None) -> bool:
     return through_layer is None or layer <= through_layer
 
 
-def _dense(e: E) -> E:
-    """An operator kept in packed WY form and a state kept as its factors (short Gated DeltaNet segments)
-    expanded for the kernels."""
-    if e.p.dim() != 3 or e.p.shape[-1] == e.p.shape[-2] == e.b.shape[1]:
-        return e
-    return replace(e, p=dense_operator(e.p), b=dense_state(e.b, e.p.shape[1]))
+def _operator(e: LinearEntry | LinearRemainder | LinearTokens) -> Operator:
+    return e.operator() if isinstance(e, LinearTokens) else e
 
 
 def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:
@@ -82,8 +78,11 @@ def install_segment(model: HybridModel, state: RequestState, cached: CachedSegme
     forms, mixers = model.operator_forms, model.linear_mixers()
     linear = {}
     for i, lin in entry.linear.items():
-        start = state.linear(i).recurrent[0] if after_seam else before[i]
-        s = compose_forms(forms[i], ops[i].p[None], _placed(mixers[i], ops[i].b, offset, model)[None], start)[0]
+        start, op = state.linear(i).recurrent[0] if after_seam else before[i], ops[i]
+        if isinstance(op, DeltaTokens):
+            s = op.apply(start)
+        else:
+            s = compose_forms(forms[i], op.p[None], _placed(mixers[i], op.b, offset, model)[None], start)[0]
         linear[i] = (lin.conv_tail[None].to(model.dtype), s[None])
     kv = {i: (att.keys[None, :, w:], att.values[None, :, w:]) for i, att in entry.attention.items()}
     state.extend(n - w, linear, kv, shift=offset)  # keys stay at w..L-1; stitch moves them by `offset`
@@ -137,7 +136,9 @@ def fused_inputs(
     at: list[int] = []
     src: list[int] = []
     linear = [i for i in state.linear_layer_ids if _reaches(i, through_layer)]
-    ops: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {i: [] for i in linear}
+    ops: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in linear}
+    tails: dict[int, list[torch.Tensor]] = {i: [] for i in linear}
+    tokens: dict[int, list[DeltaTokens | None]] = {i: [] for i in linear}
     mixers = model.linear_mixers()
     attention = [i for i in state.attention_layer_ids if _reaches(i, through_layer)]
     placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in attention}
@@ -163,8 +164,11 @@ def fused_inputs(
         at.append(len(fresh))
         src.append(len(fresh) if after_seam else before)
         for i in linear:
-            tail = found.entry.linear[i].conv_tail
-            ops[i].append((through[i].p, _placed(mixers[i], through[i].b, offset, model), tail))
+            op = through[i]
+            tails[i].append(found.entry.linear[i].conv_tail)
+            tokens[i].append(op if isinstance(op, DeltaTokens) else None)
+            if not isinstance(op, DeltaTokens):
+                ops[i].append((op.p, _placed(mixers[i], op.b, offset, model)))
         for i in attention:
             att = found.entry.attention[i]
             placed[i].append((att.keys[:, w:], att.values[:, w:]))
@@ -185,9 +189,22 @@ def fused_inputs(
     positions += range(offset, offset + len(plan.query))
     jumps = None
     if at:
-        stacked = {i: tuple(torch.stack(t) for t in zip(*layer_ops, strict=True)) for i, layer_ops in ops.items()}
-        jumps = SegmentJumps(int64(at), int64(src), stacked)
+        stacked = {i: (*_stacked(ops[i], tokens[i]), torch.stack(tails[i])) for i in ops}
+        kept = {i: tuple(t) for i, t in tokens.items() if any(x is not None for x in t)}
+        jumps = SegmentJumps(int64(at), int64(src), stacked, kept)
     return FusedInputs(int64(fresh, device)[None], int64(positions, device), jumps, seams, offsets, len(shifts))
+
+
+def _stacked(
+    dense: list[tuple[torch.Tensor, torch.Tensor]], tokens: list[DeltaTokens | None]
+) -> tuple[torch.Tensor, ...]:
+    """The dense jumps' ``P`` and ``B`` stacked; none (``[0, H, K, K]``, ``[0, H, K, V]``) where every jump of the
+    layer keeps its tokens."""
+    if dense:
+        return tuple(torch.stack(t) for t in zip(*dense, strict=True))
+    first = next(t for t in tokens if t is not None)
+    (h, _, dk), dv = first.k.shape, first.v.shape[-1]
+    return first.k.new_zeros(0, h, dk, dk), first.k.new_zeros(0, h, dk, dv)
 
 
 @torch.inference_mode()

@@ -21,6 +21,8 @@ from .cache import (
     CachedSegment,
     DiskCacheTier,
     PrefixStore,
+    RemainderEntry,
+    SegmentEntry,
     SegmentStore,
     checkpoint_fingerprint,
     default_cache_dir,
@@ -485,7 +487,8 @@ class Engine:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
-        stats.cache_bytes = sum(self.segment_store.held_nbytes(f) for f in found if f is not None)
+        held = zip(plan.segments, found, strict=True)
+        stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         return logits, deferred
 
@@ -545,8 +548,7 @@ class Engine:
             had = found[i]
             composes = had.remainder.seam if had is not None and had.remainder is not None else 0
             if had is not None and seg.key is not None and composes != seg.remainder:
-                remainder = self.segment_store.get_remainder(seg.key, seg.ids, seg.remainder) if seg.remainder else None
-                found[i] = CachedSegment(had.entry, remainder)
+                found[i] = CachedSegment(had.entry, self._remainder(seg, had.entry))
         return plan
 
     def _lookup(self, plan: RequestPlan, kinds: Sequence[str] | None = None) -> list[CachedSegment | None]:
@@ -556,9 +558,15 @@ class Engine:
         for i, seg in enumerate(plan.segments):
             kind = kinds[i] if kinds is not None else None
             entry = store.get(seg.key, seg.ids, kind) if seg.key is not None else None
-            remainder = store.get_remainder(seg.key, seg.ids, seg.remainder) if entry and seg.remainder else None
-            out.append(CachedSegment(entry, remainder) if entry is not None else None)
+            out.append(CachedSegment(entry, self._remainder(seg, entry)) if entry is not None else None)
         return out
+
+    def _remainder(self, seg: SegmentPlan, entry: SegmentEntry) -> RemainderEntry | None:
+        """The remainder ``seg``'s plan composes: a view of an entry that keeps its tokens, else the store's."""
+        if not seg.remainder:
+            return None
+        derived = entry.derived_remainder(seg.remainder)
+        return derived if derived is not None else self.segment_store.get_remainder(seg.key, seg.ids, seg.remainder)
 
     def _fill(self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]]) -> list[CachedSegment]:
         """Prefill the missed segments in isolation, all at once, and store what the cache lacked: the
@@ -569,9 +577,10 @@ class Engine:
         out = []
         for (seg, had), made in zip(misses, fresh, strict=True):
             entry = had.entry if had else self.segment_store.put(seg.key, made.entry)
-            remainder = made.remainder
-            if remainder is not None:
-                remainder = self.segment_store.put_remainder(seg.key, remainder)
+            # a remainder derived from the entry as stored (so that cold equals warm), else stored beside it
+            remainder = entry.derived_remainder(seg.record_remainder)
+            if remainder is None and made.remainder is not None:
+                remainder = self.segment_store.put_remainder(seg.key, made.remainder)
             out.append(CachedSegment(entry, remainder if seg.remainder else None))
         return out
 

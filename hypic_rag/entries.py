@@ -2,7 +2,9 @@
 from the zero state, whose per-row states, transition operators and KV become cache entries.
 
 The operators come out of the forward through an explicit ``TransitionCapture``; each row's
-remainder (seam variant B) starts at its own column, so the batch needs no common split.
+remainder (seam variant B) starts at its own column, so the batch needs no common split. A short Gated DeltaNet
+segment keeps the capture's keys, values and gates instead (``cache.entry.LinearTokens``): its operator and state
+are functions of them in fewer numbers, and every remainder is a suffix of them, so none is stored.
 """
 
 from __future__ import annotations
@@ -11,8 +13,16 @@ from collections.abc import Sequence
 
 import torch
 
-from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
-from .kernels.algebra import low_rank_state, rerotate, wy_operator
+from .cache.entry import (
+    AttentionEntry,
+    CachedSegment,
+    LinearEntry,
+    LinearRemainder,
+    LinearTokens,
+    RemainderEntry,
+    SegmentEntry,
+)
+from .kernels.algebra import rerotate
 from .model import HybridModel, TransitionCapture
 
 
@@ -23,24 +33,25 @@ def prefill_isolated(
     remainders: Sequence[int],
     *,
     max_batch_tokens: int = 2048,
-    wy: bool = True,
+    compact: bool = True,
 ) -> list[CachedSegment]:
     """One entry per segment. ``0 < remainders[i] < len(segments[i])`` also records its remainder after that
     many tokens, the operator of tokens ``[remainders[i], L)`` (seam variant B). Segments go longest first in
     batches of at most ``max_batch_tokens`` padded tokens, so padding stays small; a longer segment runs alone.
     On CPU a batch of that size keeps its activations cache-sized, which prefilled cold documents faster than
-    one batch of all of them (``hypic-rag bench --sweep cold``). ``wy``: keep short segments' Gated DeltaNet
-    operators in WY form (``kernels.algebra.WYOperator``; False: always dense)."""
+    one batch of all of them (``hypic-rag bench --sweep cold``). ``compact``: keep a short segment's Gated
+    DeltaNet layers as their tokens where that is smaller (``cache.entry.LinearTokens``; its remainders are then
+    views of the entry); False: always dense."""
     order = sorted(range(len(segments)), key=lambda i: -len(segments[i]))
     out: list[CachedSegment | None] = [None] * len(segments)
     batch: list[int] = []
     for i in order:
         if batch and len(segments[batch[0]]) * (len(batch) + 1) > max_batch_tokens:
-            _prefill_batch(model, segments, remainders, batch, out, wy)
+            _prefill_batch(model, segments, remainders, batch, out, compact)
             batch = []
         batch.append(i)
     if batch:
-        _prefill_batch(model, segments, remainders, batch, out, wy)
+        _prefill_batch(model, segments, remainders, batch, out, compact)
     return [e for e in out if e is not None]
 
 
@@ -51,31 +62,22 @@ def _unpadded(mixer: torch.nn.Module, b: torch.Tensor, pad: int, model: HybridMo
     return place(b, -pad, model.inv_freq) if place is not None and pad else b.clone()
 
 
-def _operator(
-    capture: TransitionCapture, layer: int, row: int, start: int, dense: torch.Tensor, wy: bool
-) -> torch.Tensor:
-    """A row's operator over its tokens from column ``start`` on, as an entry keeps it: Gated DeltaNet's in
-    packed WY form where that is smaller than dense (fewer tokens than half the key dimension), exact; else
-    dense."""
+def _tokens(
+    capture: TransitionCapture, layer: int, row: int, start: int, conv_tail: torch.Tensor
+) -> LinearTokens | None:
+    """A row's Gated DeltaNet layer as its delta-rule inputs from column ``start`` on, where they take fewer
+    numbers than the dense ``b`` and ``p`` of its whole segment (``kernels.algebra.DeltaTokens``); else None.
+    Keys are kept per key head (the layer repeats them to the value heads)."""
     inputs = capture.inputs.get(layer)
-    if not wy or inputs is None:
-        return dense.clone()
-    k, _, g, beta = (x[row, start:] for x in inputs)
-    if 2 * k.shape[0] + 1 >= k.shape[-1]:
-        return dense.clone()
-    return wy_operator(k, g, beta).packed()
-
-
-def _state(capture: TransitionCapture, layer: int, row: int, start: int, dense: torch.Tensor, wy: bool) -> torch.Tensor:
-    """A row's zero-start end state over its tokens from column ``start`` on, as an entry keeps it: Gated
-    DeltaNet's as its two rank-``L`` factors stacked (``[H, K + V, L]``) where that is smaller than dense."""
-    inputs = capture.inputs.get(layer)
-    if not wy or inputs is None:
-        return dense
-    k, v, g, beta = (x[row, start:] for x in inputs)
-    if k.shape[0] * (k.shape[-1] + v.shape[-1]) >= k.shape[-1] * v.shape[-1]:
-        return dense
-    return torch.cat(low_rank_state(k, v, g, beta), dim=1)
+    if inputs is None:
+        return None
+    keys, v, g, beta = (x[row, start:] for x in inputs)  # [L, H_k, K], [L, H_v, V], [L, H_v]
+    n, key_heads, dk = keys.shape
+    heads, dv = v.shape[1:]
+    if n * (key_heads * dk + heads * (dv + 2)) >= heads * dk * (dk + dv):
+        return None
+    gates = torch.stack((g.float(), beta.float()), dim=-1).transpose(0, 1).contiguous()
+    return LinearTokens(keys.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous(), gates, conv_tail)
 
 
 def _prefill_batch(
@@ -84,7 +86,7 @@ def _prefill_batch(
     remainders: Sequence[int],
     rows: list[int],
     out: list[CachedSegment | None],
-    wy: bool = True,
+    compact: bool = True,
 ) -> None:
     device = model.device
     width = max(len(segments[i]) for i in rows)
@@ -108,14 +110,15 @@ def _prefill_batch(
             remainder = RemainderEntry(entry.token_ids, splits[r])
         for layer in state.linear_layer_ids:
             lin, ops = state.linear(layer), capture.operators[layer]
-            whole = _operator(capture, layer, r, pads[r], ops.p[r], wy)
-            end = _state(capture, layer, r, pads[r], _unpadded(mixers[layer], lin.recurrent[r], pads[r], model), wy)
-            entry.linear[layer] = LinearEntry(end, whole, lin.conv[r].clone())
+            tokens = _tokens(capture, layer, r, pads[r], lin.conv[r].clone()) if compact else None
+            if tokens is not None:
+                entry.linear[layer] = tokens
+                continue
+            end = _unpadded(mixers[layer], lin.recurrent[r], pads[r], model)
+            entry.linear[layer] = LinearEntry(end, ops.p[r].clone(), lin.conv[r].clone())
             if remainder is not None:
                 state_after = _unpadded(mixers[layer], ops.rest_state[r], pads[r], model)
-                state_after = _state(capture, layer, r, pads[r] + splits[r], state_after, wy)
-                rest = _operator(capture, layer, r, pads[r] + splits[r], ops.rest_p[r], wy)
-                remainder.linear[layer] = LinearRemainder(state_after, rest)
+                remainder.linear[layer] = LinearRemainder(state_after, ops.rest_p[r].clone())
         for layer in state.attention_layer_ids:
             kv = state.attention(layer)
             keys = kv.keys[r, :, pads[r] :]
@@ -125,4 +128,6 @@ def _prefill_batch(
                 rerotate(keys, shift, model.inv_freq) if pads[r] else keys.clone(),
                 kv.values[r, :, pads[r] :].clone(),
             )
+        if entry.derives_remainders:
+            remainder = entry.derived_remainder(splits[r])
         out[i] = CachedSegment(entry, remainder)

@@ -77,7 +77,8 @@ class PrefillWorker:
 
 
 def _bytes(remainder: RemainderEntry | None, fingerprint: str) -> bytes | None:
-    return remainder.to_bytes(fingerprint) if remainder is not None else None
+    # a remainder derived from its entry is not sent: the engine derives it again from the entry it stores
+    return remainder.to_bytes(fingerprint) if remainder is not None and not remainder.derived else None
 
 
 def split_longest_first(lengths: Sequence[int], workers: int) -> list[list[int]]:
@@ -146,10 +147,11 @@ class RayPrefill:
         out: list[CachedSegment | None] = [None] * len(segments)
         for share, results in zip(shares, self.ray.get(calls), strict=True):
             for i, (entry, remainder) in zip(share, results, strict=True):
-                out[i] = CachedSegment(
-                    SegmentEntry.from_bytes(entry, self.fingerprint),
-                    RemainderEntry.from_bytes(remainder, self.fingerprint) if remainder is not None else None,
-                )
+                made = SegmentEntry.from_bytes(entry, self.fingerprint)
+                rest = made.derived_remainder(remainders[i])
+                if remainder is not None:
+                    rest = RemainderEntry.from_bytes(remainder, self.fingerprint)
+                out[i] = CachedSegment(made, rest)
         return [f for f in out if f is not None]
 
     def close(self) -> None:

@@ -13,6 +13,7 @@
   per-channel decay without a delta rule), ``scalar`` (``[H]``: Mamba2, Lightning) or ``none`` (a conv-only
   mixer, whose only carried state is its conv tail). ``apply_operator`` and ``compose_forms`` take each
   natively, so a scalar entry stores one number per head; ``ssd_split_transition`` captures Mamba2's.
+  A short Gated DeltaNet segment's map is kept as its own tokens (``DeltaTokens``), smaller than dense.
 
 Convention (transformers' and fla's): ``S_t = exp(g_t)(I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``.
 Public shapes follow fla: ``k [N, T, H, K]``, ``v [N, T, H, V]``, ``g, beta [N, T, H]``.
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .backend import HAS_TRITON, resolve
-from .decay import decay_exp
+from .decay import decay_exp, masked_decay_exp
 from .delta_rule import chunk_gated_transition, chunk_size_for
 from .rope import apply_rope, rope_cos_sin
 
@@ -258,84 +259,54 @@ def compose_forms(form: str, p: torch.Tensor, b: torch.Tensor, s0: torch.Tensor 
 
 
 @dataclass(frozen=True)
-class WYOperator:
-    """A Gated DeltaNet segment's operator in WY form, per head: ``P = gamma (I - W Y^T)``, ``gamma [H]`` the
-    product of the gates (scalars per head, so they factor out) and ``w, y [H, K, L]`` for ``L`` tokens. Packed
-    (``packed``: ``[H, K, 2 L + 1]``, gamma repeated down its column) it holds ``K (2 L + 1)`` numbers per head
-    against the dense ``K^2``: smaller while ``2 L + 1 < K``. Assembly expands it to dense (``dense_operator``)
-    before composing; ``apply`` is the product without forming ``P``, which the tests hold the forms to."""
+class DeltaTokens:
+    """A short Gated DeltaNet segment's map ``S <- P S + B`` kept as the delta rule's own inputs over its ``L``
+    tokens: ``k [H, L, K]`` (L2-normalised, as the rule sees them), ``v [H, L, V]``, log gates ``g`` and ``beta``
+    ``[H, L]``, all fp32.
 
-    gamma: torch.Tensor
-    w: torch.Tensor
-    y: torch.Tensor
+    Why this form: ``P = gamma (I - Y T Y^T)`` (``Y`` the keys, ``T`` the ``L x L`` triangle of the UT
+    transform) and ``B``, of rank at most ``L``, lies in ``span(Y)``, so operator and state are both functions of
+    these ``L (K + V + 2)`` numbers per head (against ``K (K + V)`` dense); and the remainder after a seam of
+    ``w`` tokens is the same rule over tokens ``[w, L)`` (``suffix``), so no entry per seam width is needed.
+    ``apply`` carries a state past the segment without forming ``P``, in the UT form of one chunk:
+    ``S' = e^{G_L} S + K~^T T (beta v - beta e^{G} k S)``, ``T`` the unit-lower triangle solved once, so
+    ``2 K L V + L^2 V`` (and ``L^2 K`` for ``T``'s system) against the dense ``K^2 V``; every exponent is
+    ``<= 0``. An entry keeps this form only while it is smaller than dense (``L < K (K + V) / (K + V + 2)`` at
+    equal head counts), so ``L`` stays one chunk's size."""
 
-    def apply(self, s: torch.Tensor) -> torch.Tensor:
-        """``P S`` for states ``s [..., H, K, V]`` without forming ``P``: ``gamma (S - W (Y^T S))``."""
-        s = s.float()
-        inner = torch.matmul(self.y.transpose(-1, -2), s)
-        return self.gamma[:, None, None] * (s - torch.matmul(self.w, inner))
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor
+    beta: torch.Tensor
 
-    def dense(self) -> torch.Tensor:
-        """``P`` ``[H, K, K]``, for checking against the dense form."""
-        eye = torch.eye(self.w.shape[1], dtype=torch.float32, device=self.w.device)
-        return self.gamma[:, None, None] * (eye - torch.matmul(self.w, self.y.transpose(-1, -2)))
+    def __len__(self) -> int:
+        return self.k.shape[1]
 
-    def packed(self) -> torch.Tensor:
-        """One tensor ``[H, K, 2 L + 1]``: ``W``, ``Y`` and a column of ``gamma``, which an entry stores in place
-        of the dense ``[H, K, K]`` (told apart by its last dimension, ``2 L + 1 < K``)."""
-        gamma = self.gamma[:, None, None].expand(-1, self.w.shape[1], 1)
-        return torch.cat([self.w, self.y, gamma], dim=-1)
+    def suffix(self, start: int) -> DeltaTokens:
+        """The map of tokens ``[start, L)``: the remainder after a seam of ``start`` tokens."""
+        return DeltaTokens(self.k[:, start:], self.v[:, start:], self.g[:, start:], self.beta[:, start:])
 
-    @classmethod
-    def unpacked(cls, p: torch.Tensor) -> WYOperator:
-        n = (p.shape[-1] - 1) // 2
-        return cls(p[:, 0, 2 * n].float(), p[..., :n].float(), p[..., n : 2 * n].float())
+    def apply(self, s: torch.Tensor | None) -> torch.Tensor:
+        """``P S + B`` ``[H, K, V]`` fp32 from ``s [H, K, V]`` (None: zero, giving ``B``)."""
+        k, v, beta = self.k.float(), self.v.float(), self.beta.float()
+        cum = self.g.float().cumsum(-1)  # [H, L]
+        n = k.shape[1]
+        causal = torch.ones(n, n, dtype=torch.bool, device=k.device).tril()
+        k_beta = k * beta[..., None]
+        decay = masked_decay_exp(cum[..., :, None] - cum[..., None, :], causal)
+        system = torch.matmul(k_beta, k.transpose(-1, -2)) * decay
+        rhs = v * beta[..., None]
+        if s is not None:
+            rhs = rhs - torch.matmul(k_beta * decay_exp(cum)[..., None], s.float())
+        v_new = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        k_to_end = k * decay_exp(cum[:, -1:] - cum)[..., None]
+        out = torch.matmul(k_to_end.transpose(-1, -2), v_new)
+        return out if s is None else out + decay_exp(cum[:, -1])[:, None, None] * s.float()
 
-
-def low_rank_state(
-    k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A segment's zero-start end state as two factors, ``B = left @ right^T``, ``left [H, K, L]``,
-    ``right [H, V, L]``, from ``k [T, H, K]``, ``v [T, H, V]``, ``g, beta [T, H]``. With ``G_t`` the gates' running
-    sum, ``B = sum_t e^{G_L - G_t} b_t k_t u_t^T`` where ``u_t = v_t - sum_{s<t} e^{G_t - G_s} b_s (k_s . k_t) u_s``:
-    one triangular solve, every exponent <= 0."""
-    kf, vf = k.float().transpose(0, 1), v.float().transpose(0, 1)  # [H, T, K], [H, T, V]
-    bf, cum = beta.float().transpose(0, 1), g.float().cumsum(0).transpose(0, 1)  # [H, T]
-    t = kf.shape[1]
-    lower = torch.ones(t, t, dtype=torch.bool, device=k.device).tril(-1)
-    ratio = torch.exp(torch.where(lower, cum[:, :, None] - cum[:, None, :], float("-inf")))
-    m = torch.matmul(kf, (kf * bf[..., None]).transpose(-1, -2)) * ratio
-    eye = torch.eye(t, dtype=torch.float32, device=k.device)
-    u = torch.linalg.solve_triangular(eye + m, vf, upper=False, unitriangular=True)
-    left = kf * (bf * torch.exp(cum[:, -1:] - cum))[..., None]
-    return left.transpose(-1, -2).contiguous(), u.transpose(-1, -2).contiguous()
-
-
-def dense_state(b: torch.Tensor, k_dim: int) -> torch.Tensor:
-    """A Gated DeltaNet end state as the kernels take it: ``[H, K, V]`` as it is, a packed ``[H, K + V, L]``
-    (``low_rank_state``'s factors, stacked) multiplied out."""
-    if b.shape[1] == k_dim:
-        return b
-    left, right = b[:, :k_dim].float(), b[:, k_dim:].float()
-    return torch.matmul(left, right.transpose(-1, -2))
-
-
-def dense_operator(p: torch.Tensor) -> torch.Tensor:
-    """A Gated DeltaNet operator as the kernels take it: ``[H, K, K]`` as it is, a packed WY form expanded."""
-    return p if p.shape[-1] == p.shape[-2] else WYOperator.unpacked(p).dense()
-
-
-def wy_operator(k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> WYOperator:
-    """The WY form of one segment's operator from its keys ``k [T, H, K]`` (as the delta rule sees them), log
-    gates ``g [T, H]`` and ``beta [T, H]``. ``P = A_T .. A_1`` with ``A_t = e^{g_t} (I - b_t k_t k_t^T)``; peeling
-    one factor at a time, ``P = gamma (I - sum_t w_t y_t^T)`` with ``w_t = b_t k_t`` and ``y_t = P_{t-1}^T k_t``,
-    that is ``(I + M) Y^T = K^T`` for the strictly lower ``M[t, s] = w_s . k_t``: one triangular solve."""
-    kf, bf = k.float().transpose(0, 1), beta.float().transpose(0, 1)  # [H, T, K], [H, T]
-    w = kf * bf[..., None]
-    m = torch.tril(torch.matmul(kf, w.transpose(-1, -2)), diagonal=-1)
-    eye = torch.eye(kf.shape[1], dtype=torch.float32, device=k.device)
-    yt = torch.linalg.solve_triangular(eye + m, kf, upper=False, unitriangular=True)
-    return WYOperator(torch.exp(g.float().sum(0)), w.transpose(-1, -2).contiguous(), yt.transpose(-1, -2).contiguous())
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(P [H, K, K], B [H, K, V])``: for a kernel that takes dense operators only, and for checking."""
+        _, state, p, _ = chunk_gated_transition(None, self.k[None], self.v[None], self.g[None], self.beta[None])
+        return p[0], state[0]
 
 
 def ssd_split_transition(

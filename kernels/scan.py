@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .algebra import DeltaTokens
 from .backend import HAS_TRITON, resolve
 from .delta_rule import chunk_gated_delta_rule_hooked
 from .indices import int64
@@ -53,12 +54,33 @@ class Jumps:
 
     ``at [J]`` int64, ascending, in ``[0, T]``: the jump happens after the first ``at[j]`` tokens.
     ``src [J]`` int64, ``at[j-1] <= src[j] <= at[j]``: the jump composes onto the state after the
-    first ``src[j]`` tokens. ``p [J, H, K, K]`` and ``b [J, H, K, V]`` fp32: ``S <- p[j] @ S + b[j]``."""
+    first ``src[j]`` tokens. ``p [J, H, K, K]`` and ``b [J, H, K, V]`` fp32: ``S <- p[j] @ S + b[j]``.
+    ``tokens``, when given, has one item per jump: a ``DeltaTokens`` (a short segment's map kept as its tokens,
+    applied without forming ``P``) or None, and ``p``, ``b`` then hold the None jumps' operators only, in order."""
 
     at: torch.Tensor
     src: torch.Tensor
     p: torch.Tensor
     b: torch.Tensor
+    tokens: tuple[DeltaTokens | None, ...] | None = None
+
+    def dense_index(self) -> list[int]:
+        """Per jump, its row of ``p`` and ``b`` (-1 for a jump kept as tokens)."""
+        if self.tokens is None:
+            return list(range(self.at.shape[0]))
+        rows, n = [], 0
+        for t in self.tokens:
+            rows.append(-1 if t is not None else n)
+            n += t is None
+        return rows
+
+    def all_dense(self) -> Jumps:
+        """The same jumps with every operator dense: for the Triton kernel, which reads them from ``p`` and ``b``."""
+        if self.tokens is None or all(t is None for t in self.tokens):
+            return self
+        rows = self.dense_index()
+        made = [t.dense() if t is not None else (self.p[r], self.b[r]) for t, r in zip(self.tokens, rows, strict=True)]
+        return Jumps(self.at, self.src, torch.stack([p for p, _ in made]), torch.stack([b for _, b in made]))
 
 
 def _check(q, k, v, g, beta, initial_state, jumps, chunk_size) -> tuple[list[int], list[int]]:
@@ -96,7 +118,14 @@ def _check(q, k, v, g, beta, initial_state, jumps, chunk_size) -> tuple[list[int
         raise ValueError("jumps.at and jumps.src must be int64")
     if at.dim() != 1 or src.shape != at.shape:
         raise ValueError(f"jumps.at and jumps.src must be [J]; got {tuple(at.shape)}, {tuple(src.shape)}")
-    n = at.shape[0]
+    if jumps.tokens is not None:
+        if len(jumps.tokens) != at.shape[0]:
+            raise ValueError(f"jumps.tokens must have one item per jump ({at.shape[0]}); got {len(jumps.tokens)}")
+        for j, tok in enumerate(jumps.tokens):
+            if tok is not None and (tok.k.shape[::2] != (h, dk) or tok.v.shape[::2] != (h, dv)):
+                raise ValueError(f"jumps.tokens[{j}] has keys {tuple(tok.k.shape)}, values {tuple(tok.v.shape)}; "
+                                 f"expected [{h}, L, {dk}] and [{h}, L, {dv}]")  # fmt: skip
+    n = sum(t is None for t in jumps.tokens) if jumps.tokens is not None else at.shape[0]
     if p.shape != (n, h, dk, dk) or b.shape != (n, h, dk, dv):
         raise ValueError(f"jumps.p must be [J, H, K, K] = {(n, h, dk, dk)} and jumps.b [J, H, K, V] = "
                          f"{(n, h, dk, dv)}; got {tuple(p.shape)}, {tuple(b.shape)}")  # fmt: skip
@@ -200,12 +229,16 @@ def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
         return padded.transpose(1, 2)
 
     saved: list[torch.Tensor] = []
+    rows = jumps.dense_index() if jumps is not None else []
 
     def hook(c: int, state: torch.Tensor) -> None:  # state [H, K, V] (batch 1)
         for j, flags in actions.get(c, ()):
             if j >= 0:
                 source = saved[-1] if flags & _FROM_SAVED else state
-                state.copy_(torch.baddbmm(jumps.b[j], jumps.p[j], source))
+                if rows[j] < 0:  # a segment kept as its tokens: the rule run over them, P never formed
+                    state.copy_(jumps.tokens[j].apply(source))
+                else:
+                    state.copy_(torch.baddbmm(jumps.b[rows[j]], jumps.p[rows[j]], source))
             if flags & _SAVE:
                 saved.append(state.clone())
 
@@ -327,6 +360,7 @@ def _scan_with_jumps_triton(q, k, v, g, beta, initial_state, jumps, steps, chunk
     plan = torch.tensor(steps, dtype=torch.int64).to(dev)  # [steps, 4]: lo, hi, jump, flags; one copy
     s0 = initial_state.float().contiguous() if initial_state is not None else state
     if jumps is not None and jumps.at.numel():
+        jumps = jumps.all_dense()  # the kernel reads every jump's operator from P and B
         p, b = jumps.p.contiguous(), jumps.b.contiguous()
     else:
         p, b = state, state  # never read: no step has a jump

@@ -3,6 +3,7 @@ prefilled alone, and an entry must hold what the model's own request state holds
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hypic_rag.entries import prefill_isolated
@@ -24,16 +25,15 @@ def test_batched_entries_equal_single_segment_runs(checkpoint):
     for b, a, ids in zip(batched, alone, segs, strict=True):
         assert b.entry.token_ids == tuple(ids)
         for i in a.entry.linear:
-            for name in ("b", "p", "conv_tail"):
-                x, y = getattr(a.entry.linear[i], name), getattr(b.entry.linear[i], name)
-                assert (x - y).abs().max() < 1e-5, name
+            assert type(a.entry.linear[i]) is type(b.entry.linear[i])
+            for name, x in vars(a.entry.linear[i]).items():
+                assert (x - getattr(b.entry.linear[i], name)).abs().max() < 1e-5, name
         assert (a.remainder is None) == (b.remainder is None)
         if a.remainder is not None:
             assert a.remainder.seam == b.remainder.seam == 8
             for i in a.remainder.linear:
-                for name in ("b", "p"):
-                    x, y = getattr(a.remainder.linear[i], name), getattr(b.remainder.linear[i], name)
-                    assert (x - y).abs().max() < 1e-5, name
+                for name, x in vars(a.remainder.linear[i]).items():
+                    assert (x - getattr(b.remainder.linear[i], name)).abs().max() < 1e-5, name
         for i in a.entry.attention:
             assert (a.entry.attention[i].keys - b.entry.attention[i].keys).abs().max() < 1e-5
             assert (a.entry.attention[i].values - b.entry.attention[i].values).abs().max() < 1e-5
@@ -64,31 +64,75 @@ def test_entry_states_match_the_model_state(checkpoint):
         assert (att.values - kv.values[0]).abs().max() < 1e-5
 
 
-def test_wy_entries_give_the_dense_entries_logits_in_fewer_bytes(tmp_path):
-    from hypic_rag import Engine, Segment
-    from hypic_rag.assembly import assemble_fused
-    from hypic_rag.cache import CachedSegment
-    from hypic_rag.testing.synthetic import build_checkpoint
+def _linear_bytes(cached) -> int:
+    """What a segment's linear layers keep beside their conv tails: states and operators, or tokens."""
+    layers = [*cached.entry.linear.values()]
+    if cached.remainder is not None and not cached.remainder.derived:
+        layers += cached.remainder.linear.values()
+    return sum(t.nbytes for e in layers for name, t in vars(e).items() if name != "conv_tail")
 
-    path = build_checkpoint("qwen3_5_text", tmp_path, {"linear_key_head_dim": 64, "linear_value_head_dim": 32})
-    engine = Engine.from_pretrained(path, min_cached_tokens=1, seam=4)
-    segs = [Segment(token_ids=ids) for ids in _segments([9, 30, 17, 40], seed=4)]  # 40: dense (2 L + 1 >= 64)
-    plan = engine.plan(engine.build_prompt(segs, Segment(token_ids=[5, 6, 7], kind="query")), "hypic")
-    ids, widths = [list(s.ids) for s in plan.segments], [s.record_remainder for s in plan.segments]
-    logits, held = {}, {}
-    for wy in (True, False):
-        made = prefill_isolated(engine.model, ids, widths, wy=wy)
-        pairs = zip(made, plan.segments, strict=True)
-        cached = [CachedSegment(m.entry, m.remainder if s.remainder else None) for m, s in pairs]
-        logits[wy] = assemble_fused(engine.model, engine.model.new_state(), plan, cached)[0]
-        held[wy] = [m.nbytes for m in made]
-        shapes = [(m.entry.linear[0].p.shape[-1], tuple(m.entry.linear[0].b.shape)) for m in made]
-        dense_b = (4, 64, 32)  # [H, K, V]; under 22 tokens the two factors [H, K + V, L] are smaller
-        packed = [(19, (4, 96, 9)), (61, dense_b), (35, (4, 96, 17)), (64, dense_b)]
-        assert shapes == (packed if wy else [(64, dense_b)] * 4)
-        for m in made:
-            engine.segment_store.layout.check(m.entry)  # a packed operator fits the layout
-            if m.remainder is not None:
-                engine.segment_store.layout.check(m.remainder)
-    assert float((logits[True] - logits[False]).abs().max()) <= 1e-5
-    assert held[True][0] < held[False][0] / 2 and held[True][3] == held[False][3]
+
+def _logits(model, plan, cached, fused: bool) -> torch.Tensor:
+    from hypic_rag.assembly import assemble, assemble_fused
+
+    state = model.new_state()
+    if fused:
+        return assemble_fused(model, state, plan, cached)[0]
+    assemble(model, state, plan, cached)
+    with torch.inference_mode():
+        return model(torch.tensor([plan.query]), state=state, logits_to_keep=1)[0, -1].float()
+
+
+@pytest.mark.parametrize("variant", ["A", "B"])
+def test_short_segments_keep_their_tokens_and_give_the_dense_entries_logits(checkpoint, variant):
+    """Tiny Qwen3.5 (2 key heads, 4 value heads, K = 16, V = 8): a layer kept as its tokens takes 2 * 16 + 4 * 10
+    numbers a token against 4 * 16 * 24 dense, so segments under 22 tokens keep their tokens, and every remainder
+    is a view of the entry; composed with the factors, they give dense entries' logits, fused and per segment."""
+    from hypic_rag import Engine, Segment
+    from hypic_rag.cache import CachedSegment, LinearEntry, LinearTokens
+
+    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"), min_cached_tokens=1, seam_variant=variant)
+    lengths = [9, 30, 17, 40, 21, 22]
+    segs = [Segment(token_ids=ids) for ids in _segments(lengths, seed=4)]
+    query = Segment(token_ids=[5, 6, 7], kind="query")
+    layout = engine.segment_store.layout
+    for seam in (1, 4, 8):
+        plan = engine.plan(engine.build_prompt(segs, query), "hypic", seam)
+        ids, widths = [list(s.ids) for s in plan.segments], [s.record_remainder for s in plan.segments]
+        compact = prefill_isolated(engine.model, ids, widths)
+        dense = prefill_isolated(engine.model, ids, widths, compact=False)
+        for n, w, c, d in zip(lengths, widths, compact, dense, strict=True):
+            form = LinearTokens if n < 22 else LinearEntry
+            assert all(type(e) is form for e in c.entry.linear.values())
+            assert all(type(e) is LinearEntry for e in d.entry.linear.values())
+            layout.check(c.entry)
+            assert (c.remainder is None) == (d.remainder is None) == (w == 0)
+            if form is LinearTokens:  # its remainder holds no bytes of its own
+                assert _linear_bytes(c) < _linear_bytes(d) / (2 if n < 11 else 1)
+                assert w == 0 or (c.remainder.derived and c.remainder.seam == w)
+            else:
+                assert c.nbytes == d.nbytes
+        for fused in (True, False):
+            got = {}
+            for name, made in (("compact", compact), ("dense", dense)):
+                pairs = zip(made, plan.segments, strict=True)
+                cached = [CachedSegment(m.entry, m.remainder if s.remainder else None) for m, s in pairs]
+                got[name] = _logits(engine.model, plan, cached, fused)
+            assert float((got["compact"] - got["dense"]).abs().max()) <= 1e-5, (seam, fused)
+
+
+def test_a_remainder_derived_from_tokens_is_the_stored_remainder(checkpoint):
+    """The remainder after ``w`` tokens, taken from the entry's tokens, maps any state as the dense remainder
+    the prefill records does, for every seam width."""
+    model = load_model(checkpoint("qwen3_5_text"))
+    ids = _segments([19])[0]
+    gen = torch.Generator().manual_seed(1)
+    for w in (1, 3, 8, 18):
+        compact = prefill_isolated(model, [ids], [w])[0]
+        dense = prefill_isolated(model, [ids], [w], compact=False)[0]
+        for i, lin in dense.remainder.linear.items():
+            start = torch.randn(lin.b.shape, generator=gen)
+            derived = compact.remainder.linear[i].operator()
+            assert (derived.apply(start) - (lin.p @ start + lin.b)).abs().max() < 1e-5
+            p, b = derived.dense()
+            assert (p - lin.p).abs().max() < 1e-5 and (b - lin.b).abs().max() < 1e-5

@@ -1,60 +1,125 @@
-"""Bytes per cached token by segment length and ``entry_dtype``, and how much of it the remainder repeats.
+"""Bytes per cached token by segment length and ``entry_dtype``, against dense entries, and what the remainder adds.
 
     python -m hypic_rag.eval.bench.entry_bytes --json bench-entry-bytes.json
 
 One random checkpoint on Qwen3.5-0.8B layer shapes (``layers`` decoder layers, three Gated DeltaNet to one
 attention); per length, one segment prefilled in isolation with the remainder an 8-token seam leaves (what a
 cold ``hypic`` request stores), kept as a store of each ``entry_dtype`` keeps it. Entries keep a short segment's
-Gated DeltaNet operators in WY form (``2 L + 1 < K``); ``float32_all_dense`` is the entry before that form, every
-operator dense ``[H, K, K]``. The remainder holds, per linear layer, a state and an operator over the tokens after
-the seam: ``remainder_share`` is its part of a segment's bytes.
+Gated DeltaNet layers as their tokens where that is smaller than their dense ``b`` and ``p`` (``form``), and
+then derive every remainder from them; ``dense`` is the same segment with every layer dense (``b``, ``p`` and a
+stored remainder), in the same dtype, and ``dense_over_entry`` how many times larger that is. ``remainder_share``
+is the stored remainder's part of the bytes (0 where it is derived). Where a segment keeps its tokens,
+``apply_over_dense`` is what carrying one state past it costs against the dense ``P S + B`` (one linear layer,
+the best of ``repeats`` timings each, side by side): the price of the smaller entry, paid once per hit; and
+``warm_over_dense`` the same for a whole warm ``hypic`` request's assembly and first forward (``assemble_fused``:
+``SEGMENTS`` cached segments of that length, each with its seam, and a 16-token query).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hypic_rag.cache.entry import ENTRY_DTYPES
+from hypic_rag.assembly import assemble_fused
+from hypic_rag.cache.entry import ENTRY_DTYPES, CachedSegment, LinearTokens
 from hypic_rag.entries import prefill_isolated
+from hypic_rag.plan import Prompt, plan_request
 
 from .common import layer_shapes, random_model
 
-LENGTHS = (16, 64, 256, 1024, 4096)
+LENGTHS = (16, 32, 64, 96, 128, 256, 1024, 4096)
+SEGMENTS = 8
+
+
+def _stored(made: CachedSegment, dtype: torch.dtype) -> tuple[int, int]:
+    """The bytes a store of ``dtype`` keeps for the segment, and its stored remainder's part of them."""
+    rest = made.remainder
+    held = rest.nbytes_as(dtype) if rest is not None and not rest.derived else 0
+    return made.nbytes_as(dtype), held
+
+
+def _best(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _apply_ratio(made: CachedSegment, dense: CachedSegment, repeats: int) -> float:
+    """Seconds to carry a state past the segment's first linear layer kept as tokens, over dense ``P S + B``."""
+    layer = next(iter(made.entry.linear))
+    kept, full = made.entry.linear[layer].operator(), dense.entry.linear[layer]
+    s = torch.randn_like(full.b)
+    with torch.inference_mode():
+        return _best(lambda: kept.apply(s), repeats) / _best(lambda: torch.baddbmm(full.b, full.p, s), repeats)
+
+
+def _warm_ratio(model: Any, n: int, seam: int, repeats: int) -> float:
+    """Seconds of a warm request's ``assemble_fused`` with entries as kept, over the same with dense entries."""
+    segments = [[3 + (i * n + j) % 8000 for j in range(n)] for i in range(SEGMENTS)]
+    prompt = Prompt(segments, list(range(5, 21)))
+    plan = plan_request(
+        prompt, seam=seam, default_seam=seam, variant="B", min_cached_tokens=1, key=lambda ids: str(hash(tuple(ids)))
+    )
+    widths = [seg.record_remainder for seg in plan.segments]
+    seconds = []
+    for compact in (True, False):
+        made = prefill_isolated(model, segments, widths, compact=compact)
+        pairs = zip(made, plan.segments, strict=True)
+        cached = [CachedSegment(m.entry, m.remainder if seg.remainder else None) for m, seg in pairs]
+        with torch.inference_mode():
+            seconds.append(_best(lambda cached=cached: assemble_fused(model, model.new_state(), plan, cached), repeats))
+    return seconds[0] / seconds[1]
 
 
 def run(
-    lengths: tuple[int, ...] = LENGTHS, layers: int = 4, seam: int = 8, log: Callable[[str], None] = print
+    lengths: tuple[int, ...] = LENGTHS,
+    layers: int = 4,
+    seam: int = 8,
+    repeats: int = 20,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    model = random_model(layer_shapes(layers, max_position_embeddings=8192))
+    # the vocabulary adds nothing to an entry: a small one keeps the random checkpoint quick to build
+    model = random_model(layer_shapes(layers, max_position_embeddings=8192, vocab_size=8192))
     rows = []
     for n in lengths:
-        made = prefill_isolated(model, [list(range(3, 3 + n))], [seam])[0]
-        dense = prefill_isolated(model, [list(range(3, 3 + n))], [seam], wy=False)[0]
-        row: dict[str, Any] = {
-            "tokens": n,
-            "float32_all_dense": {"bytes": dense.nbytes, "bytes_per_token": dense.nbytes / n},
-        }
+        ids = [3 + i % 8000 for i in range(n)]
+        made = prefill_isolated(model, [ids], [seam])[0]
+        dense = prefill_isolated(model, [ids], [seam], compact=False)[0]
+        tokens = all(isinstance(e, LinearTokens) for e in made.entry.linear.values())
+        row: dict[str, Any] = {"tokens": n, "form": "tokens" if tokens else "dense"}
         for name, dtype in ENTRY_DTYPES.items():
-            entry, rest = made.entry.nbytes_as(dtype), made.remainder.nbytes_as(dtype)
-            ops = [*made.entry.linear.values(), *made.remainder.linear.values()]
-            operators = sum(e.p.numel() for e in ops) * dtype.itemsize
+            held, rest = _stored(made, dtype)
+            base = _stored(dense, dtype)[0]
             row[name] = {
-                "bytes": entry + rest,
-                "bytes_per_token": (entry + rest) / n,
+                "bytes": held,
+                "bytes_per_token": held / n,
                 "remainder_bytes": rest,
-                "operator_bytes": operators,
+                "dense_bytes": base,
+                "dense_bytes_per_token": base / n,
+                "dense_over_entry": base / held,
             }
         row["remainder_share"] = row["float32"]["remainder_bytes"] / row["float32"]["bytes"]
+        if tokens:
+            row["apply_over_dense"] = _apply_ratio(made, dense, repeats)
+            row["warm_over_dense"] = _warm_ratio(model, n, seam, max(1, repeats // 2))
         rows.append(row)
-        log(f"  {n:>5} tokens: dense operators, float32: {row['float32_all_dense']['bytes_per_token'] / 1024:.1f} KiB")
-        cells = "  ".join(f"{name} {row[name]['bytes_per_token'] / 1024:9.1f} KiB" for name in ENTRY_DTYPES)
-        log(f"  {n:>5} tokens: per token {cells}; remainder {row['remainder_share']:.0%} of the bytes")
+        cells = "  ".join(
+            f"{name} {row[name]['bytes_per_token'] / 1024:8.1f} KiB ({row[name]['dense_over_entry']:.2f}x)"
+            for name in ENTRY_DTYPES
+        )
+        cost = ""
+        if tokens:
+            cost = f"; applied in {row['apply_over_dense']:.2f}x dense's time, warm {row['warm_over_dense']:.2f}x"
+        log(f"  {n:>5} tokens ({row['form']}): per token {cells}; remainder {row['remainder_share']:.0%}{cost}")
     return {
         "benchmark": "entry_bytes",
         "layers": layers,

@@ -83,11 +83,14 @@ def bytes_per_token(model, lengths: list[int]) -> list[dict[str, Any]]:
     rows = []
     for n in lengths:
         made = prefill_isolated(model, [list(range(3, 3 + n))], [8])[0]
-        entry, rest = made.entry, made.remainder
-        linear = sum(e.b.nbytes + e.p.nbytes + e.conv_tail.nbytes for e in entry.linear.values()) + rest.nbytes
-        operators = sum(e.p.nbytes for e in entry.linear.values()) + sum(e.p.nbytes for e in rest.linear.values())
+        entry = made.entry
+        # a remainder derived from an entry that keeps its tokens holds nothing of its own
+        rest = [] if made.remainder is None or made.remainder.derived else [*made.remainder.linear.values()]
+        layers = [*entry.linear.values(), *rest]
         attention = sum(e.keys.nbytes + e.values.nbytes for e in entry.attention.values())
-        total = entry.nbytes + rest.nbytes
+        total = made.nbytes
+        linear = total - attention
+        operators = sum(e.p.nbytes for e in layers if hasattr(e, "p"))  # dense operators; tokens hold none
         rows.append(
             {
                 "tokens": n,

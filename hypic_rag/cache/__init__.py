@@ -12,6 +12,7 @@ from .entry import (
     CorruptEntry,
     LinearEntry,
     LinearRemainder,
+    LinearTokens,
     RemainderEntry,
     SegmentEntry,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "ForeignPath",
     "LinearEntry",
     "LinearRemainder",
+    "LinearTokens",
     "PickledValue",
     "PrefixStore",
     "RawBytesDisk",

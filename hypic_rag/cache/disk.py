@@ -154,6 +154,11 @@ class DiskCacheTier:
         cache = self._diskcache
         return cache.clear() if cache is not None else self.reset()  # a full disk: remove without opening
 
+    def has_room(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit under the size limit without evicting anything (False while the tier is off)."""
+        cache = self._diskcache
+        return cache is not None and cache.volume() + nbytes <= cache.size_limit
+
     def stats(self) -> dict[str, Any]:
         cache = self._diskcache
         where = {"directory": str(self.directory), "folder": str(self.folder)}

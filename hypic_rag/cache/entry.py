@@ -4,10 +4,14 @@ An entry comes in two parts, so that requests with different seam widths share o
 does not depend on the seam:
 
 - ``SegmentEntry``, the shared part: per linear layer the zero-start end state ``b``, the transition
-  operator ``p`` and the conv tail; per attention layer K rotated at positions ``0..L-1`` and V.
+  operator ``p`` and the conv tail (``LinearEntry``); per attention layer K rotated at positions ``0..L-1`` and V.
+  A Gated DeltaNet layer of a segment short enough that its delta-rule inputs take fewer numbers than ``b`` and
+  ``p`` keeps those instead (``LinearTokens``: keys, values, gates, conv tail; ``kernels.algebra.DeltaTokens``
+  says why they determine both), under its own tensor prefix ``tokens``.
 - ``RemainderEntry``, one per seam width ``w`` (seam variant B): per linear layer the end state and
   operator of the segment's tokens ``[w, L)``, its remainder, which carry the state the seam recomputed
-  to the end.
+  to the end. An entry whose linear layers all keep their tokens derives every remainder from them
+  (``SegmentEntry.derived_remainder``: a view, stored nowhere and counted in no byte total).
 
 A ``CachedSegment`` is the two together, as one request uses them: the entry, and the remainder of the seam
 width its plan composes (or none).
@@ -33,7 +37,9 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-FORMAT_VERSION = 3
+from ..kernels.algebra import DeltaTokens
+
+FORMAT_VERSION = 4
 MAGIC = b"HYPIC\x00\x02\x00"
 
 
@@ -54,9 +60,16 @@ def _cast(group: object, dtypes: dict[str, torch.dtype]) -> object:
     return type(group)(**{k: t.to(dtypes.get(k, t.dtype)) for k, t in vars(group).items()})
 
 
-def _nbytes_as(groups: dict[int, object], dtype: torch.dtype | None) -> int:
-    size = torch.finfo(dtype).bits // 8 if dtype is not None else None
-    return sum(t.numel() * (size or t.element_size()) for g in groups.values() for t in vars(g).values())
+KEPT_FP32 = ("gates",)  # fields no entry dtype narrows
+
+
+def _nbytes_as(groups: dict[int, object], dtype: torch.dtype) -> int:
+    size = torch.finfo(dtype).bits // 8
+    return sum(
+        t.numel() * (t.element_size() if name in KEPT_FP32 else size)
+        for g in groups.values()
+        for name, t in vars(g).items()
+    )
 
 
 def _finite(groups: dict[int, object]) -> bool:
@@ -75,6 +88,28 @@ class LinearEntry:
     b: torch.Tensor  # [H, K, V] fp32
     p: torch.Tensor  # [H, K, K] fp32
     conv_tail: torch.Tensor  # [conv_dim, kernel - 1]
+
+
+@dataclass
+class LinearTokens:
+    keys: torch.Tensor  # [H_k, L, K]: the delta rule's L2-normalised keys, per key head
+    values: torch.Tensor  # [H_v, L, V]
+    gates: torch.Tensor  # [H_v, L, 2] fp32 in every entry dtype: each token's log gate g and beta
+    conv_tail: torch.Tensor  # [conv_dim, kernel - 1]
+
+    def operator(self) -> DeltaTokens:
+        """The segment's map, keys repeated to the value heads (as the layer repeats them), all fp32."""
+        rep = self.values.shape[0] // self.keys.shape[0]
+        keys = self.keys.float() if rep == 1 else self.keys.float().repeat_interleave(rep, dim=0)
+        gates = self.gates.float()
+        return DeltaTokens(keys, self.values.float(), gates[..., 0], gates[..., 1])
+
+    def suffix(self, start: int) -> LinearTokens:
+        """Tokens ``[start, L)``: the remainder after a seam of ``start`` tokens (its conv tail is the segment's)."""
+        return LinearTokens(self.keys[:, start:], self.values[:, start:], self.gates[:, start:], self.conv_tail)
+
+
+LINEAR_PREFIXES = {"linear": LinearEntry, "tokens": LinearTokens}
 
 
 @dataclass
@@ -141,6 +176,29 @@ def _flatten(prefix: str, groups: dict[int, object]) -> dict[str, torch.Tensor]:
     return {f"{prefix}.{i}.{name}": t for i, g in groups.items() for name, t in vars(g).items()}
 
 
+def _flatten_linear(groups: dict[int, object]) -> dict[str, torch.Tensor]:
+    """Each linear layer under the prefix of its form (``LINEAR_PREFIXES``)."""
+    out: dict[str, torch.Tensor] = {}
+    for prefix, cls in LINEAR_PREFIXES.items():
+        out |= _flatten(prefix, {i: g for i, g in groups.items() if type(g) is cls})
+    return out
+
+
+def _linear_layers(tensors: dict[str, torch.Tensor]) -> dict[int, object]:
+    """The linear layers of every form; a layer in two forms is corrupt."""
+    out: dict[int, object] = {}
+    for prefix, cls in LINEAR_PREFIXES.items():
+        found = _layers(tensors, cls, prefix)
+        if found.keys() & out.keys():
+            raise CorruptEntry(f"linear layers {sorted(found.keys() & out.keys())} stored in two forms")
+        out |= found
+    return out
+
+
+def _moved(group: object, device: torch.device | str) -> object:
+    return type(group)(**{k: t.to(device) for k, t in vars(group).items()})
+
+
 @dataclass
 class SegmentEntry:
     """The seam-independent part of a cached segment."""
@@ -148,7 +206,7 @@ class SegmentEntry:
     KIND: ClassVar[str] = "segment"
 
     token_ids: tuple[int, ...]
-    linear: dict[int, LinearEntry] = field(default_factory=dict)
+    linear: dict[int, LinearEntry | LinearTokens] = field(default_factory=dict)
     attention: dict[int, AttentionEntry] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -166,12 +224,26 @@ class SegmentEntry:
     def to(self, device: torch.device | str) -> SegmentEntry:
         return SegmentEntry(
             self.token_ids,
-            {i: LinearEntry(*(t.to(device) for t in (e.b, e.p, e.conv_tail))) for i, e in self.linear.items()},
-            {i: AttentionEntry(e.keys.to(device), e.values.to(device)) for i, e in self.attention.items()},
+            {i: _moved(e, device) for i, e in self.linear.items()},
+            {i: _moved(e, device) for i, e in self.attention.items()},
         )
 
+    @property
+    def derives_remainders(self) -> bool:
+        """Whether every linear layer keeps its tokens, so any remainder is a view of this entry."""
+        return bool(self.linear) and all(isinstance(e, LinearTokens) for e in self.linear.values())
+
+    def derived_remainder(self, seam: int) -> RemainderEntry | None:
+        """The remainder after ``seam`` tokens as a view of this entry (None unless it ``derives_remainders`` and
+        ``0 < seam < L``)."""
+        if not self.derives_remainders or not 0 < seam < len(self):
+            return None
+        linear = {i: e.suffix(seam) for i, e in self.linear.items()}
+        return RemainderEntry(self.token_ids, seam, linear, derived=True)
+
     def stored_as(self, dtype: torch.dtype) -> SegmentEntry:
-        """This entry as a store of ``entry_dtype`` keeps it: float32 as computed, else every tensor in ``dtype``."""
+        """This entry as a store of ``entry_dtype`` keeps it: float32 as computed, else every tensor in ``dtype``
+        but the gates of a layer kept as tokens (a few numbers per token, in the exponent of every state)."""
         if dtype == torch.float32:
             return self
         every = dict.fromkeys(("b", "p", "conv_tail", "keys", "values"), dtype)
@@ -179,8 +251,9 @@ class SegmentEntry:
         return SegmentEntry(self.token_ids, linear, {i: _cast(e, every) for i, e in self.attention.items()})
 
     def widened(self, model_dtype: torch.dtype) -> SegmentEntry:
-        """The compute dtypes back: states and operators fp32, conv tails and KV ``model_dtype``."""
-        linear_dtypes = {"b": torch.float32, "p": torch.float32, "conv_tail": model_dtype}
+        """The compute dtypes back: states, operators and a layer's tokens fp32, conv tails and KV ``model_dtype``."""
+        linear_dtypes = dict.fromkeys(("b", "p", "keys", "values", "gates"), torch.float32)
+        linear_dtypes["conv_tail"] = model_dtype
         kv = {"keys": model_dtype, "values": model_dtype}
         linear = {i: _cast(e, linear_dtypes) for i, e in self.linear.items()}
         return SegmentEntry(self.token_ids, linear, {i: _cast(e, kv) for i, e in self.attention.items()})
@@ -196,7 +269,7 @@ class SegmentEntry:
 
     def to_bytes(self, fingerprint: str) -> bytes:
         tensors = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)}
-        tensors |= _flatten("linear", self.linear) | _flatten("attention", self.attention)
+        tensors |= _flatten_linear(self.linear) | _flatten("attention", self.attention)
         return _encode(self.KIND, tensors, {}, fingerprint)
 
     @classmethod
@@ -204,18 +277,20 @@ class SegmentEntry:
         """Decode and verify; raise ``CorruptEntry`` on any mismatch."""
         _, tensors = _decode(data, cls.KIND, fingerprint)
         ids = tuple(tensors.pop("token_ids").tolist())
-        return cls(ids, _layers(tensors, LinearEntry, "linear"), _layers(tensors, AttentionEntry, "attention"))
+        return cls(ids, _linear_layers(tensors), _layers(tensors, AttentionEntry, "attention"))
 
 
 @dataclass
 class RemainderEntry:
-    """The operators of a segment's tokens after its first ``seam`` ones, per linear layer."""
+    """The operators of a segment's tokens after its first ``seam`` ones, per linear layer. ``derived``: a view of
+    an entry that keeps its tokens (``SegmentEntry.derived_remainder``), never stored."""
 
     KIND: ClassVar[str] = "remainder"
 
     token_ids: tuple[int, ...]
     seam: int
-    linear: dict[int, LinearRemainder] = field(default_factory=dict)
+    linear: dict[int, LinearRemainder | LinearTokens] = field(default_factory=dict)
+    derived: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -226,8 +301,8 @@ class RemainderEntry:
         return len(self.token_ids) - self.seam
 
     def to(self, device: torch.device | str) -> RemainderEntry:
-        moved = {i: LinearRemainder(e.b.to(device), e.p.to(device)) for i, e in self.linear.items()}
-        return RemainderEntry(self.token_ids, self.seam, moved)
+        moved = {i: _moved(e, device) for i, e in self.linear.items()}
+        return RemainderEntry(self.token_ids, self.seam, moved, self.derived)
 
     def stored_as(self, dtype: torch.dtype) -> RemainderEntry:
         if dtype == torch.float32:
@@ -246,6 +321,8 @@ class RemainderEntry:
         return _finite(self.linear)
 
     def to_bytes(self, fingerprint: str) -> bytes:
+        if self.derived:
+            raise ValueError("a derived remainder is a view of its entry and is never stored")
         tensors = {"token_ids": torch.tensor(self.token_ids, dtype=torch.int64)} | _flatten("linear", self.linear)
         return _encode(self.KIND, tensors, {"seam": str(self.seam)}, fingerprint)
 
@@ -273,9 +350,16 @@ class CachedSegment:
     remainder: RemainderEntry | None = None
 
     @property
+    def _held_remainder(self) -> RemainderEntry | None:
+        return self.remainder if self.remainder is not None and not self.remainder.derived else None
+
+    @property
     def nbytes(self) -> int:
-        return self.entry.nbytes + (self.remainder.nbytes if self.remainder is not None else 0)
+        """The bytes it holds (a remainder derived from the entry holds none of its own)."""
+        rest = self._held_remainder
+        return self.entry.nbytes + (rest.nbytes if rest is not None else 0)
 
     def nbytes_as(self, dtype: torch.dtype) -> int:
         """The bytes a store of ``entry_dtype`` ``dtype`` holds for this segment."""
-        return self.entry.nbytes_as(dtype) + (self.remainder.nbytes_as(dtype) if self.remainder is not None else 0)
+        rest = self._held_remainder
+        return self.entry.nbytes_as(dtype) + (rest.nbytes_as(dtype) if rest is not None else 0)

@@ -243,6 +243,15 @@ class Space(Generic[V]):
     def __contains__(self, key: str) -> bool:
         return self.prefix + key in self.lru
 
+    @property
+    def counts_lookups(self) -> bool:
+        """Whether the LRU's policy keeps a frequency sketch (``value``; not ``lru``)."""
+        return self.lru.sketch is not None
+
+    def frequency(self, key: str) -> int:
+        """How often ``key`` of this space was looked up lately (the sketch's estimate; 0 under ``lru``)."""
+        return self.lru.frequency(self.prefix + key)
+
     def __len__(self) -> int:
         return self.lru.usage(self.prefix)[0]
 

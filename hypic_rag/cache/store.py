@@ -13,6 +13,11 @@ index, a server that is down) is bypassed: the failure is counted (``tier_errors
 the tier is tried again after ``retry_s`` seconds; meanwhile requests are served from memory or
 recomputed.
 
+Under the memory tier's ``value`` policy the disk tier is gated too: while it has room it takes every write, and once
+full (a write would evict) it takes only a segment looked up at least twice (``DISK_ADMIT_LOOKUPS``, by the memory
+tier's frequency sketch), so one-off documents do not push out what recurs there either (``disk_refused``); the
+shared remote tier takes every write, since another replica may be the one that sees it again.
+
 Entries are kept in ``entry_dtype`` in every tier (``entry.py``) and widened to the compute dtypes when handed out.
 One that does not fit its dtype (a float16 state past 65504) is not stored (``unstorable``) and its request uses it
 as computed.
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any, TypeVar
 
 import torch
@@ -37,7 +42,19 @@ from .validate import EntryLayout
 E = TypeVar("E", SegmentEntry, RemainderEntry)
 log = logging.getLogger("hypic_rag.cache")
 TIERS = ("disk", "remote")  # the lookup order after memory
-COUNTERS = ("memory_hits", "disk_hits", "remote_hits", "misses", "corrupt", "writes", "tier_errors", "unstorable")
+UNKEPT_KEYS = 4096  # enough to answer for a request's own writes; older keys count as kept where a tier is up
+COUNTERS = (
+    "memory_hits",
+    "disk_hits",
+    "remote_hits",
+    "misses",
+    "corrupt",
+    "writes",
+    "tier_errors",
+    "unstorable",
+    "disk_refused",
+)
+DISK_ADMIT_LOOKUPS = 2  # lookups of a segment before a full disk tier takes it
 
 
 class _Tier:
@@ -76,6 +93,8 @@ class SegmentStore:
         self._tiers: dict[str, _Tier] = {}
         self.disk, self.remote = disk, remote
         self.counters = dict.fromkeys(COUNTERS, 0)
+        # keys whose last write no tier kept (the last UNKEPT_KEYS of them): what ``held_nbytes`` leaves out
+        self._unkept: OrderedDict[str, None] = OrderedDict()
         self.lookups: Counter[tuple[str, str]] = Counter()  # (segment kind, "hit" or "miss")
 
     @property
@@ -123,9 +142,19 @@ class SegmentStore:
     def put_remainder(self, key: str, entry: RemainderEntry) -> RemainderEntry:
         return self._put(remainder_key(key, entry.seam), entry, key)
 
-    def held_nbytes(self, cached: CachedSegment) -> int:
-        """The bytes the store keeps for a segment it handed out (in ``entry_dtype``)."""
-        return cached.nbytes_as(self.entry_dtype)
+    def held_nbytes(self, key: str, cached: CachedSegment) -> int:
+        """The bytes the store keeps for a segment it handed out under ``key`` (in ``entry_dtype``): its entry and
+        stored remainder where a tier keeps them, nothing for what memory refused and no tier took (or that did
+        not fit the dtype)."""
+        held = cached.entry.nbytes_as(self.entry_dtype) if self._holds(key) else 0
+        rest = cached.remainder
+        if rest is not None and not rest.derived and self._holds(remainder_key(key, rest.seam)):
+            held += rest.nbytes_as(self.entry_dtype)
+        return held
+
+    def _holds(self, key: str) -> bool:
+        """Memory holds it, or its last write was taken by a persistent tier (which keeps it by its own rules)."""
+        return key in self._memory or (key not in self._unkept and bool(self._tiers))
 
     def _get(self, key: str, token_ids: tuple[int, ...], kind: type[E], segment: str) -> E | None:
         """``segment``: the key of the segment the entry belongs to, which the admission policy counts."""
@@ -199,14 +228,36 @@ class SegmentStore:
         stored = entry.stored_as(self.entry_dtype)
         if stored is not entry and not stored.finite():
             self.counters["unstorable"] += 1
+            self._kept(key, False)
             return entry
         self.counters["writes"] += 1
-        self._memory.put(key, stored, segment)
+        kept = self._memory.put(key, stored, segment)
         if self._tiers:
             data = stored.to_bytes(self.fingerprint)
             for tier in self._tiers.values():
-                self._call(tier, lambda t: t.set(key, data))
+                if not self._admits(tier, segment, len(data)):
+                    self.counters[f"{tier.name}_refused"] += 1
+                    continue
+                kept |= self._call(tier, lambda t: t.set(key, data) or True) is not None
+        self._kept(key, kept)
         return self._widened(stored)
+
+    def _admits(self, tier: _Tier, segment: str, nbytes: int) -> bool:
+        """Whether ``tier`` takes a write of ``nbytes`` for ``segment``: the disk tier, under the value policy, only
+        while it has room or for a segment looked up at least ``DISK_ADMIT_LOOKUPS`` times."""
+        room = getattr(tier.tier, "has_room", None)
+        if tier.name != "disk" or room is None or not self._memory.counts_lookups:
+            return True
+        if self._memory.frequency(segment) >= DISK_ADMIT_LOOKUPS:
+            return True
+        return bool(self._call(tier, lambda t: room(nbytes)))
+
+    def _kept(self, key: str, kept: bool) -> None:
+        self._unkept.pop(key, None)
+        if not kept:
+            self._unkept[key] = None
+            if len(self._unkept) > UNKEPT_KEYS:
+                self._unkept.popitem(last=False)
 
     def _widened(self, entry: E) -> E:
         return entry if self.entry_dtype == torch.float32 else entry.widened(self.model_dtype)

@@ -15,23 +15,14 @@ import torch
 
 from ..model import HybridModel
 from ..model.config import FULL, HYBRID
-from .entry import CacheEntry, CorruptEntry, SegmentEntry
-
-
-def _packed_wy(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> bool:
-    """A dense operator's place holding the packed WY form of ``tokens`` tokens (``kernels.algebra.WYOperator``)."""
-    return len(dense) == 3 == len(got) and dense[1] == dense[2] and got[:2] == dense[:2] and got[2] == 2 * tokens + 1
-
-
-def _packed_state(got: tuple[int, ...], dense: tuple[int, ...], tokens: int) -> bool:
-    """A dense ``[H, K, V]`` state's place holding its two factors of ``tokens`` columns, ``[H, K + V, L]``."""
-    return len(dense) == 3 == len(got) and got == (dense[0], dense[1] + dense[2], tokens)
+from .entry import CacheEntry, CorruptEntry, LinearTokens, SegmentEntry
 
 
 @dataclass(frozen=True)
 class EntryLayout:
     """The shapes and dtypes of one model's entries (``L`` is the segment's length): per linear layer its
-    mixer's shapes (``b``, ``p`` in the mixer's operator form, ``conv_tail``), per attention layer K and V."""
+    mixer's shapes (``b``, ``p`` in the mixer's operator form, ``conv_tail``), per attention layer K and V;
+    ``tokens``, per linear layer whose mixer can keep a segment as its tokens, each field's ``(heads, width)``."""
 
     linear: tuple[tuple[int, tuple[tuple[str, tuple[int, ...]], ...]], ...]
     attention_layers: tuple[int, ...]
@@ -39,11 +30,14 @@ class EntryLayout:
     head_dim: int
     vocab_size: int
     dtypes: frozenset[torch.dtype]  # fp32 (states, operators), the model's dtype (KV, conv tails), the entry dtype
+    tokens: tuple[tuple[int, tuple[tuple[str, tuple[int, int]], ...]], ...] = ()
 
     @classmethod
     def of(cls, model: HybridModel, entry_dtype: torch.dtype = torch.float32) -> EntryLayout:
         config = model.config
         shapes = {i: tuple(mixer.state_shapes().items()) for i, mixer in model.linear_mixers().items()}
+        mixers = model.linear_mixers().items()
+        tokens = {i: tuple(m.token_shapes().items()) for i, m in mixers if hasattr(m, "token_shapes")}
         return cls(
             linear=tuple(sorted(shapes.items())),
             attention_layers=tuple(i for i, t in enumerate(config.layer_types) if t in (FULL, HYBRID)),
@@ -51,6 +45,7 @@ class EntryLayout:
             head_dim=config.head_dim,
             vocab_size=config.vocab_size,
             dtypes=frozenset({torch.float32, model.dtype, entry_dtype}),
+            tokens=tuple(sorted(tokens.items())),
         )
 
     @property
@@ -64,9 +59,18 @@ class EntryLayout:
             raise CorruptEntry("token ids outside the vocabulary, or none")
         if tuple(sorted(entry.linear)) != self.linear_layers:
             raise CorruptEntry(f"linear layers {sorted(entry.linear)}, expected {list(self.linear_layers)}")
+        covered = n if isinstance(entry, SegmentEntry) else n - entry.seam  # the tokens its operators span
         expected: list[tuple[str, torch.Tensor, tuple[int, ...]]] = []
+        token_shapes = dict(self.tokens)
         for i, shapes in self.linear:
             lin = entry.linear[i]
+            if isinstance(lin, LinearTokens):
+                if i not in token_shapes:
+                    raise CorruptEntry(f"linear layer {i} kept as tokens, a form its mixer does not have")
+                for name, (heads, width) in token_shapes[i]:
+                    expected.append((f"tokens.{i}.{name}", getattr(lin, name), (heads, covered, width)))
+                expected.append((f"tokens.{i}.conv_tail", lin.conv_tail, dict(shapes)["conv_tail"]))
+                continue
             for name, shape in shapes:
                 if hasattr(lin, name):
                     expected.append((f"linear.{i}.{name}", getattr(lin, name), shape))
@@ -80,15 +84,19 @@ class EntryLayout:
                 expected += [(f"attention.{i}.keys", att.keys, kv), (f"attention.{i}.values", att.values, kv)]
         elif not 0 < entry.seam < n:
             raise CorruptEntry(f"a remainder after {entry.seam} of {n} tokens")
-        covered = n if isinstance(entry, SegmentEntry) else n - entry.seam  # the tokens its operators span
         for name, tensor, shape in expected:
-            if name.endswith(".p") and _packed_wy(tuple(tensor.shape), shape, covered):
-                shape = tuple(tensor.shape)
-            if name.endswith(".b") and _packed_state(tuple(tensor.shape), shape, covered):
-                shape = tuple(tensor.shape)
             if tuple(tensor.shape) != shape:
                 raise CorruptEntry(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
             if tensor.dtype not in self.dtypes:
                 raise CorruptEntry(f"{name} is {tensor.dtype}")
             if not bool(torch.isfinite(tensor).all()):
                 raise CorruptEntry(f"{name} holds non-finite values")
+            if name.endswith(".gates") and not _gates_in_range(tensor):
+                raise CorruptEntry(f"{name} holds a log gate above 0 or a beta outside [0, 2]")
+
+
+def _gates_in_range(gates: torch.Tensor) -> bool:
+    """Log gates are ``-exp(A) softplus(.) <= 0`` and betas ``sigmoid(.)`` times at most 2 (OLMo's scale): any
+    other value would make the rule grow its state, which no layer of ours can write."""
+    g, beta = gates[..., 0], gates[..., 1]
+    return bool((g <= 0).all()) and bool(((beta >= 0) & (beta <= 2)).all())

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hypic_rag.kernels.algebra import SplitTransition
+from hypic_rag.kernels.algebra import DeltaTokens, SplitTransition
 
 from .config import FULL, HYBRID, LINEAR, HybridConfig
 
@@ -48,8 +48,8 @@ class TransitionCapture:
 
     rest_start: torch.Tensor
     operators: dict[int, SplitTransition] = field(default_factory=dict)
-    # Gated DeltaNet layers' keys, values, log gates and betas ([B, T, H, K], [B, T, H, V], [B, T, H]): the WY
-    # form of their operators and the factors of their states
+    # Gated DeltaNet layers' keys (per key head), values, log gates and betas ([B, T, H_k, K], [B, T, H_v, V],
+    # [B, T, H_v]): what a short segment's entry keeps in place of its operators (``cache.entry.LinearTokens``)
     inputs: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
 
 
@@ -60,11 +60,14 @@ class SegmentJumps:
     ``P_j @ S + B_j`` of the state ``S`` after fresh token ``src[j]`` (``src == at``: the state then;
     earlier: the state before the segment's seam, seam variant A), and the conv history becomes the
     segment's tail. ``linear`` maps each linear layer to ``(P [J, H, K, K], B [J, H, K, V],
-    tails [J, conv_dim, kernel - 1])``."""
+    tails [J, conv_dim, kernel - 1])``; where a Gated DeltaNet layer has segments kept as their tokens,
+    ``tokens`` maps it to one ``DeltaTokens`` or None per jump, and its ``P``, ``B`` hold the None jumps' only
+    (``kernels.scan.Jumps``)."""
 
     at: torch.Tensor
     src: torch.Tensor
     linear: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    tokens: dict[int, tuple[DeltaTokens | None, ...]] = field(default_factory=dict)
 
 
 class _KVBuffer:

@@ -48,6 +48,11 @@ class _CacheBytes(Collector):
         )
         for reason, n in ({"frequency": 0, "oversize": 0} | segments["refused"]).items():
             refused.add_metric([reason], n)
+        disk_refused = CounterMetricFamily(
+            "hypic_cache_disk_admissions_refused",
+            "Writes a full disk tier refused: segments looked up fewer than twice (the value policy)",
+        )
+        disk_refused.add_metric([], segments["disk_refused"])
         evicted = CounterMetricFamily("hypic_cache_evictions", "Entries evicted, by reason", labels=["reason"])
         for reason, n in ({"capacity": 0, "corrupt": 0} | segments["evicted"]).items():
             evicted.add_metric([reason], n)
@@ -57,6 +62,7 @@ class _CacheBytes(Collector):
         for kind, value in segments["hit_ratio_by_kind"].items():
             ratio.add_metric([kind], value)
         yield refused
+        yield disk_refused
         yield evicted
         yield ratio
 

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
 from hypic_rag.cache import (
     AttentionEntry,
+    CachedSegment,
     CorruptEntry,
     LinearEntry,
     LinearRemainder,
+    LinearTokens,
     RemainderEntry,
     SegmentEntry,
 )
-from hypic_rag.cache.entry import entry_dtype
+from hypic_rag.cache.entry import FORMAT_VERSION, MAGIC, entry_dtype
 
 
 def make_entry(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> SegmentEntry:
@@ -114,3 +120,43 @@ def test_a_float16_state_past_its_range_is_not_finite():
     entry = make_entry(dtype=torch.float32)
     entry.linear[0].b[0, 0, 0] = 1e6
     assert entry.finite() and not entry.stored_as(torch.float16).finite()
+
+
+def make_tokens_entry(seed: int = 0) -> SegmentEntry:
+    """An entry whose one linear layer keeps its 4 tokens (2 key heads, 4 value heads, K = 16, V = 8)."""
+    gen = torch.Generator().manual_seed(seed)
+    entry = make_entry(seed, dtype=torch.float32)
+    gates = torch.stack((-torch.rand(4, 4, generator=gen), torch.rand(4, 4, generator=gen)), dim=-1)
+    keys, values = torch.randn(2, 4, 16, generator=gen), torch.randn(4, 4, 8, generator=gen)
+    entry.linear[0] = LinearTokens(keys, values, gates, entry.linear[0].conv_tail)
+    return entry
+
+
+def test_an_entry_kept_as_tokens_round_trips_and_derives_its_remainders():
+    entry = make_tokens_entry()
+    assert_same(SegmentEntry.from_bytes(entry.to_bytes("fp"), "fp"), entry)
+    rest = entry.derived_remainder(3)
+    assert rest.derived and rest.seam == 3 and rest.linear[0].keys.shape == (2, 1, 16)
+    assert entry.derived_remainder(4) is None and entry.derived_remainder(0) is None  # no tokens after the seam
+    assert CachedSegment(entry, rest).nbytes == entry.nbytes  # a view holds no bytes of its own
+    with pytest.raises(ValueError, match="never stored"):
+        rest.to_bytes("fp")
+    assert make_entry().derived_remainder(2) is None  # dense layers keep their remainders apart
+
+
+def test_a_16_bit_entry_kept_as_tokens_keeps_its_gates_in_float32():
+    entry = make_tokens_entry()
+    kept = entry.stored_as(torch.bfloat16)
+    lin = kept.linear[0]
+    assert lin.keys.dtype == lin.values.dtype == torch.bfloat16 and torch.equal(lin.gates, entry.linear[0].gates)
+    assert kept.nbytes == entry.nbytes_as(torch.bfloat16) < entry.nbytes
+    assert kept.widened(torch.float32).linear[0].keys.dtype == torch.float32
+
+
+def test_a_layer_stored_in_two_forms_is_corrupt():
+    entry, dense = make_tokens_entry(), make_entry()
+    tensors = st_load(entry.to_bytes("fp")[len(MAGIC) + 32 :])
+    tensors |= {f"linear.0.{name}": t for name, t in vars(dense.linear[0]).items()}
+    payload = st_save(tensors, metadata={"format": str(FORMAT_VERSION), "kind": "segment", "fingerprint": "fp"})
+    with pytest.raises(CorruptEntry, match="two forms"):
+        SegmentEntry.from_bytes(MAGIC + hashlib.sha256(payload).digest() + payload, "fp")

@@ -221,3 +221,114 @@ def test_a_one_off_segment_is_refused_under_pressure_and_admitted_once_it_recurs
     stats = store.stats()
     assert "c" in store and stats["evicted"] == {"capacity": 1} and stats["policy"] == "value"
     assert stats["hit_ratio_by_kind"] == {"document": 1 / 7, "tool": 0.0}
+
+
+def _tokens_case(checkpoint, tmp_path, dtype: str = "float32"):
+    """A qwen3_5_text engine on a disk cache whose first segments keep their tokens (under 22 tokens on this
+    checkpoint) beside a dense one, and the logits a first request gets."""
+    path = checkpoint("qwen3_5_text")
+    segs = [Segment(token_ids=list(range(10 + 7 * i, 10 + 7 * i + n))) for i, n in enumerate((15, 18, 30))]
+    query = Segment(token_ids=[3, 4, 5], kind="query")
+    writer = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0, seam=4, entry_dtype=dtype)
+    expected = writer.prompt_logits(segs, query, mode="hypic")
+    return path, segs, query, writer, expected
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_entries_kept_as_tokens_round_trip_through_disk_validated(checkpoint, tmp_path, dtype):
+    from hypic_rag.cache import LinearTokens
+
+    path, segs, query, writer, expected = _tokens_case(checkpoint, tmp_path, dtype)
+    reader = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0, seam=4, entry_dtype=dtype)
+    out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
+    counters = reader.segment_store.counters
+    # three entries and the dense segment's remainder; the others' remainders are derived, not read
+    assert counters["disk_hits"] == 4 and counters["corrupt"] == 0 and out.stats["hit_segments"] == 3
+    assert float((out.prompt_logits - expected).abs().max()) <= 1e-5
+    key = segment_key(segs[1].token_ids, reader.fingerprint, torch.float32)
+    entry = reader.segment_store.get(key, tuple(segs[1].token_ids))
+    assert all(isinstance(e, LinearTokens) for e in entry.linear.values())
+
+
+@pytest.mark.parametrize("damage", ["old format", "log gate above 0", "keys of another length"])
+def test_an_old_or_damaged_entry_kept_as_tokens_is_recomputed_not_used(checkpoint, tmp_path, monkeypatch, damage):
+    import hypic_rag.cache.entry as entry_module
+    from hypic_rag.cache import SegmentEntry
+
+    path, segs, query, writer, expected = _tokens_case(checkpoint, tmp_path)
+    tier = DiskCacheTier(tmp_path)
+    key = segment_key(segs[1].token_ids, writer.fingerprint, torch.float32)
+    entry = SegmentEntry.from_bytes(tier.get(key), writer.fingerprint)
+    layer = next(iter(entry.linear))
+    if damage == "old format":
+        monkeypatch.setattr(entry_module, "FORMAT_VERSION", entry_module.FORMAT_VERSION - 1)
+    elif damage == "log gate above 0":
+        entry.linear[layer].gates[0, 0, 0] = 0.5
+    else:
+        entry.linear[layer].keys = entry.linear[layer].keys[:, 1:]
+    tier.set(key, entry.to_bytes(writer.fingerprint))  # well checksummed: only the format or the layout tells
+    monkeypatch.undo()
+    reader = Engine.from_pretrained(path, cache_dir=tmp_path, min_cached_tokens=0, seam=4)
+    out = reader.generate(segs, query, mode="hypic", max_new_tokens=1)
+    assert reader.segment_store.counters["corrupt"] == 1
+    assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
+    assert float((out.prompt_logits - expected).abs().max()) <= 1e-5  # recomputed alone, not in the first batch
+
+
+def test_held_bytes_count_only_what_some_tier_kept(tmp_path):
+    from hypic_rag.cache import CachedSegment
+
+    a, b, rest = make_entry(1), make_entry(2), make_remainder(1, seam=2)
+    store = SegmentStore("fp", memory=ByteLRU(2 * a.nbytes, "value"))
+    for _ in range(3):
+        store.get("a", a.token_ids, "document")
+    store.put("a", a)
+    store.put_remainder("a", rest)
+    assert store.held_nbytes("a", CachedSegment(a, rest)) == a.nbytes + rest.nbytes
+    store.put("b", b)  # seen once, no room: refused, and no other tier
+    assert "b" not in store and store.held_nbytes("b", CachedSegment(b)) == 0
+    with_disk = SegmentStore("fp", memory=ByteLRU(a.nbytes, "value"), disk=DiskCacheTier(tmp_path))
+    for _ in range(3):
+        with_disk.get("a", a.token_ids, "document")
+    with_disk.put("a", a)
+    with_disk.put("b", b)  # the memory tier refuses it; the disk tier keeps it
+    assert "b" not in with_disk and with_disk.held_nbytes("b", CachedSegment(b)) == b.nbytes
+    big = make_entry(3, dtype=torch.float32)
+    big.linear[0].b[0, 0, 0] = 1e6  # past float16's range: kept nowhere, in any tier
+    half = SegmentStore(entry_fingerprint("fp", torch.float16), entry_dtype=torch.float16, disk=DiskCacheTier(tmp_path))
+    half.put("c", big)
+    assert half.counters["unstorable"] == 1 and half.held_nbytes("c", CachedSegment(big)) == 0
+
+
+def test_a_request_counts_in_cache_bytes_only_the_entries_kept(checkpoint):
+    path = checkpoint("qwen3_5_text")
+    segs = [Segment(token_ids=list(range(10 + 40 * i, 40 + 40 * i))) for i in range(3)]
+    query = Segment(token_ids=[3, 4, 5], kind="query")
+    roomy = Engine.from_pretrained(path, min_cached_tokens=0)
+    everything = roomy.generate(segs, query, max_new_tokens=1).stats["cache_bytes"]
+    # room for about one segment: the value policy keeps the first and refuses the others, seen once
+    tight = Engine.from_pretrained(path, min_cached_tokens=0, memory_bytes=everything // 3 + 1)
+    out = tight.generate(segs, query, max_new_tokens=1)
+    held = tight.segment_store.stats()["memory_bytes"]
+    assert out.stats["miss_segments"] == 3 and 0 < out.stats["cache_bytes"] <= held < everything
+
+
+def test_a_full_disk_tier_takes_a_one_off_segment_only_once_it_recurs(tmp_path):
+    entries = {name: make_entry(seed) for seed, name in enumerate("abc")}
+    first = SegmentStore("fp", memory=ByteLRU(1, "value"), disk=DiskCacheTier(tmp_path))
+    for name in "ab":  # while the disk has room it takes everything, seen once or not
+        first.put(name, entries[name])
+    full = DiskCacheTier(tmp_path, size_limit=first.stats()["disk"]["bytes"] + 1)  # no room for one more
+    store = SegmentStore("fp", memory=ByteLRU(1, "value"), disk=full)  # memory too small to keep any
+    # a request looks the segment up, misses and stores what it computed: seen once, the full disk refuses it
+    assert store.get("c", entries["c"].token_ids, "document") is None
+    store.put("c", entries["c"])
+    assert store.counters["disk_refused"] == 1 and full.get("c") is None
+    assert full.get("a") is not None and full.get("b") is not None  # nothing recurring was pushed out
+    assert store.get("c", entries["c"].token_ids, "document") is None  # it recurs
+    store.put("c", entries["c"])
+    assert store.counters["disk_refused"] == 1 and full.get("c") is not None
+    assert SegmentStore("fp", disk=full).get("c", entries["c"].token_ids) is not None
+    plain = SegmentStore("fp", memory=ByteLRU(1, "lru"), disk=DiskCacheTier(tmp_path / "lru", size_limit=1))
+    plain.put("c", entries["c"])  # under the lru policy the disk tier keeps its own LRU and takes every write
+    assert plain.counters["disk_refused"] == 0

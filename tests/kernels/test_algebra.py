@@ -224,26 +224,30 @@ def test_rerotation_moves_keys_to_new_positions():
     assert torch.equal(moved[..., 8:], keys[..., 8:])  # only the rotary dims move
 
 
-@pytest.mark.parametrize("t", [1, 5, 16, 40])
-def test_the_wy_form_is_the_dense_operator_and_applies_without_forming_it(t):
+def _kept(k, v, g, beta) -> algebra.DeltaTokens:
+    """The fla-layout inputs of one sequence as a segment kept as its tokens (``[H, L, ...]``)."""
+    return algebra.DeltaTokens(*(x[0].transpose(0, 1) for x in (k, v, g, beta)))
+
+
+@pytest.mark.parametrize("t", [1, 5, 16, 40, 130])
+def test_a_segment_kept_as_its_tokens_maps_a_state_as_its_dense_operator_does(t):
     k, v, g, beta = _inputs(t, seed=3 * t, h=2, dk=64, dv=8)
-    dense = transition(k, v, g, beta, backend="torch").p[0]  # [H, K, K]
-    wy = algebra.wy_operator(k[0], g[0], beta[0])
-    assert wy.w.shape == wy.y.shape == (2, 64, t)
-    assert (wy.dense() - dense).abs().max() < 1e-5
+    g = g * 20  # long decays too: every exponent the form takes stays <= 0
+    dense = transition(k, v, g, beta, backend="torch")
+    kept = _kept(k, v, g, beta)
     s = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(t))
-    assert (wy.apply(s) - dense @ s).abs().max() < 1e-5
-    numbers = sum(x.numel() for x in (wy.gamma, wy.w, wy.y))
-    assert (numbers < dense.numel()) == (t < 32)  # smaller than dense while L < K / 2
+    assert (kept.apply(s) - (dense.p[0] @ s + dense.state[0])).abs().max() < 1e-5
+    assert (kept.apply(s) - _token_recurrence(k, v, g, beta, s[None])[0]).abs().max() < 1e-5
+    assert (kept.apply(None) - dense.state[0]).abs().max() < 1e-5
+    p, b = kept.dense()
+    assert (p - dense.p[0]).abs().max() < 1e-5 and (b - dense.state[0]).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("t", [1, 7, 33])
-def test_the_low_rank_state_is_the_zero_start_end_state(t):
-    k, v, g, beta = _inputs(t, seed=5 * t, h=2, dk=32, dv=16)
-    g = g * 20  # long decays: the factors keep every exponent <= 0
-    dense = transition(k, v, g, beta, backend="torch").state[0]  # [H, K, V]
-    left, right = algebra.low_rank_state(k[0], v[0], g[0], beta[0])
-    assert left.shape == (2, 32, t) and right.shape == (2, 16, t)
-    assert torch.isfinite(left).all() and (left @ right.transpose(-1, -2) - dense).abs().max() < 1e-5
-    packed = torch.cat([left, right], dim=1)
-    assert torch.equal(algebra.dense_state(packed, 32), left @ right.transpose(-1, -2))
+@pytest.mark.parametrize("w", [1, 8, 39])
+def test_the_suffix_of_a_segments_tokens_is_its_remainder(w):
+    k, v, g, beta = _inputs(40, seed=w, h=2, dk=32, dv=8)
+    split = split_transition(torch.zeros_like(k), k, v, g, beta, torch.tensor([w]))
+    rest = _kept(k, v, g, beta).suffix(w)
+    assert len(rest) == 40 - w
+    p, b = rest.dense()
+    assert (p - split.rest_p[0]).abs().max() < 1e-5 and (b - split.rest_state[0]).abs().max() < 1e-5

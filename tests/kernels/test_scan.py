@@ -276,3 +276,28 @@ def test_malformed_inputs_raise():
     bad(r"jumps.src\[1\] = 7 must lie in \[2, 6\]", jumps=_replace(ok, src=torch.tensor([2, 7])))
     bad(r"jumps.src\[1\] = 1 must lie in \[2, 6\]", jumps=_replace(ok, src=torch.tensor([2, 1])))
     bad(r"jumps.src\[0\] = -1 must lie in \[0, 2\]", jumps=_replace(ok, src=torch.tensor([-1, 4])))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_segments_kept_as_their_tokens_jump_as_their_dense_operators(backend):
+    """Jumps over segments kept as their tokens (applied without forming ``P``; the Triton kernel gets them
+    formed) beside dense ones, one taking its source before its seam: the all-dense scan's outputs and state."""
+    from hypic_rag.kernels.algebra import DeltaTokens
+
+    x = _tokens(30, seed=5)
+    at, src = [4, 12, 12, 30], [4, 9, 12, 30]
+    kept = []
+    for j, n in enumerate((7, 0, 19, 3)):
+        if not n:
+            kept.append(None)
+            continue
+        _, k, v, g, beta = _tokens(n, seed=20 + j)
+        kept.append(DeltaTokens(*(y[0].transpose(0, 1) for y in (k, v, g, beta))))
+    dense = _jumps(at, src, seed=3)
+    made = [t.dense() if t is not None else (dense.p[j], dense.b[j]) for j, t in enumerate(kept)]
+    all_dense = Jumps(dense.at, dense.src, torch.stack([p for p, _ in made]), torch.stack([b for _, b in made]))
+    mixed = Jumps(dense.at, dense.src, dense.p[1:2], dense.b[1:2], tuple(kept))
+    s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(6))
+    _assert_close(scan_with_jumps(*x, s0, mixed, backend=backend), _oracle(*x, s0, all_dense))
+    with pytest.raises(ValueError, match="jumps.p must be"):
+        scan_with_jumps(*x, s0, Jumps(dense.at, dense.src, dense.p, dense.b, tuple(kept)), backend=backend)

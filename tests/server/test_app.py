@@ -53,6 +53,7 @@ def test_models_health_and_metrics(server, client):
         'hypic_cache_bytes{tier="memory"}',
         'hypic_cache_entries{tier="prefix"}',
         'hypic_cache_admissions_refused_total{reason="frequency"}',
+        "hypic_cache_disk_admissions_refused_total 0.0",
         'hypic_cache_evictions_total{reason="capacity"}',
         "hypic_cache_hit_ratio{kind=",
         "hypic_queue_depth ",

@@ -58,6 +58,12 @@ class GatedDeltaNet(nn.Module):
             "conv_tail": (self.conv_dim, self.kernel - 1),
         }
 
+    def token_shapes(self) -> dict[str, tuple[int, int]]:
+        """Per token, the shapes ``(heads, width)`` of a segment kept as its delta-rule inputs
+        (``cache.entry.LinearTokens``): keys per key head, values and (log gate, beta) per value head."""
+        heads = self.num_v_heads
+        return {"keys": (self.num_k_heads, self.dk), "values": (heads, self.dv), "gates": (heads, 2)}
+
     def forward(
         self,
         x: torch.Tensor,
@@ -99,14 +105,15 @@ class GatedDeltaNet(nn.Module):
         v, g, beta = v.float(), g.float(), beta.float()
         s0 = layer.recurrent if layer is not None else None
         if ops is not None:
-            out, s_end = scan_with_jumps(q, k, v, g, beta, s0, Jumps(jumps.at, jumps.src, ops[0], ops[1]))
+            kept = jumps.tokens.get(self.layer_idx)
+            out, s_end = scan_with_jumps(q, k, v, g, beta, s0, Jumps(jumps.at, jumps.src, *ops[:2], kept))
         elif capture is not None:
             if s0 is not None:
                 raise ValueError("transitions are captured from a zero start only")
             split = split_transition(q, k, v, g, beta, capture.rest_start)
             out, s_end = split.out, split.state
             capture.operators[self.layer_idx] = replace(split, out=None)
-            capture.inputs[self.layer_idx] = (k, v, g, beta)
+            capture.inputs[self.layer_idx] = (k[:, :, ::rep], v, g, beta)  # keys per key head, as kept
         else:
             q, k, v, g, beta = (y.transpose(1, 2) for y in (q, k, v, g, beta))
             if s0 is not None and t == 1:
