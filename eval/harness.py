@@ -10,7 +10,9 @@ token. The JSON (docs/benchmarks.md): ``{"workload", "n", "results": {mode: {"sc
 into a table and plots. ``recomputed_tokens`` is the mean per request of the tokens run in context (seams,
 segments too short to cache, the query; everything in ``full``), as a warm request runs them: the isolated
 prefills that made a missing entry are ``filled_tokens`` beside it, and an ``auto`` seam's or a guarded
-request's probe (the first layers only) ``probe_tokens``.
+request's probe (the first layers only) ``probe_tokens``. ``probe_cost`` weights those by the share of the
+layers they went through, and ``cost_tokens`` is ``recomputed_tokens + probe_cost``: what a mode really
+computes per request, in tokens of a whole forward (the column the seam comparisons read).
 """
 
 from __future__ import annotations
@@ -52,19 +54,19 @@ Seam = int | float | str
 
 
 def seam_label(seam: Seam) -> str:
-    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``, ``hypic@auto:9.6``."""
+    """``hypic@w8``, ``hypic@w0.25``, ``hypic@auto``, ``hypic@auto:9.6``, ``hypic@blend:8``."""
     return f"hypic@{seam}" if isinstance(seam, str) else f"hypic@w{seam:g}"
 
 
 def seam_options(seam: Seam) -> dict[str, Any]:
     """The request options of a swept seam: ``auto:B`` is ``seam="auto"`` with ``seam_budget=B`` tokens per
-    boundary."""
-    if isinstance(seam, str) and seam.startswith("auto:"):
+    boundary, ``blend:B`` the CacheBlend-style baseline (``seam="blend"``) under that budget."""
+    kind, colon, budget = seam.partition(":") if isinstance(seam, str) else ("", "", "")
+    if colon and kind in ("auto", "blend"):
         try:
-            budget = float(seam.removeprefix("auto:"))
+            return {"seam": kind, "seam_budget": float(budget)}
         except ValueError:
-            raise ValueError(f"auto:BUDGET takes a number of tokens per boundary, got {seam!r}") from None
-        return {"seam": "auto", "seam_budget": budget}
+            raise ValueError(f"{kind}:BUDGET takes a number of tokens per boundary, got {seam!r}") from None
     check_seam(seam)
     return {"seam": seam}
 
@@ -135,6 +137,9 @@ def evaluate(
             tokens[label]["recomputed_tokens"].append(stats["recomputed_tokens"] - stats.get("filled_tokens", 0))
             tokens[label]["filled_tokens"].append(stats.get("filled_tokens", 0))
             tokens[label]["probe_tokens"].append(stats.get("probe_tokens", 0))
+            counts = tokens[label]
+            counts["probe_cost"].append(stats.get("probe_cost", 0.0))
+            counts["cost_tokens"].append(counts["recomputed_tokens"][-1] + counts["probe_cost"][-1])
             if label != "full":
                 kls[label].append(kl_divergence(full, out.prompt_logits))
                 agree[label].append(top1_agreement(full, out.prompt_logits))
@@ -155,7 +160,7 @@ def evaluate(
         log(
             f"  {label:<10} {metric} {row['score']:6.1f}"
             + (f"  KL {row['kl']:.2e}  top-1 {row['top1']:.2f}" if "kl" in row else "")
-            + f"  recomputed {row['recomputed_tokens']:.1f}"
+            + f"  recomputed {row['recomputed_tokens']:.1f}  with probe {row['cost_tokens']:.1f}"
         )
     report: dict[str, Any] = {"workload": name, "n": len(examples), "seed": seed, "results": results}
     if "full" in results:
@@ -164,7 +169,7 @@ def evaluate(
 
 
 SECONDARY = ("exact_match", "rouge_l")
-TOKENS = ("recomputed_tokens", "filled_tokens", "probe_tokens")  # per request, means
+TOKENS = ("recomputed_tokens", "filled_tokens", "probe_tokens", "probe_cost", "cost_tokens")  # per request, means
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -191,6 +196,7 @@ def evaluate_many(
         "workloads": reports,
         "mean_score": {m: _mean([r["results"][m]["score"] for r in reports]) for m in labels},
         "mean_recomputed_tokens": {m: _mean([r["results"][m]["recomputed_tokens"] for r in reports]) for m in labels},
+        "mean_cost_tokens": {m: _mean([r["results"][m]["cost_tokens"] for r in reports]) for m in labels},
     }
     if "full" in labels:
         out["mean_kl"] = {m: _mean([r["results"][m]["kl"] for r in reports]) for m in labels if m != "full"}

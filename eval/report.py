@@ -1,5 +1,6 @@
 """``hypic-rag eval --report DIR``: an evaluation's JSON as a Markdown table, a PNG bar chart and, where the
-modes record the tokens they recompute, the Pareto picture: gap and KL against tokens recomputed."""
+modes record the tokens they recompute, the Pareto picture: gap and KL against tokens computed, a probe's
+layer-weighted tokens included (a hollow mark at the tokens recomputed without it)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,14 @@ def write_report(report: dict[str, Any], directory: str | Path, command: str = "
         for r in reports:
             cells = [f"{r['results'][m]['kl']:.2e} / {r['results'][m]['top1']:.2f}" for m in with_kl]
             lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
-    lines += ["", "![scores](scores.png)"]
     pareto = [m for m in with_kl if "recomputed_tokens" in reports[0]["results"][m]]
+    if pareto:
+        lines += ["", "Tokens recomputed per request / with the probe's layer-weighted tokens:", ""]
+        lines += ["| workload | " + " | ".join(pareto) + " |", "|---|" + "---|" * len(pareto)]
+        for r in reports:
+            cells = [f"{r['results'][m]['recomputed_tokens']:.1f} / {_cost(r['results'][m]):.1f}" for m in pareto]
+            lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
+    lines += ["", "![scores](scores.png)"]
     if pareto:
         lines += ["", "![gap and KL against tokens recomputed](pareto.png)"]
     md = out / "report.md"
@@ -64,19 +71,23 @@ def write_report(report: dict[str, Any], directory: str | Path, command: str = "
 
 
 def _pareto(plt: Any, reports: list[dict[str, Any]], labels: list[str], path: Path) -> Path:
-    """Per workload and on their mean: each mode's gap to ``full`` and KL against its mean tokens recomputed."""
+    """Per workload and on their mean: each mode's gap to ``full`` and KL against its mean tokens computed (the
+    probe's, layer-weighted, included; a hollow mark where they are, at the tokens recomputed alone)."""
     rows = [*reports, _mean_row(reports, labels)] if len(reports) > 1 else reports
     fig, axes = plt.subplots(2, len(rows), figsize=(3.2 * len(rows), 5.5), squeeze=False)
     for j, r in enumerate(rows):
         for m in labels:
-            x = r["results"][m]["recomputed_tokens"]
-            axes[0][j].scatter(x, r.get("gap_points", {}).get(m, 0.0), s=14)
-            axes[1][j].scatter(x, max(r["results"][m]["kl"], 1e-12), s=14)
-            for k, y in ((0, r.get("gap_points", {}).get(m, 0.0)), (1, max(r["results"][m]["kl"], 1e-12))):
+            res = r["results"][m]
+            x, bare = _cost(res), res["recomputed_tokens"]
+            for k, y in ((0, r.get("gap_points", {}).get(m, 0.0)), (1, max(res["kl"], 1e-12))):
+                dot = axes[k][j].scatter(x, y, s=14)
+                if bare != x:
+                    axes[k][j].scatter(bare, y, s=14, facecolors="none", edgecolors=dot.get_facecolor())
+                    axes[k][j].plot([bare, x], [y, y], lw=0.5, color=dot.get_facecolor()[0])
                 axes[k][j].annotate(m.removeprefix("hypic@"), (x, y), fontsize=6)
         axes[0][j].set_title(r["workload"], fontsize=9)
         axes[1][j].set_yscale("log")
-        axes[1][j].set_xlabel("tokens recomputed")
+        axes[1][j].set_xlabel("tokens computed (probe included)")
     axes[0][0].set_ylabel("gap to full (points)")
     axes[1][0].set_ylabel("KL(full ‖ mode)")
     fig.tight_layout()
@@ -85,12 +96,19 @@ def _pareto(plt: Any, reports: list[dict[str, Any]], labels: list[str], path: Pa
     return path
 
 
+def _cost(row: dict[str, Any]) -> float:
+    """A mode's tokens computed per request: ``cost_tokens``, or in a JSON from before it, the tokens
+    recomputed."""
+    return row.get("cost_tokens", row["recomputed_tokens"])
+
+
 def _mean_row(reports: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
-    results = {
-        m: {key: mean([r["results"][m][key] for r in reports]) for key in ("recomputed_tokens", "kl")} for m in labels
-    }
+    results = {m: {"recomputed_tokens": mean([r["results"][m]["recomputed_tokens"] for r in reports])} for m in labels}
+    for m in labels:
+        results[m]["kl"] = mean([r["results"][m]["kl"] for r in reports])
+        results[m]["cost_tokens"] = mean([_cost(r["results"][m]) for r in reports])
     gaps = {m: mean([r.get("gap_points", {}).get(m, 0.0) for r in reports]) for m in labels}
     return {"workload": "mean", "results": results, "gap_points": gaps}

@@ -28,17 +28,23 @@ from .plan import RequestPlan
 Operator = LinearEntry | LinearRemainder | DeltaTokens
 
 
-def operators(cached: CachedSegment, seam: int, variant: str) -> tuple[bool, dict[int, Operator]]:
-    """Per linear layer, the map that carries the state past a cached segment after ``seam`` recomputed tokens
-    (``p`` and ``b``, or the segment's tokens as a ``DeltaTokens``, applied without forming ``p``), and whether
-    it starts from the state after the seam (variant B's remainder) rather than the state before it (the whole
-    segment's, variant A or no seam)."""
+def operators(
+    cached: CachedSegment, seam: int, variant: str, through_layer: int | None = None
+) -> tuple[bool, dict[int, Operator]]:
+    """Per linear layer (up to ``through_layer``), the map that carries the state past a cached segment after
+    ``seam`` recomputed tokens (``p`` and ``b``, or the segment's tokens as a ``DeltaTokens``, applied without
+    forming ``p``), and whether it starts from the state after the seam (variant B's remainder) rather than the
+    state before it (the whole segment's, variant A or no seam)."""
     after_seam = variant == "B" and seam > 0
     if not after_seam:
-        return False, {i: _operator(e) for i, e in cached.entry.linear.items()}
+        return False, {i: _operator(e) for i, e in cached.entry.linear.items() if _reaches(i, through_layer)}
     if cached.remainder is None or cached.remainder.seam != seam:
         raise ValueError(f"segment with a {seam}-token seam needs its remainder entry after {seam} tokens")
-    return True, {i: _operator(e) for i, e in cached.remainder.linear.items()}
+    return True, {i: _operator(e) for i, e in cached.remainder.linear.items() if _reaches(i, through_layer)}
+
+
+def _reaches(layer: int, through_layer: int | None) -> bool:
+    return through_layer is None or layer <= through_layer
 
 
 def _operator(e: LinearEntry | LinearRemainder | LinearTokens) -> Operator:
@@ -114,21 +120,28 @@ class FusedInputs:
 
 
 def fused_inputs(
-    model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[CachedSegment | None]
+    model: HybridModel,
+    state: RequestState,
+    plan: RequestPlan,
+    cached: Sequence[CachedSegment | None],
+    through_layer: int | None = None,
 ) -> FusedInputs:
     """Place the cached segments' keys in the empty ``state`` (rotated once, every layer together) and
-    gather the tokens the plan recomputes, with the jumps the linear layers make over cached segments."""
+    gather the tokens the plan recomputes, with the jumps the linear layers make over cached segments.
+    ``through_layer``: only the layers up to it get keys and jumps (a forward that stops there, the probe)."""
     device = model.device
     state.reserve(sum(len(seg.ids) for seg in plan.segments) + len(plan.query) + 1)
     fresh: list[int] = []
     positions: list[int] = []
     at: list[int] = []
     src: list[int] = []
-    ops: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in state.linear_layer_ids}
-    tails: dict[int, list[torch.Tensor]] = {i: [] for i in state.linear_layer_ids}
-    tokens: dict[int, list[DeltaTokens | None]] = {i: [] for i in state.linear_layer_ids}
+    linear = [i for i in state.linear_layer_ids if _reaches(i, through_layer)]
+    ops: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in linear}
+    tails: dict[int, list[torch.Tensor]] = {i: [] for i in linear}
+    tokens: dict[int, list[DeltaTokens | None]] = {i: [] for i in linear}
     mixers = model.linear_mixers()
-    placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in state.attention_layer_ids}
+    attention = [i for i in state.attention_layer_ids if _reaches(i, through_layer)]
+    placed: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {i: [] for i in attention}
     at_positions: list[range] = []  # where each placed run of cached keys sits
     shifts: list[int] = []  # per placed key, the rotation it still owes: where its segment now begins
     seams: dict[int, range] = {}
@@ -147,16 +160,17 @@ def fused_inputs(
         fresh += seg.ids[:w]
         seams[k] = range(before, before + w)
         positions += range(offset, offset + w)
-        after_seam, through = operators(found, w, plan.variant)
+        after_seam, through = operators(found, w, plan.variant, through_layer)
         at.append(len(fresh))
         src.append(len(fresh) if after_seam else before)
-        for i, lin in found.entry.linear.items():
+        for i in linear:
             op = through[i]
-            tails[i].append(lin.conv_tail)
+            tails[i].append(found.entry.linear[i].conv_tail)
             tokens[i].append(op if isinstance(op, DeltaTokens) else None)
             if not isinstance(op, DeltaTokens):
                 ops[i].append((op.p, _placed(mixers[i], op.b, offset, model)))
-        for i, att in found.entry.attention.items():
+        for i in attention:
+            att = found.entry.attention[i]
             placed[i].append((att.keys[:, w:], att.values[:, w:]))
         at_positions.append(range(offset + w, offset + n))
         shifts += [offset] * (n - w)

@@ -28,14 +28,15 @@ _lengths = _csv(int, 1, "token counts")
 
 
 def _seam(text: str) -> int | float | str:
-    """A seam as ``--seam`` takes it: ``auto``, a token count (>= 1) or a fraction (< 1); ``--seams`` also
-    takes ``auto:B`` (``auto`` under a budget of B tokens per boundary)."""
-    if text == "auto" or text.startswith("auto:"):
+    """A seam as ``--seam`` takes it: ``auto``, ``blend``, a token count (>= 1) or a fraction (< 1); ``--seams``
+    also takes ``auto:B`` and ``blend:B`` (under a budget of B tokens per boundary)."""
+    if text.split(":")[0] in ("auto", "blend"):
         return text
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f'a seam is a token count, a fraction or "auto", got {text!r}') from None
+        problem = f'a seam is a token count, a fraction, "auto" or "blend", got {text!r}'
+        raise argparse.ArgumentTypeError(problem) from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"a seam must be >= 0, got {text!r}")
     return int(value) if value >= 1 or value == 0 else value
@@ -121,14 +122,15 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default=None, help="checkpoint directory or hub id, as serve takes (default: the bundled model)"
     )
     ev.add_argument("--max-new-tokens", type=int, default=48)
-    ev.add_argument("--seam", type=_seam, default=None, help='seam tokens (>= 1), fraction (< 1) or "auto"')
+    ev.add_argument("--seam", type=_seam, default=None, help='seam tokens (>= 1), fraction (< 1), "auto" or "blend"')
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
     ev.add_argument("--entry-dtype", default=None, help="cache entries kept in float32, bfloat16 or float16")
     ev.add_argument(
         "--seams",
         type=_seams,
         default=[],
-        help="also run hypic at each of these seams (e.g. 0,4,8,16,32,auto; auto:B: a budget of B per boundary)",
+        help="also run hypic at each of these seams (e.g. 0,4,8,16,32,auto,blend; auto:B, blend:B: a budget of B"
+        " tokens per boundary)",
     )
     ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")

@@ -279,7 +279,9 @@ class Prefilling:
         except StopIteration as stop:
             self.generation = stop.value
             self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
-            ran = max(0, self.generation.stats.recomputed_tokens - self._ran)  # the last chunk's
+            stats = self.generation.stats  # the last chunk's: what it ran less what the chunks before did
+            probed = (stats.probe_tokens or 0) + (stats.probe_cold_tokens or 0)
+            ran = max(0, stats.recomputed_tokens + probed - self._ran)
         self._ran += ran
         return ran
 

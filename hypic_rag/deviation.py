@@ -5,7 +5,13 @@ A probe runs the request's fused forward, with a ``PROBE_WIDTH``-token seam at e
 attention layer only, on a throwaway state, and compares the seam tokens' in-context keys and values there with
 the ones their cache entry holds (computed with the segment alone), and measures how much attention the query
 pays each segment there. The probe jumps over every cached segment with its whole operator (variant A), so it
-needs no remainder entries; it runs the query too.
+needs no remainder entries; it places keys and jumps only in the layers it runs. The query runs only for the
+``mass`` signals: ``auto`` and the guard read the seams alone, which no later token changes (causal), so their
+probe leaves it out (``query=False``).
+
+The CacheBlend-style baseline (``seam="blend"``) reads every cached token's distance instead: its probe,
+``token_deviation``, runs the whole prompt (the query aside) in context through the first attention layer, as
+CacheBlend recomputes its first layer in full, and compares each token's value there with its cached one.
 
 ``auto`` and the guard read the per-token value distances (``Deviation.profiles``): where a boundary's first
 tokens settle is the seam it needs (``plan.settled_width``). The per-boundary summaries below are the
@@ -27,11 +33,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .assembly import FusedInputs, fused_inputs
-from .cache.entry import CachedSegment
+from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, SegmentEntry
 from .kernels.algebra import rerotate
 from .kernels.indices import int64
 from .kernels.rope import apply_rope, rope_cos_sin
-from .model import HybridModel, RequestState
+from .model import HybridModel, RequestState, TransitionCapture
 from .plan import RequestPlan, with_widths
 
 FIRST_SIGNALS = ("v", "k", "v_last", "k_last")
@@ -56,6 +62,31 @@ class Deviation:
         return {i: sig[name or SIGNAL] for i, sig in self.per_boundary.items()}
 
 
+def probe_layer(model: HybridModel) -> int | None:
+    """The last layer a (shallow) probe runs: the first attention layer; None for a model without one."""
+    layers = model.new_state().attention_layer_ids
+    return layers[0] if layers else None
+
+
+@torch.inference_mode()
+def isolated_through(model: HybridModel, ids: Sequence[int], through_layer: int) -> CachedSegment:
+    """A cold segment prefilled alone through ``through_layer`` only: as much of its cache entry as a probe
+    reads (operators of the linear layers and keys of the attention layers up to there). The guard probes a
+    cold segment with it and fills the whole entry once, with the remainder of the width it then chooses;
+    unbatched and kept dense (its cost is a probe's, and it is never stored)."""
+    state = model.new_state()
+    capture = TransitionCapture(int64([len(ids)], model.device))
+    model.hidden_states(int64(ids, model.device)[None], state, capture=capture, through_layer=through_layer)
+    entry = SegmentEntry(tuple(ids))
+    for layer in (i for i in state.linear_layer_ids if i <= through_layer):
+        lin = state.linear(layer)
+        entry.linear[layer] = LinearEntry(lin.recurrent[0], capture.operators[layer].p[0], lin.conv[0])
+    for layer in (i for i in state.attention_layer_ids if i <= through_layer):
+        kv = state.attention(layer)
+        entry.attention[layer] = AttentionEntry(kv.keys[0], kv.values[0])
+    return CachedSegment(entry)
+
+
 def _relative(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:
     """Per token (dim 1 of ``[H, T, D]``), ``|fresh - cached| / |cached|``."""
     diff = (fresh.float() - cached.float()).pow(2).sum(dim=(0, 2)).sqrt()
@@ -69,22 +100,24 @@ def boundary_deviation(
     cached: Sequence[CachedSegment | None],
     width: int = PROBE_WIDTH,
     deep: bool = False,
+    query: bool = True,
 ) -> Deviation:
     """The signals of every boundary of ``plan`` whose segment ``cached`` holds, from a probe with a
-    ``width``-token seam there; ``deep`` probes through the last attention layer too."""
+    ``width``-token seam there; ``deep`` probes through the last attention layer too; without the ``query``
+    the ``mass`` signals are left out (0)."""
     state = model.new_state()
     layers = state.attention_layer_ids
     bounds = [i for i in plan.boundaries if cached[i] is not None]
     if not layers or not bounds or width < 1:
         return Deviation({}, 0, 0)
     layer, last = layers[0], layers[-1] if deep else layers[0]
-    probe = with_widths(replace(plan, variant="A"), {i: width for i in bounds})
-    inputs = fused_inputs(model, state, probe, cached)
-    state.queries = {}
+    probe = with_widths(replace(plan, variant="A", query=plan.query if query else ()), {i: width for i in bounds})
+    inputs = fused_inputs(model, state, probe, cached, through_layer=last)
+    state.queries = {} if query else None
     model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps, through_layer=last)
     lengths = [len(seg.ids) for seg in plan.segments]
-    mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths)
-    deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep else mass
+    mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths) if query else [0.0] * len(lengths)
+    deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep and query else mass
     out: dict[int, dict[str, float]] = {}
     profiles: dict[int, list[float]] = {}
     for i in bounds:
@@ -102,6 +135,29 @@ def boundary_deviation(
             out[i].update({f"deep_{k}": v for k, v in deeper.items()})
             out[i]["deep_mass"] = deep_mass[i]
     return Deviation(out, inputs.ids.shape[1], last + 1, profiles)
+
+
+@torch.inference_mode()
+def token_deviation(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> Deviation:
+    """Every cached token's value distance at the first attention layer, per boundary (``profiles`` over the
+    whole segment), from the prompt's segments run in context through that layer."""
+    state = model.new_state()
+    layers = state.attention_layer_ids
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
+    if not layers or not bounds:
+        return Deviation({}, 0, 0)
+    layer = layers[0]
+    ids = [t for seg in plan.segments for t in seg.ids]
+    model.hidden_states(int64(ids, model.device)[None], state, through_layer=layer)
+    out: dict[int, dict[str, float]] = {}
+    profiles: dict[int, list[float]] = {}
+    offset = 0
+    for i, seg in enumerate(plan.segments):
+        found, n = cached[i], len(seg.ids)
+        if i in bounds and found is not None:
+            out[i], profiles[i] = _signals(model, state, layer, found, list(range(offset, offset + n)), offset)
+        offset += n
+    return Deviation(out, len(ids), layer + 1, profiles)
 
 
 def _signals(

@@ -41,7 +41,7 @@ from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
 from .decoding import Decoder, Generation, Prefilling, Sampler, TokenCallback, step_together
-from .deviation import boundary_deviation
+from .deviation import boundary_deviation, isolated_through, probe_layer, token_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
@@ -53,7 +53,19 @@ from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
 from .outputs import GenerationOutput, RequestStats
-from .plan import AUTO, VARIANTS, Prompt, RequestPlan, SegmentPlan, check_seam, choose_widths, plan_request, with_widths
+from .plan import (
+    ADAPTIVE,
+    AUTO,
+    BLEND,
+    VARIANTS,
+    Prompt,
+    RequestPlan,
+    SegmentPlan,
+    check_seam,
+    choose_widths,
+    plan_request,
+    with_widths,
+)
 from .segments import Segment, as_query, check_unicode
 from .tokenizer import load_tokenizer
 
@@ -384,16 +396,25 @@ class Engine:
                 return Prefilled(logits, state, stats, deferred)
             state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
             stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids), 0
-            return Prefilled(self._last_logits(prompt.ids, state), state, stats, deferred)
-        last = list(prompt.ids)  # full: one forward over the whole prompt
+            logits = yield from self._in_context(prompt.ids, state, chunk)
+            return Prefilled(logits, state, stats, deferred)
+        last: Sequence[int] = prompt.ids  # full: the whole prompt in context
         if mode == "prefix":
             yield from self._prefill_prefix(prompt, state, stats, chunk)
-            last = list(prompt.query)
+            last = prompt.query
+        logits = yield from self._in_context(last, state, chunk)
+        return Prefilled(logits, state, stats, [])
+
+    def _in_context(
+        self, ids: Sequence[int], state: RequestState, chunk: int | None
+    ) -> Generator[int, None, torch.Tensor]:
+        """Run ``ids`` after ``state`` in chunks of ``chunk`` tokens (None: whole); the next-token logits."""
+        last = list(ids)
         while chunk is not None and len(last) > chunk:
             run_in_context(self.model, state, last[:chunk])
             yield chunk
             last = last[chunk:]
-        return Prefilled(self._last_logits(last, state), state, stats, [])
+        return self._last_logits(last, state)
 
     def _last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
         """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
@@ -434,21 +455,20 @@ class Engine:
         exactly, and the misses are still filled after its first token, so the cache learns them."""
         found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
-        cold: list[int] = []
-        if plan.seam == AUTO or budget is not None:
-            guarded = self._guard(plan, found, stats, options.seam_budget, budget)
+        if plan.seam in ADAPTIVE or budget is not None:
+            guarded = yield from self._guard(plan, found, stats, options.seam_budget, budget, chunk)
             if guarded is None:
                 return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
-            plan, cold = guarded
+            plan = guarded
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
-        hits = sum(f is not None and i not in missed and i not in cold for i, f in enumerate(found))
+        hits = sum(f is not None and i not in missed for i, f in enumerate(found))
         stats.cached_tokens = sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
-            if f is not None and i not in missed and i not in cold and not seg.in_context
+            if f is not None and i not in missed and not seg.in_context
         )
-        filled = sum(len(plan.segments[i].ids) for i in cold)
+        filled = 0
         if deferred and self.cold_policy == "parallel":
             if chunk is None:
                 for i, made in zip(missed, self._fill(deferred), strict=True):
@@ -457,7 +477,7 @@ class Engine:
                 for i, miss in zip(missed, deferred, strict=True):
                     found[i] = self._fill([miss])[0]
                     yield len(miss[0].ids)
-            filled, deferred = filled + sum(len(seg.ids) for seg, _ in deferred), []
+            filled, deferred = sum(len(seg.ids) for seg, _ in deferred), []
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
@@ -479,28 +499,46 @@ class Engine:
         stats: RequestStats,
         seam_budget: float | None,
         fidelity_budget: float | None,
-    ) -> tuple[RequestPlan, list[int]] | None:
+        chunk: int | None,
+    ) -> Generator[int, None, RequestPlan | None]:
         """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
-        check the estimate against ``fidelity_budget``; ``found`` gets the entries and remainders the new plan
-        composes. The plan and the segments filled for the probe (cold ones, under the parallel policy), or None
-        to compute the request exactly."""
-        cold = [i for i, seg in enumerate(plan.segments) if seg.key is not None and found[i] is None]
-        if cold and self.cold_policy == "parallel":
-            for i, made in zip(cold, self._fill([(plan.segments[i], None) for i in cold]), strict=True):
-                found[i] = made
+        check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes.
+        The plan, or None to compute the request exactly. ``pic`` (no seams by definition) is never widened:
+        over the budget it runs exactly. A cold segment (parallel policy) is probed from its run alone through
+        the probed layers only, and filled once afterwards, with the remainder of the width chosen here; with
+        ``chunk``, each such segment and then the probe's forward is a step."""
+        layer, blend = probe_layer(self.model), plan.seam == BLEND
+        probed, isolated = list(found), 0
+        # cold segments the probe reads (boundaries) or jumps over, as a warm request's probe does (not blend's)
+        reads = plan.boundaries if blend else range(len(found))
+        cold = [i for i in reads if plan.segments[i].key is not None and found[i] is None]
+        if layer is not None and self.cold_policy == "parallel":
+            for i in cold:
+                probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
+                isolated += len(plan.segments[i].ids)
+                if chunk is not None:
+                    yield len(plan.segments[i].ids)
+        if blend:
+            dev = token_deviation(self.model, plan, probed)
         else:
-            cold = []
-        dev = boundary_deviation(self.model, plan, found)
+            dev = boundary_deviation(self.model, plan, probed, query=False)
+        if chunk is not None and dev.probe_tokens:
+            yield dev.probe_tokens
         bounds = sorted(dev.per_boundary)
         widths, estimate, action = choose_widths(
             [dev.profiles[i] for i in bounds],
             [len(plan.segments[i].ids) for i in bounds],
             [plan.segments[i].seam for i in bounds],
             auto=plan.seam == AUTO,
+            blend=blend,
             seam_budget=seam_budget,
             fidelity_budget=fidelity_budget,
+            widen=plan.seam != 0,
         )
-        stats.probe_tokens, stats.fidelity_estimate, stats.fidelity_action = dev.probe_tokens, estimate, action
+        stats.fidelity_estimate, stats.fidelity_action = estimate, action
+        stats.probe_tokens, stats.probe_cold_tokens = dev.probe_tokens, isolated
+        probed_layers = dev.probe_layers or (layer + 1 if layer is not None else 0)
+        stats.probe_cost = stats.probe_tokens * probed_layers / self.model.config.num_hidden_layers
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         if action == "exact":
             return None
@@ -511,7 +549,7 @@ class Engine:
             composes = had.remainder.seam if had is not None and had.remainder is not None else 0
             if had is not None and seg.key is not None and composes != seg.remainder:
                 found[i] = CachedSegment(had.entry, self._remainder(seg, had.entry))
-        return plan, cold
+        return plan
 
     def _lookup(self, plan: RequestPlan, kinds: Sequence[str] | None = None) -> list[CachedSegment | None]:
         """Each cached segment's entry, with the remainder its plan composes when that is cached too."""

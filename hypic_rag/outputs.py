@@ -16,7 +16,9 @@ class RequestStats:
     restored prefix), OpenAI's ``usage.prompt_tokens_details.cached_tokens``. The composed modes also
     say which seam, variant and cold policy served them. A request that probed its boundaries (an ``auto`` seam,
     or a fidelity budget) also says the widths it used per segment, the tokens the probe ran through the
-    model's first layers (not in ``recomputed_tokens``), its deviation estimate and the guard's action:
+    model's first layers (not in ``recomputed_tokens``) and ``probe_cost``, those tokens weighted by the share of
+    the model's layers they went through (what they cost in tokens of a whole forward, counting every layer
+    alike), its deviation estimate and the guard's action:
     ``none``, ``widened`` (its seams) or ``exact`` (run as ``full``)."""
 
     mode: str
@@ -34,6 +36,9 @@ class RequestStats:
     filled_tokens: int = 0  # of recomputed_tokens, those prefilled in isolation to make missing cache entries
     seam_widths: list[int] | None = None
     probe_tokens: int | None = None
+    probe_cost: float | None = None
+    # of a cold request, its cold segments' tokens run alone through the probed layers (not in probe_tokens)
+    probe_cold_tokens: int | None = None
     fidelity_estimate: float | None = None
     fidelity_action: str | None = None
     # What the segment store saw for this request: hits per tier, entries found corrupt (dropped and

@@ -5,7 +5,9 @@ This is the one home of the seam rule:
 
 - a seam is ``seam`` tokens, or a fraction of each segment rounded up, capped at the segment; ``"auto"``
   gives each boundary its own width, from a probe of how far its first tokens are from their in-context
-  selves, under a token budget (``allocate_seams``, then ``with_widths``);
+  selves, under a token budget (``allocate_seams``, then ``with_widths``); ``"blend"``, the CacheBlend-style
+  baseline, picks the tokens that deviate most anywhere in a segment under the same budget, each one's seam
+  reaching it (``blend_widths``);
 - the first segment of the prompt has no seam (nothing precedes it); ``pic`` mode has none at all;
 - under seam variant B a segment whose seam leaves part of it cached composes the operator of that
   remainder (its tokens after the seam: ``cache.entry.RemainderEntry``); a cold segment records the
@@ -22,23 +24,25 @@ from dataclasses import dataclass, replace
 
 VARIANTS = ("A", "B")
 AUTO = "auto"
+BLEND = "blend"
+ADAPTIVE = (AUTO, BLEND)  # seams whose widths a probe chooses, per boundary
 AUTO_MEAN_SEAM = 8  # ``auto``'s default budget: on average the tokens of this fixed seam per boundary
 
 Seam = int | float | str
 
 
 def check_seam(seam: object) -> None:
-    """A token count, a fraction in [0, 1] or ``"auto"``; anything else is a ``ValueError``."""
-    if seam != AUTO:
+    """A token count, a fraction in [0, 1], ``"auto"`` or ``"blend"``; anything else is a ``ValueError``."""
+    if seam not in ADAPTIVE:
         resolve_seam(seam, 1)  # type: ignore[arg-type]
 
 
 def resolve_seam(seam: int | float, length: int) -> int:
     """A token count, or a fraction of the segment (rounded up), capped at its length."""
-    if seam == AUTO:
-        raise ValueError('an "auto" seam has no width of its own: each boundary gets one (plan.allocate_seams)')
+    if seam in ADAPTIVE:
+        raise ValueError(f"a {seam!r} seam has no width of its own: each boundary gets one (plan.choose_widths)")
     if isinstance(seam, bool) or not isinstance(seam, (int, float)) or not math.isfinite(seam) or seam < 0:
-        raise ValueError(f'seam must be a token count, a fraction in [0, 1] or "auto", got {seam!r}')
+        raise ValueError(f'seam must be a token count, a fraction in [0, 1], "auto" or "blend", got {seam!r}')
     if isinstance(seam, float):
         if seam > 1:
             raise ValueError(f"a fractional seam must be in [0, 1], got {seam}")
@@ -96,17 +100,17 @@ def plan_request(
     min_cached_tokens: int,
     key: Callable[[Sequence[int]], str],
 ) -> RequestPlan:
-    """The plan of a composed (``pic`` or ``hypic``) request; ``seam`` 0 is ``pic``. Under ``"auto"`` every
-    seam is 0 until ``with_widths`` sets the widths ``allocate_seams`` chose."""
+    """The plan of a composed (``pic`` or ``hypic``) request; ``seam`` 0 is ``pic``. Under ``"auto"`` (or
+    ``"blend"``) every seam is 0 until ``with_widths`` sets the widths ``choose_widths`` chose."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown seam variant {variant!r}; expected one of {', '.join(VARIANTS)}")
-    record_seam = seam if seam and seam != AUTO else default_seam
-    if record_seam == AUTO:
+    record_seam = seam if seam and seam not in ADAPTIVE else default_seam
+    if record_seam in ADAPTIVE:
         record_seam = AUTO_MEAN_SEAM
     plans = []
     for i, ids in enumerate(prompt.segments):
         n = len(ids)
-        width = resolve_seam(seam, n) if i and seam != AUTO else 0
+        width = resolve_seam(seam, n) if i and seam not in ADAPTIVE else 0
         remainder = width if variant == "B" and 0 < width < n else 0
         record = resolve_seam(record_seam, n) if variant == "B" else 0
         cached = n >= max(1, min_cached_tokens) and (prompt.cacheable is None or prompt.cacheable[i])
@@ -202,6 +206,25 @@ def allocate_seams(
     return widths
 
 
+def blend_widths(profiles: Sequence[Sequence[float]], lengths: Sequence[int], budget: float) -> list[int]:
+    """The CacheBlend-style baseline's widths: tokens taken by their deviation, largest first, anywhere in their
+    segment (``profiles`` cover whole segments), while the seams they need fit in ``budget`` tokens. A linear
+    layer cannot restart inside a cached segment (its state there was never stored), so a token is recomputed
+    with every token before it in its segment: its seam reaches it. A token whose seam would overrun the
+    budget is passed over for the next."""
+    if len(profiles) != len(lengths):
+        raise ValueError("one profile per boundary")
+    if not budget >= 0:
+        raise ValueError(f"a seam budget is a token count >= 0, got {budget!r}")
+    widths, spent = [0] * len(lengths), 0
+    ranked = sorted(((d, i, t) for i, p in enumerate(profiles) for t, d in enumerate(p[: lengths[i]])), reverse=True)
+    for _, i, t in ranked:
+        extra = max(0, t + 1 - widths[i])
+        if extra and spent + extra <= budget:
+            widths[i], spent = t + 1, spent + extra
+    return widths
+
+
 WIDEN_FACTOR = 4  # the guard widens seams up to this many times the tokens they had (or a seam of 8 each)
 ACTIONS = ("none", "widened", "exact")
 
@@ -212,25 +235,33 @@ def choose_widths(
     current: Sequence[int],
     *,
     auto: bool,
+    blend: bool = False,
     seam_budget: float | None = None,
     fidelity_budget: float | None = None,
+    widen: bool = True,
 ) -> tuple[list[int], float, str]:
     """The boundaries' widths, the request's estimate with them, and what the guard did (``ACTIONS``), from
     each boundary's probe ``profiles``.
 
     ``auto`` allocates ``seam_budget`` tokens per boundary on average (default ``AUTO_MEAN_SEAM``) by
-    ``allocate_seams``; otherwise the ``current`` widths stay. Where the estimate is above
+    ``allocate_seams`` (``blend``: by ``blend_widths``, from profiles over whole segments); otherwise the
+    ``current`` widths stay. Where the estimate is above
     ``fidelity_budget``, the seams widen (up to ``WIDEN_FACTOR`` times the tokens) until it is not; if no
-    widening within that reaches it, the action is ``"exact"``: compute the request as ``full`` does."""
+    widening within that reaches it, or ``widen`` is False (``pic``, which has no seams by definition), the
+    action is ``"exact"``: compute the request as ``full`` does."""
     n = len(lengths)
     mean = AUTO_MEAN_SEAM if seam_budget is None else seam_budget
-    if auto:
+    if blend:
+        widths = blend_widths(profiles, lengths, mean * n) if n else []
+    elif auto:
         widths = allocate_seams(profiles, lengths, mean * n) if n else []  # inf * 0 boundaries is nan
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
     est = estimate(profiles, widths, lengths)
     if fidelity_budget is None or est <= fidelity_budget:
         return widths, est, "none"
+    if not widen:
+        return widths, est, "exact"
     cap = WIDEN_FACTOR * max(sum(widths), AUTO_MEAN_SEAM * n)
     wider = allocate_seams(profiles, lengths, cap, start=widths, target=fidelity_budget)
     wider_est = estimate(profiles, wider, lengths)

@@ -53,7 +53,7 @@ def test_bad_sweep_and_eval_arguments_are_refused(capsys):
     assert "comma-separated numbers" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "--workload", "memory", "--seams", "8,wide"])
-    assert 'a seam is a token count, a fraction or "auto"' in capsys.readouterr().err
+    assert 'a seam is a token count, a fraction, "auto" or "blend"' in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "--workload", "memory", "--seam", "-2"])
     assert "a seam must be >= 0" in capsys.readouterr().err
@@ -79,3 +79,9 @@ def test_demo_runs_with_the_seed_it_is_given(monkeypatch):
         {"seed": 0, "profiles": True, "k": 3},
         {"seed": 0, "profiles": False, "k": 4},
     ]
+
+
+def test_swept_seams_take_auto_and_blend_with_a_budget():
+    from hypic_rag.cli import _seams
+
+    assert _seams("8,0.25,auto,auto:11,blend,blend:8") == [8, 0.25, "auto", "auto:11", "blend", "blend:8"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import hypic_rag.engine as engine_module
 from hypic_rag import Engine, Segment
 
 KINDS = [
@@ -266,8 +267,6 @@ def test_caching_ahead_refuses_what_a_request_would(checkpoint):
 
 
 def test_caching_ahead_stores_each_chunk_before_computing_the_next(checkpoint, monkeypatch):
-    import hypic_rag.engine as engine_module
-
     monkeypatch.setattr(engine_module, "CACHE_AHEAD_CHUNK", 2)
     engine = _engine(checkpoint("qwen3_5_text"))
     stored = []
@@ -294,14 +293,29 @@ def test_auto_seams_with_an_unlimited_budget_equal_full(checkpoint, kind):
     assert out.stats["seam_widths"] == [0, 41, 25, 33] and out.stats["seam"] == "auto"
 
 
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "kimi_linear"])
+def test_the_blend_baseline_with_an_unlimited_budget_equals_full_and_spends_its_budget(checkpoint, kind):
+    engine = _engine(checkpoint(kind))
+    segs, q = _segments([30, 41, 25, 33]), _query()
+    full = engine.prompt_logits(segs, q, mode="full")
+    out = engine.generate(segs, q, seam="blend", seam_budget=float("inf"), max_new_tokens=1)
+    assert _diff(out.prompt_logits, full) < TOL and out.stats["seam_widths"] == [0, 41, 25, 33]
+    cold = _engine(checkpoint(kind)).generate(segs, q, seam="blend", seam_budget=5, max_new_tokens=1)
+    warm = engine.generate(segs, q, seam="blend", seam_budget=5, max_new_tokens=1)
+    assert sum(warm.stats["seam_widths"]) <= 5 * 3 and warm.stats["seam_widths"] == cold.stats["seam_widths"]
+    assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
+    # its probe runs every segment token through the first attention layer, as CacheBlend's first layer does
+    assert warm.stats["probe_tokens"] == 30 + 41 + 25 + 33
+
+
 def test_auto_seams_spend_the_budget_and_serve_cold_as_warm(checkpoint):
     engine = _engine(checkpoint("qwen3_5_text"))
     segs, q = _segments([30, 41, 25, 33, 40]), _query()
     cold = engine.generate(segs, q, seam="auto", max_new_tokens=1)
     warm = engine.generate(segs, q, seam="auto", max_new_tokens=1)
     assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
-    assert cold.stats["miss_segments"] == 5 and cold.stats["filled_tokens"] >= sum([30, 41, 25, 33, 40])
-    assert cold.stats["cached_tokens"] == 0  # filled for the probe, not found in the cache
+    assert cold.stats["miss_segments"] == 5 and cold.stats["filled_tokens"] == sum([30, 41, 25, 33, 40])
+    assert cold.stats["cached_tokens"] == 0
     assert warm.stats["hit_segments"] == 5 and warm.stats["filled_tokens"] == 0
     widths = warm.stats["seam_widths"]
     assert widths[0] == 0 and sum(widths) <= 8 * 4 and warm.stats["probe_tokens"] > 0
@@ -337,6 +351,79 @@ def test_a_request_the_guard_computes_exactly_still_caches_its_misses(checkpoint
     assert out.stats["fidelity_action"] == "exact"
     again = engine.generate(segs, q, seam=8, max_new_tokens=1)
     assert again.stats["hit_segments"] == 3  # the middle one was filled after the exact request's first token
+
+
+@pytest.mark.parametrize("options", [{"seam": "auto", "seam_budget": 3}, {"seam": 8, "fidelity_budget": 0.0}])
+def test_the_guard_fills_each_cold_segment_once(checkpoint, options, monkeypatch):
+    """A cold boundary is probed from its segment run alone through the probed layers, then filled once, with
+    the remainder of the width the guard chose (not filled for the default seam first and again for that)."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    filled, prefill = [], engine_module.prefill_isolated
+
+    def spy(model, ids, widths, **kwargs):
+        filled.extend(zip(map(len, ids), widths, strict=True))
+        return prefill(model, ids, widths, **kwargs)
+
+    monkeypatch.setattr(engine_module, "prefill_isolated", spy)
+    cold = engine.generate(segs, q, max_new_tokens=1, **options)
+    assert sorted(n for n, _ in filled) == [25, 30, 41]  # each once (after the first token, if run exactly)
+    if cold.stats["fidelity_action"] == "exact":
+        return
+    assert cold.stats["filled_tokens"] == 96
+    widths = dict(zip([30, 41, 25], cold.stats["seam_widths"], strict=True))
+    assert all(w == widths[n] for n, w in filled if 0 < widths[n] < n)  # the remainder it composes
+    assert cold.stats["probe_cold_tokens"] == 96  # the cold segments ran alone through the probed layers
+    warm = engine.generate(segs, q, max_new_tokens=1, **options)
+    assert warm.stats["filled_tokens"] == 0 and warm.stats["seam_widths"] == cold.stats["seam_widths"]
+    assert warm.stats["probe_tokens"] == cold.stats["probe_tokens"]  # the probe a warm request repeats
+    assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
+
+
+def _steps(prefilling) -> list[int]:
+    ran = []
+    while prefilling.generation is None:
+        ran.append(prefilling.advance())
+    return ran
+
+
+def test_the_guard_respects_the_prefill_chunk(checkpoint):
+    """The probe is a step of its own, and a request the guard computes exactly runs in chunks, so a long
+    guarded prompt holds a batch's other requests back by a chunk, not by its whole prefill."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    engine.generate(segs, q, max_new_tokens=1)  # warm: no cold segment steps
+    full = engine.prompt_logits(segs, q, mode="full")
+    exact = engine.start(segs, q, seam=8, fidelity_budget=0.0, max_new_tokens=1, prefill_chunk=16)
+    ran = _steps(exact)
+    out = exact.generation.run()
+    assert out.stats["fidelity_action"] == "exact" and _diff(out.prompt_logits, full) < TOL
+    assert ran[0] == out.stats["probe_tokens"]  # the probe, then the prompt in chunks
+    assert max(ran[1:]) <= 16 and len(ran[1:]) >= (96 + 9) // 16
+    auto = engine.start(segs, q, seam="auto", max_new_tokens=1, prefill_chunk=16)
+    ran = _steps(auto)
+    stats = auto.generation.stats
+    assert ran == [stats.probe_tokens, stats.recomputed_tokens]  # the probe, then the fused forward
+
+
+def test_the_guard_never_widens_pic(checkpoint):
+    """pic has no seams by definition: over the budget the guard computes it exactly, never with seams."""
+    segs, q = _segments([30, 41, 25]), _query()
+    full = _engine(checkpoint("qwen3_5_text")).prompt_logits(segs, q, mode="full")
+    strict = _engine(checkpoint("qwen3_5_text"), fidelity_budget=0.0)
+    out = strict.generate(segs, q, mode="pic", max_new_tokens=1)
+    assert out.stats["fidelity_action"] == "exact" and _diff(out.prompt_logits, full) < TOL
+    loose = _engine(checkpoint("qwen3_5_text"), fidelity_budget=1e9)
+    out = loose.generate(segs, q, mode="pic", max_new_tokens=1)
+    assert out.stats["fidelity_action"] == "none" and out.stats["seam_widths"] == [0, 0, 0]
+    plain = _engine(checkpoint("qwen3_5_text")).generate(segs, q, mode="pic", max_new_tokens=1)
+    assert _diff(out.prompt_logits, plain.prompt_logits) < 1e-6
+    # a budget pic misses but hypic's widening meets: hypic widens, pic runs exactly
+    middle = out.stats["fidelity_estimate"] / 2
+    assert (
+        strict.generate(segs, q, mode="pic", fidelity_budget=middle, max_new_tokens=1).stats["fidelity_action"]
+        == "exact"
+    )
 
 
 def test_auto_is_also_an_engine_default(checkpoint):

@@ -119,3 +119,24 @@ def test_the_guard_keeps_widens_or_computes_exactly():
     assert sum(auto) <= 8 and action == "none"
     # no boundary to probe (one segment, or none cached): nothing to allocate, whatever the budget
     assert choose_widths([], [], [], auto=True, seam_budget=float("inf"))[0] == []
+
+
+def test_blend_takes_the_most_deviating_tokens_each_with_the_seam_that_reaches_it():
+    from hypic_rag.plan import blend_widths, check_seam, choose_widths
+
+    check_seam("blend")
+    with pytest.raises(ValueError, match="blend"):
+        resolve_seam("blend", 10)
+    assert [s.seam for s in _plan([40, 52, 30], seam="blend").segments] == [0, 0, 0]
+    profiles = [[0.5, 0.1, 0.1, 0.9, 0.0], [0.6, 0.7, 0.0, 0.0, 0.0]]
+    lengths = [5, 5]
+    # 0.9 needs a 4-token seam (its segment's state is not stored before it); 0.7 and 0.6 then fit in 6
+    assert blend_widths(profiles, lengths, budget=6) == [4, 2]
+    # with 3, 0.9 would overrun: it is passed over for 0.7 (2 tokens) and 0.5 (1 more)
+    assert blend_widths(profiles, lengths, budget=3) == [1, 2]
+    assert blend_widths(profiles, lengths, budget=float("inf")) == lengths
+    assert blend_widths(profiles, lengths, budget=0) == [0, 0]
+    with pytest.raises(ValueError, match="budget"):
+        blend_widths(profiles, lengths, budget=-1)
+    widths, _, action = choose_widths(profiles, lengths, [0, 0], auto=False, blend=True, seam_budget=3)
+    assert widths == [4, 2] and action == "none"  # 3 per boundary: 6 tokens in all

@@ -10,7 +10,8 @@ correlation of each with the KL, per model: the bundled model on the five worklo
 DeltaNet, Mamba2, KDA with MLA) on random-token prompts of 2-8 segments of 16-160 tokens.
 
 ``--pareto`` instead runs each seam of ``PARETO_SEAMS`` (``auto`` at the default budget and at 12 tokens per
-boundary among them) on the three random models: mean KL and the tokens a warm request recomputes.
+boundary among them, and the CacheBlend-style baseline ``blend`` at 8 and 12) on the three random models: mean
+KL, the tokens a warm request recomputes and those with its probe's layer-weighted tokens (``cost_tokens``).
 """
 
 from __future__ import annotations
@@ -88,12 +89,13 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
     return {"requests": len(rows), "mean_kl": sum(kls) / max(1, len(kls)), "spearman": corr}
 
 
-PARETO_SEAMS: tuple[Any, ...] = (0, 4, 8, 16, 32, "auto", ("auto", 12.0))
+PARETO_SEAMS: tuple[Any, ...] = (0, 4, 8, 16, 32, "auto", ("auto", 12.0), ("blend", 8.0), ("blend", 12.0))
 
 
 def pareto(n: int, seed: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     """On the random models of ``FAMILY_KINDS``: each seam's mean KL(full ‖ hypic) and tokens recomputed by a
-    warm request (its second run), ``("auto", B)`` being ``auto`` under a budget of B tokens per boundary."""
+    warm request (its second run), ``("auto", B)`` being ``auto`` under a budget of B tokens per boundary (and
+    ``("blend", B)`` the baseline's)."""
     torch.set_num_threads(1)
     out: dict[str, Any] = {"benchmark": "deviation-pareto", "n": n, "seed": seed, "models": {}}
     for kind in FAMILY_KINDS:
@@ -103,15 +105,19 @@ def pareto(n: int, seed: int, log: Callable[[str], None] = print) -> dict[str, A
             full = engine.prompt_logits(segments, query, mode="full")
             for seam in PARETO_SEAMS:
                 options = {"seam": seam[0], "seam_budget": seam[1]} if isinstance(seam, tuple) else {"seam": seam}
-                label = f"auto:{seam[1]:g}" if isinstance(seam, tuple) else str(seam)
+                label = f"{seam[0]}:{seam[1]:g}" if isinstance(seam, tuple) else str(seam)
                 engine.generate(segments, query, mode="hypic", max_new_tokens=1, **options)  # fills the cache
                 warm = engine.generate(segments, query, mode="hypic", max_new_tokens=1, **options)
-                row = rows.setdefault(label, {"kl": [], "recomputed_tokens": []})
+                row = rows.setdefault(label, {"kl": [], "recomputed_tokens": [], "cost_tokens": []})
                 row["kl"].append(kl_divergence(full, warm.prompt_logits))
                 row["recomputed_tokens"].append(warm.stats["recomputed_tokens"])
+                row["cost_tokens"].append(warm.stats["recomputed_tokens"] + warm.stats.get("probe_cost", 0.0))
         means = {label: {k: sum(v) / len(v) for k, v in row.items()} for label, row in rows.items()}
         out["models"][kind] = means
-        parts = [f"{k} KL {v['kl']:.2e} ({v['recomputed_tokens']:.0f} tok)" for k, v in means.items()]
+        parts = [
+            f"{k} KL {v['kl']:.2e} ({v['recomputed_tokens']:.0f} tok, {v['cost_tokens']:.0f} with probe)"
+            for k, v in means.items()
+        ]
         log(f"{kind}: " + ", ".join(parts))
     return out
 

@@ -19,9 +19,10 @@ and the events (first token, text deltas, the finished output, or an error) hand
 deterministically) to run again in ``full``, prompt only, once the worker is idle (nothing running, nothing
 waiting): the KL of its next-token distribution to the served one goes to ``shadowed(job, kl)``. A shadow
 runs after its request's answer has gone out and never writes the segment cache (``full`` reads none), so it
-changes no answer and adds nothing to its own request's TTFT; it runs whole, unchunked, so a request that
-arrives while it runs waits for it. At most ``SHADOW_BACKLOG`` wait, the oldest dropped first; a shadow keeps
-its request's arguments and served logits, not its state.
+changes no answer and adds nothing to its own request's TTFT. It runs a chunk (``max_num_batched_tokens``) a
+step, and only in steps with nothing else to do, so a request that arrives meanwhile waits for one chunk, not
+for the whole shadow. At most ``SHADOW_BACKLOG`` wait, the oldest dropped first; a waiting shadow keeps its
+request's arguments and served logits, not its state.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class EngineWorker:
         self.shadow_rate, self.shadowed = float(shadow_rate), shadowed
         self._shadow_credit = 0.0
         self.shadows: deque[tuple[Job, Any]] = deque(maxlen=SHADOW_BACKLOG)
+        self.shadowing: tuple[Job, Any, Prefilling] | None = None  # the shadow whose prompt is running
         self.engine = engine
         self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -154,8 +156,8 @@ class EngineWorker:
             running = len(self.active)
             self._step_all()
             _tell(self.observe_step, running, running + prefilled)
-        if self.shadows and not self.active and self.prefilling is None and self.queue.empty():
-            self._shadow(*self.shadows.popleft())
+        if (self.shadows or self.shadowing) and not self.active and self.prefilling is None and self.queue.empty():
+            self._shadow_step()
 
     def _sample_shadow(self, job: Job, output: Any) -> None:
         """Keep ``job`` for a shadow run if its turn has come (composed modes only: ``full`` is its own)."""
@@ -167,14 +169,28 @@ class EngineWorker:
             self._shadow_credit -= 1.0
             self.shadows.append((job, output))
 
-    def _shadow(self, job: Job, output: Any) -> None:
-        """``job``'s prompt again in ``full``, to its first token; the KL to what was served, to ``shadowed``."""
-        options = job.arguments["options"].replace(mode="full", max_new_tokens=1)
+    def _shadow_step(self) -> None:
+        """One chunk of the running shadow (the oldest waiting one, begun here, if none runs): its request's
+        prompt again in ``full``; once it is in, the KL to what was served goes to ``shadowed``."""
+        if self.shadowing is None:
+            job, output = self.shadows.popleft()
+            options = job.arguments["options"].replace(mode="full", max_new_tokens=1)
+            try:
+                pending = getattr(self.engine, job.method)(
+                    **{**job.arguments, "options": options}, prefill_chunk=self.max_num_batched_tokens
+                )
+            except Exception:  # the request was served; a shadow that fails measures nothing
+                return
+            self.shadowing = (job, output, pending)
+        job, output, pending = self.shadowing
         try:
-            run = getattr(self.engine, job.method)(**{**job.arguments, "options": options})
-        except Exception:  # the request was served; a shadow that fails measures nothing
+            pending.advance()
+        except Exception:
+            self.shadowing = None
             return
-        _tell(self.shadowed, job, kl_divergence(run.prompt_logits, output.prompt_logits))
+        if pending.generation is not None:
+            self.shadowing = None
+            _tell(self.shadowed, job, kl_divergence(pending.generation.prompt_logits, output.prompt_logits))
 
     def _admit(self) -> int:
         """Run prompts, first come first served, a chunk at a time, while the step's budget lasts (always one
@@ -183,7 +199,7 @@ class EngineWorker:
         used = 0
         while len(self.active) < self.max_active and (used == 0 or used < budget):
             if self.prefilling is None:
-                job = self._next(wait=not self.active and used == 0)
+                job = self._next(wait=not self.active and used == 0 and self.shadowing is None)
                 if job is None:
                     break
                 if not self._begin(job):

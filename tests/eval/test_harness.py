@@ -35,15 +35,31 @@ def test_eval_report_follows_the_api(trained):
 def test_eval_reports_the_tokens_each_seam_recomputes(trained):
     engine = Engine.from_pretrained(trained, min_cached_tokens=0)
     report = evaluate(
-        engine, "memory", ["full", "hypic"], n=2, seed=5, max_new_tokens=2, log=lambda _: None, seams=[0, 32, "auto"]
+        engine,
+        "memory",
+        ["full", "hypic"],
+        n=2,
+        seed=5,
+        max_new_tokens=2,
+        log=lambda _: None,
+        seams=[0, 32, "auto", "blend:4"],
     )
     rows = report["results"]
-    assert set(rows) == {"full", "hypic", "hypic@w0", "hypic@w32", "hypic@auto"}
+    assert set(rows) == {"full", "hypic", "hypic@w0", "hypic@w32", "hypic@auto", "hypic@blend:4"}
     # full runs every prompt token; the seams recompute more as they widen, and only auto probes
     assert rows["full"]["recomputed_tokens"] > rows["hypic@w32"]["recomputed_tokens"]
     assert rows["hypic@w32"]["recomputed_tokens"] >= rows["hypic"]["recomputed_tokens"]
     assert rows["hypic"]["recomputed_tokens"] > rows["hypic@w0"]["recomputed_tokens"]
     assert rows["hypic@auto"]["probe_tokens"] > 0 and rows["hypic"]["probe_tokens"] == 0
+    # the probe runs through the layers up to the first attention layer: that share of its tokens is its
+    # cost, and cost_tokens counts it
+    auto, config = rows["hypic@auto"], engine.model.config
+    share = (config.layer_types.index("full_attention") + 1) / config.num_hidden_layers
+    assert auto["probe_cost"] == pytest.approx(auto["probe_tokens"] * share) and auto["probe_cost"] > 0
+    assert auto["cost_tokens"] == auto["recomputed_tokens"] + auto["probe_cost"]
+    assert rows["hypic"]["cost_tokens"] == rows["hypic"]["recomputed_tokens"]
+    # the blend baseline's probe runs every segment token: more than auto's seams
+    assert rows["hypic@blend:4"]["probe_tokens"] > auto["probe_tokens"]
     assert rows["full"]["filled_tokens"] == 0 and "kl" in rows["hypic@auto"]
 
 
@@ -150,6 +166,7 @@ def test_swept_seams_read_auto_with_a_budget():
 
     assert seam_options("auto:12") == {"seam": "auto", "seam_budget": 12.0} and seam_label("auto:12") == "hypic@auto:12"
     assert seam_options(8) == {"seam": 8} and seam_label(8) == "hypic@w8" and seam_label(0.25) == "hypic@w0.25"
-    for bad in ("auto:x", "wide", -1):
+    assert seam_options("blend:8") == {"seam": "blend", "seam_budget": 8.0} and seam_label("blend:8") == "hypic@blend:8"
+    for bad in ("auto:x", "blend:x", "wide", -1):
         with pytest.raises(ValueError):
             seam_options(bad)

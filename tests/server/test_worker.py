@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from hypic_rag import Engine, Segment
+from hypic_rag.fidelity import kl_divergence
 from hypic_rag.options import RequestOptions
 from hypic_rag.server import create_app
 from hypic_rag.server.worker import DONE, ERROR, FIRST, EngineWorker, Job
@@ -197,6 +198,30 @@ def test_shadow_runs_after_the_answer_and_changes_nothing(monkeypatch):
     with serve_in_thread(create_app(Engine.from_pretrained(), model_names=["m"])) as url:
         unshadowed = _ask_shadowed(url)  # the same request where nothing is shadowed
     assert first["choices"][0]["message"] == unshadowed["choices"][0]["message"]
+
+
+def test_a_shadow_runs_a_chunk_a_step_and_yields_to_a_request_that_arrives():
+    """A long shadow holds a request that arrives while it runs back by one chunk, not by its whole prompt."""
+    engine = Engine.from_pretrained()
+    loop = asyncio.new_event_loop()
+    kls: list[float] = []
+    worker = EngineWorker(engine, max_num_batched_tokens=16, shadow_rate=1.0, shadowed=lambda _, kl: kls.append(kl))
+    served = engine.generate(DOCS, QUERIES[0], max_new_tokens=1, seam=4)
+    assert served.stats["prompt_tokens"] > 2 * 16
+    worker.shadows.append((Job(arguments=_arguments(QUERIES[0], seam=4), loop=loop, method="start"), served))
+    worker._turn()  # idle: the shadow's first chunk
+    assert worker.shadowing is not None and not kls
+    job = Job(arguments=_arguments(QUERIES[1]), loop=loop, method="start")
+    worker.submit(job)
+    worker._turn()  # the request goes first; the shadow waits where it was
+    assert job.started is not None and worker.shadowing is not None and not kls
+    while job in worker.active or worker.prefilling is job:
+        worker._turn()
+    while worker.shadowing is not None:
+        worker._turn()
+    full = engine.prompt_logits(DOCS, QUERIES[0], mode="full")
+    assert kls == [pytest.approx(kl_divergence(full, served.prompt_logits), rel=1e-3)]  # chunked: rounding
+    loop.close()
 
 
 def test_shadow_rate_is_off_by_default_and_checked():

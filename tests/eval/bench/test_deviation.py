@@ -16,3 +16,19 @@ def test_every_signal_gets_a_rank_correlation_with_the_kl(checkpoint):
     assert res["requests"] == 6 and res["mean_kl"] > 0
     assert set(res["spearman"]) == {f"{s}@{a}" for s in SIGNALS for a in AGGREGATES} | {"boundaries", "estimate"}
     assert all(math.isnan(v) or -1 <= v <= 1 for v in res["spearman"].values())
+
+
+def test_the_pareto_run_counts_each_seams_tokens_and_its_probe(monkeypatch):
+    import hypic_rag.eval.bench.deviation as bench
+
+    monkeypatch.setattr(bench, "FAMILY_KINDS", bench.FAMILY_KINDS[:1])
+    monkeypatch.setattr(bench, "PARETO_SEAMS", (8, "auto", ("blend", 8.0)))
+    (rows,) = bench.pareto(1, seed=7, log=lambda _: None)["models"].values()
+    assert set(rows) == {"8", "auto", "blend:8"}
+    assert rows["8"]["cost_tokens"] == rows["8"]["recomputed_tokens"]  # a fixed seam probes nothing
+    # blend's probe runs every segment token through the first attention layer; auto's only its seams
+    assert (
+        rows["blend:8"]["cost_tokens"] - rows["blend:8"]["recomputed_tokens"]
+        > (rows["auto"]["cost_tokens"] - rows["auto"]["recomputed_tokens"])
+        > 0
+    )
