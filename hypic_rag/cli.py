@@ -42,6 +42,14 @@ def _seam(text: str) -> int | float | str:
     return int(value) if value >= 1 or value == 0 else value
 
 
+def _one_seam(text: str) -> int | float | str:
+    """``--seam``: what ``_seam`` takes but a budget, which is a request's (``seam_budget``), not an engine's."""
+    if ":" in text:
+        name = text.split(":")[0]
+        raise argparse.ArgumentTypeError(f"--seam takes {name!r} without a budget; compare budgets with --seams {text}")
+    return _seam(text)
+
+
 def _seams(text: str) -> list[int | float | str]:
     """Comma-separated seams (``0,4,8,16,32,auto``)."""
     values = [_seam(x) for x in text.split(",") if x]
@@ -122,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default=None, help="checkpoint directory or hub id, as serve takes (default: the bundled model)"
     )
     ev.add_argument("--max-new-tokens", type=int, default=48)
-    ev.add_argument("--seam", type=_seam, default=None, help='seam tokens (>= 1), fraction (< 1), "auto" or "blend"')
+    ev.add_argument(
+        "--seam", type=_one_seam, default=None, help='seam tokens (>= 1), fraction (< 1), "auto" or "blend"'
+    )
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
     ev.add_argument("--entry-dtype", default=None, help="cache entries kept in float32, bfloat16 or float16")
     ev.add_argument(

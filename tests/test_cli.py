@@ -85,3 +85,9 @@ def test_swept_seams_take_auto_and_blend_with_a_budget():
     from hypic_rag.cli import _seams
 
     assert _seams("8,0.25,auto,auto:11,blend,blend:8") == [8, 0.25, "auto", "auto:11", "blend", "blend:8"]
+
+
+def test_a_single_seam_with_a_budget_is_refused_before_anything_loads(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--workload", "single_doc", "--seam", "auto:11"])
+    assert "--seam takes 'auto' without a budget; compare budgets with --seams auto:11" in capsys.readouterr().err
