@@ -4,6 +4,7 @@ layer-weighted tokens included (a hollow mark at the tokens recomputed without i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +35,12 @@ def write_report(report: dict[str, Any], directory: str | Path, command: str = "
         lines.append("| **mean** | | " + " | ".join(f"**{report['mean_score'][m]:.1f}**" for m in labels) + " |")
     with_kl = [m for m in labels if "kl" in reports[0]["results"][m]]
     if with_kl:
-        lines += ["", "KL(full ‖ mode) and top-1 agreement of the first answer token:", ""]
-        lines += ["| workload | " + " | ".join(with_kl) + " |", "|---|" + "---|" * len(with_kl)]
-        for r in reports:
-            cells = [f"{r['results'][m]['kl']:.2e} / {r['results'][m]['top1']:.2f}" for m in with_kl]
-            lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
+        title = "KL(full ‖ mode) and top-1 agreement of the first answer token:"
+        lines += _table(reports, with_kl, title, lambda row: f"{row['kl']:.2e} / {row['top1']:.2f}")
     pareto = [m for m in with_kl if "recomputed_tokens" in reports[0]["results"][m]]
     if pareto:
-        lines += ["", "Tokens recomputed per request / with the probe's layer-weighted tokens:", ""]
-        lines += ["| workload | " + " | ".join(pareto) + " |", "|---|" + "---|" * len(pareto)]
-        for r in reports:
-            cells = [f"{r['results'][m]['recomputed_tokens']:.1f} / {_cost(r['results'][m]):.1f}" for m in pareto]
-            lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
+        title = "Tokens recomputed per request / with the probe's layer-weighted tokens:"
+        lines += _table(reports, pareto, title, lambda row: f"{row['recomputed_tokens']:.1f} / {_cost(row):.1f}")
     lines += ["", "![scores](scores.png)"]
     if pareto:
         lines += ["", "![gap and KL against tokens recomputed](pareto.png)"]
@@ -112,3 +107,11 @@ def _mean_row(reports: list[dict[str, Any]], labels: list[str]) -> dict[str, Any
         results[m]["cost_tokens"] = mean([_cost(r["results"][m]) for r in reports])
     gaps = {m: mean([r.get("gap_points", {}).get(m, 0.0) for r in reports]) for m in labels}
     return {"workload": "mean", "results": results, "gap_points": gaps}
+
+
+def _table(reports: list[dict], modes: list[str], title: str, cell: Callable[[dict], str]) -> list[str]:
+    """A titled markdown table: a row per workload, a column per mode, ``cell`` of each mode's results."""
+    lines = ["", title, "", "| workload | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    for r in reports:
+        lines.append(f"| {r['workload']} | " + " | ".join(cell(r["results"][m]) for m in modes) + " |")
+    return lines
