@@ -36,6 +36,7 @@ redis-server:
 
 test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
 
 bench: $(STAMP)
@@ -46,6 +47,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) build *.egg-info

@@ -44,9 +44,7 @@ class Segment:
         if token_ids is not None:
             if not isinstance(token_ids, (list, tuple)):
                 raise ValueError(f"Segment token_ids must be a list of ints, got {type(token_ids).__name__}")
-            if not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in token_ids
-            ):
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in token_ids):
                 raise ValueError("Segment token_ids must be a list of ints")
             ids = tuple(token_ids)
         object.__setattr__(self, "text", text)

@@ -80,18 +80,23 @@ def test_generation_settings_come_from_generation_config(chat_checkpoint, tmp_pa
     (path / "generation_config.json").write_text(json.dumps(config))
     engine = Engine.from_pretrained(path)
     assert engine.generation_defaults == GenerationDefaults(0.7, 0.8, 5, 3, True)
+
     def filled(defaults):
         options = RequestOptions().with_defaults(defaults)
         return {k: getattr(options, k) for k in ("max_new_tokens", "temperature", "top_p", "top_k")}
 
     assert filled(engine.generation_defaults) == {"max_new_tokens": 3, "temperature": 0.7, "top_p": 0.8, "top_k": 5}
     assert filled(GenerationDefaults(do_sample=False, temperature=0.7))["temperature"] == 0.0
-    assert filled(GenerationDefaults()) == filled(None) == {
-        "max_new_tokens": 64,
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "top_k": None,
-    }
+    assert (
+        filled(GenerationDefaults())
+        == filled(None)
+        == {
+            "max_new_tokens": 64,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "top_k": None,
+        }
+    )
     # what a request sets wins over the checkpoint's defaults
     assert RequestOptions(temperature=0.0, top_k=0).with_defaults(engine.generation_defaults).top_k == 0
     out = engine.chat(_ask(DOCS), seed=0)

@@ -34,9 +34,7 @@ def check_url(url: str) -> str:
 class RedisTier:
     """A ``BytesTier`` on a Redis server."""
 
-    def __init__(
-        self, url: str, *, timeout_s: float = 0.5, ttl_s: int | None = None, max_pending: int = 64
-    ) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 0.5, ttl_s: int | None = None, max_pending: int = 64) -> None:
         import redis
 
         if not timeout_s > 0 or (ttl_s is not None and ttl_s < 1):

@@ -572,7 +572,11 @@ def test_the_bundled_template_renders_kind_tagged_parts_as_transformers_does(mak
     ]
     plain = plain_messages([{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}])
     ours, theirs = _both(path, reference_tokenizer, plain)
-    assert ours == theirs == (
-        "<sys>Be brief.</sys>\n<doc>Ana Lee lives in Oslo.</doc>\n<mem>The user's dog is called Rex.</mem>\n"
-        "<q>Where does Ana live?</q>\n<a>"
+    assert (
+        ours
+        == theirs
+        == (
+            "<sys>Be brief.</sys>\n<doc>Ana Lee lives in Oslo.</doc>\n<mem>The user's dog is called Rex.</mem>\n"
+            "<q>Where does Ana live?</q>\n<a>"
+        )
     )

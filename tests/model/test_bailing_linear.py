@@ -62,7 +62,7 @@ def oracle_logits(path, ids: list[int]) -> torch.Tensor:
                 states[i] = s
                 o = torch.einsum("hk,hkv->hv", q, s).reshape(-1)
                 gs = cfg["group_norm_size"]
-                o = (w[p + "attention.g_norm.weight"] * _rms(o.view(gs, -1), 1.0, eps).reshape(-1))
+                o = w[p + "attention.g_norm.weight"] * _rms(o.view(gs, -1), 1.0, eps).reshape(-1)
                 o = o * torch.sigmoid(w[p + "attention.g_proj.weight"] @ a)
             else:  # softmax attention
                 q, k, v = qkv.split((heads * d, kv * d, kv * d))

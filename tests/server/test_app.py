@@ -314,8 +314,6 @@ def test_cache_control_marks_a_part_as_a_document_and_the_seam_is_the_bodys(clie
 
     seam = {"hypic": {"seam": 4}}  # a remainder is recorded per seam width: both requests use this one
     client.chat.completions.create(model=MODEL, messages=marked([0, 1, 2]), max_tokens=2, extra_body=seam)
-    again = client.chat.completions.create(
-        model=MODEL, messages=marked([2, 0, 1]), max_tokens=2, extra_body=seam
-    )
+    again = client.chat.completions.create(model=MODEL, messages=marked([2, 0, 1]), max_tokens=2, extra_body=seam)
     stats = again.model_extra["hypic"]
     assert stats["hit_segments"] == 3 and stats["seam"] == 4
