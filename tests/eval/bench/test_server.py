@@ -65,7 +65,7 @@ def test_concurrency_reports_each_max_active():
     report = concurrency(
         layers=2,
         clients=4,
-        max_tokens=3,
+        max_tokens=24,  # answers long enough that four sent at once overlap in the batched run
         actives=(1, 2),
         traffic=Traffic(corpus=12, k=2, doc_tokens=16, query_tokens=4),
         shapes=TINY,
@@ -74,7 +74,7 @@ def test_concurrency_reports_each_max_active():
     assert set(report["runs"]) == {"1", "2"}
     for row in report["runs"].values():
         assert 0 < row["mean_ttft_s"] <= row["max_ttft_s"] <= row["wall_s"] + 1e-6
-        assert 4 <= row["generated_tokens"] <= 12  # every answer has at least its first token
+        assert 4 <= row["generated_tokens"] <= 96  # every answer has at least its first token
         if sys.platform.startswith("linux"):  # read from the server's process_cpu_seconds_total (/proc)
             assert row["server_cpu_s"] > 0
     if sys.platform.startswith("linux"):
