@@ -5,7 +5,9 @@ chat template makes the prompt and every mode gets the same segments and token i
 what the model writes up to its end of answer (a tool call as it wrote it), scored with the
 workload's metric. For
 modes other than ``full`` it also reports KL(full ‖ mode) and top-1 agreement of the first answer
-token. The JSON (docs/benchmarks.md): ``{"workload", "n", "results": {mode: {"score", "metric", "kl",
+token, and, with ``full`` among the modes, ``same_answer``: the share of answers identical to ``full``'s (the
+score gap nets out answers that differ both ways, and rewards a mode that is luckily right where ``full`` is
+wrong). The JSON (docs/benchmarks.md): ``{"workload", "n", "results": {mode: {"score", "metric", "kl",
 "top1", "recomputed_tokens", ...}}, "gap_points": {mode: full - mode}}``; ``report.write_report`` turns it
 into a table and plots. ``recomputed_tokens`` is the mean per request of the tokens run in context (seams,
 segments too short to cache, the query; everything in ``full``), as a warm request runs them: the isolated
@@ -108,6 +110,7 @@ def evaluate(
     extra: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SECONDARY} for m in labels}
     kls: dict[str, list[float]] = {m: [] for m in labels if m != "full"}
     agree: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
+    same: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
     tokens: dict[str, dict[str, list[float]]] = {m: {k: [] for k in TOKENS} for m in labels}
     bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
@@ -127,8 +130,11 @@ def evaluate(
         if full is None and kls:
             rendered = engine.render(ex.messages, ex.tools, segmentation=SEGMENTATION)
             full = engine.prompt_logits(rendered.segments, rendered.query, mode="full")
+        answers = {label: prediction(engine, out) for label, out in outputs.items()}
         for label, out in outputs.items():
-            answer = prediction(engine, out)
+            answer = answers[label]
+            if label != "full" and "full" in answers:
+                same[label].append(answer == answers["full"])
             classes = ex.meta.get("all_classes")
             scores[label].append(score(ex.metric, answer, ex.answers, all_classes=classes, dataset=ex.workload))
             for key in SECONDARY:
@@ -156,10 +162,13 @@ def evaluate(
         if label in kls:
             row["kl"] = _mean(kls[label])
             row["top1"] = _mean(agree[label])
+        if same.get(label):
+            row["same_answer"] = _mean(same[label])
         results[label] = row
         log(
             f"  {label:<10} {metric} {row['score']:6.1f}"
             + (f"  KL {row['kl']:.2e}  top-1 {row['top1']:.2f}" if "kl" in row else "")
+            + (f"  same answer {row['same_answer']:.3f}" if "same_answer" in row else "")
             + f"  recomputed {row['recomputed_tokens']:.1f}  with probe {row['cost_tokens']:.1f}"
         )
     report: dict[str, Any] = {"workload": name, "n": len(examples), "seed": seed, "results": results}
@@ -202,4 +211,7 @@ def evaluate_many(
         out["mean_kl"] = {m: _mean([r["results"][m]["kl"] for r in reports]) for m in labels if m != "full"}
     if "full" in labels:
         out["mean_gap_points"] = {m: _mean([r["gap_points"][m] for r in reports]) for m in labels if m != "full"}
+        out["mean_same_answer"] = {
+            m: _mean([r["results"][m]["same_answer"] for r in reports]) for m in labels if m != "full"
+        }
     return out

@@ -9,6 +9,12 @@ needs no remainder entries; it places keys and jumps only in the layers it runs.
 ``mass`` signals: ``auto`` and the guard read the seams alone, which no later token changes (causal), so their
 probe leaves it out (``query=False``).
 
+``auto`` also reads where the answer reads (``reading_shares``): a second probe composes every cached segment
+whole (no seam), runs the query through every layer, and takes the share of attention the prompt's last token
+pays each segment at the last attention layer. A cached segment's error is spread through its tokens, and the
+ones the answer reads carry it there: ``auto`` drops the seams of segments barely read and recomputes the most
+read segments whole (``plan.allocate_seams``).
+
 The CacheBlend-style baseline (``seam="blend"``) reads every cached token's distance instead: its probe,
 ``token_deviation``, runs the whole prompt (the query aside) in context through the first attention layer, as
 CacheBlend recomputes its first layer in full, and compares each token's value there with its cached one.
@@ -116,8 +122,9 @@ def boundary_deviation(
     state.queries = {} if query else None
     model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps, through_layer=last)
     lengths = [len(seg.ids) for seg in plan.segments]
-    mass = _query_mass(model, state, layer, len(plan.query), inputs, lengths) if query else [0.0] * len(lengths)
-    deep_mass = _query_mass(model, state, last, len(plan.query), inputs, lengths) if deep and query else mass
+    q = len(plan.query)
+    mass = _query_mass(model, state, layer, q, q, inputs, lengths) if query else [0.0] * len(lengths)
+    deep_mass = _query_mass(model, state, last, q, q, inputs, lengths) if deep and query else mass
     out: dict[int, dict[str, float]] = {}
     profiles: dict[int, list[float]] = {}
     for i in bounds:
@@ -135,6 +142,36 @@ def boundary_deviation(
             out[i].update({f"deep_{k}": v for k, v in deeper.items()})
             out[i]["deep_mass"] = deep_mass[i]
     return Deviation(out, inputs.ids.shape[1], last + 1, profiles)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Per segment index, the share of attention the prompt's last token pays that segment at the last
+    attention layer; ``probe_tokens`` went through every layer."""
+
+    shares: dict[int, float]
+    probe_tokens: int
+
+
+@torch.inference_mode()
+def reading_shares(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> Reading:
+    """How much the answer reads each segment: the share of attention the prompt's last token pays its tokens
+    at the last attention layer (mean over heads), from the forward that composes every segment ``cached``
+    holds whole (no seam) and runs the others and the query in context. ``auto`` spends its budget where the
+    answer reads: a cached segment's error is spread through its tokens, and only the ones read carry it to
+    the answer. Entries must reach every layer (a cold segment is passed as None and runs in context)."""
+    state = model.new_state()
+    layers = state.attention_layer_ids
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
+    if not layers or not plan.query:
+        return Reading({}, 0)
+    probe = with_widths(replace(plan, variant="A"), dict.fromkeys(bounds, 0))
+    inputs = fused_inputs(model, state, probe, cached)
+    state.queries = {}
+    model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps)
+    lengths = [len(seg.ids) for seg in plan.segments]
+    shares = _query_mass(model, state, layers[-1], len(plan.query), 1, inputs, lengths)
+    return Reading(dict(enumerate(shares)), inputs.ids.shape[1])
 
 
 @torch.inference_mode()
@@ -178,21 +215,27 @@ def _signals(
 
 
 def _query_mass(
-    model: HybridModel, state: RequestState, layer: int, query: int, inputs: FusedInputs, lengths: list[int]
+    model: HybridModel,
+    state: RequestState,
+    layer: int,
+    query: int,
+    reading: int,
+    inputs: FusedInputs,
+    lengths: list[int],
 ) -> list[float]:
-    """Per segment, the share of attention the query's tokens pay its tokens at ``layer`` (mean over heads
-    and query tokens): how much of what the answer reads comes from that segment."""
+    """Per segment, the share of attention the query's last ``reading`` tokens (of ``query``) pay its tokens at
+    ``layer`` (mean over heads and those tokens): how much of what the answer reads comes from that segment."""
     kv = state.attention(layer)
     assert kv is not None and state.queries is not None
     q, scale = state.queries[layer]
-    q = q[0, :, -query:].float()  # [Hq, Tq, D]
+    q = q[0, :, -reading:].float()  # [Hq, Tq, D]
     keys = kv.keys[0].float()
     if bool(kv.shift.any()):
         cos, sin = rope_cos_sin(model.inv_freq, kv.shift)
         keys = apply_rope(keys[None], cos, sin)[0]
     keys = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
     scores = torch.einsum("htd,hsd->hts", q, keys) * scale
-    visible = kv.positions[None, :] <= inputs.positions[-query:][:, None]
+    visible = kv.positions[None, :] <= inputs.positions[-reading:][:, None]
     probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1).mean(dim=(0, 1))  # [S]
     per_position = torch.zeros(sum(lengths) + query, device=probs.device).index_add_(0, kv.positions, probs)
     return [float(chunk.sum()) for chunk in per_position[: sum(lengths)].split(lengths)]

@@ -41,7 +41,7 @@ from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
 from .decoding import Decoder, Generation, Prefilling, Sampler, TokenCallback, step_together
-from .deviation import boundary_deviation, isolated_through, probe_layer, token_deviation
+from .deviation import boundary_deviation, isolated_through, probe_layer, reading_shares, token_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
@@ -525,6 +525,10 @@ class Engine:
         if chunk is not None and dev.probe_tokens:
             yield dev.probe_tokens
         bounds = sorted(dev.per_boundary)
+        # where the answer reads: only ``auto`` spends by it (its misses run in context there)
+        reading = reading_shares(self.model, plan, found) if plan.seam == AUTO and bounds else None
+        if chunk is not None and reading is not None and reading.probe_tokens:
+            yield reading.probe_tokens
         widths, estimate, action = choose_widths(
             [dev.profiles[i] for i in bounds],
             [len(plan.segments[i].ids) for i in bounds],
@@ -534,11 +538,16 @@ class Engine:
             seam_budget=seam_budget,
             fidelity_budget=fidelity_budget,
             widen=plan.seam != 0,
+            reads=[reading.shares[i] for i in bounds] if reading is not None else None,
         )
+        read_tokens = reading.probe_tokens if reading is not None else 0
+        if reading is not None:  # the misses ran in context there: a cold cost, as their isolated passes are
+            missed = sum(len(seg.ids) for seg, f in zip(plan.segments, found, strict=True) if seg.key and f is None)
+            read_tokens, isolated = read_tokens - missed, isolated + missed
         stats.fidelity_estimate, stats.fidelity_action = estimate, action
-        stats.probe_tokens, stats.probe_cold_tokens = dev.probe_tokens, isolated
+        stats.probe_tokens, stats.probe_cold_tokens = dev.probe_tokens + read_tokens, isolated
         probed_layers = dev.probe_layers or (layer + 1 if layer is not None else 0)
-        stats.probe_cost = stats.probe_tokens * probed_layers / self.model.config.num_hidden_layers
+        stats.probe_cost = dev.probe_tokens * probed_layers / self.model.config.num_hidden_layers + read_tokens
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.cold_policy
         if action == "exact":
             return None

@@ -5,7 +5,8 @@ This is the one home of the seam rule:
 
 - a seam is ``seam`` tokens, or a fraction of each segment rounded up, capped at the segment; ``"auto"``
   gives each boundary its own width, from a probe of how far its first tokens are from their in-context
-  selves, under a token budget (``allocate_seams``, then ``with_widths``); ``"blend"``, the CacheBlend-style
+  selves and one of how much the answer reads each segment, under a token budget (``allocate_seams``, then
+  ``with_widths``); ``"blend"``, the CacheBlend-style
   baseline, picks the tokens that deviate most anywhere in a segment under the same budget, each one's seam
   reaching it (``blend_widths``);
 - the first segment of the prompt has no seam (nothing precedes it); ``pic`` mode has none at all;
@@ -138,6 +139,7 @@ def with_widths(plan: RequestPlan, widths: dict[int, int]) -> RequestPlan:
     return replace(plan, segments=segments)
 
 
+SEAM_STEP = 8  # how far ``auto`` widens a read boundary's seam with what its budget leaves
 SETTLED = 0.03  # a probed token whose value is this close (relative) to its cached one needs no recompute
 
 
@@ -162,26 +164,38 @@ def estimate(profiles: Sequence[Sequence[float]], widths: Sequence[int], lengths
     return float(sum(left) / len(left)) if left else 0.0
 
 
+READ_FLOOR = 0.34  # a boundary read less than this share of an even split (1 / boundaries) gets no seam
+
+
 def allocate_seams(
     profiles: Sequence[Sequence[float]],
     lengths: Sequence[int],
     budget: float,
     start: Sequence[int] | None = None,
     target: float | None = None,
+    reads: Sequence[float] | None = None,
 ) -> list[int]:
     """Each boundary's seam width within ``budget`` tokens in all. Every boundary first gets its settled width
     (``settled_width``; raised to it from ``start``, if given), cut evenly when they exceed the budget; what is
-    left recomputes whole segments, the most deviation removed per token first: past its first tokens, a
-    cached segment's error is spread through it, which a wider seam barely repairs and recomputing it removes.
+    left recomputes whole segments: past its first tokens, a cached segment's error is spread through it,
+    which a wider seam barely repairs and recomputing it removes.
+
+    With ``reads`` (each boundary's share of what the answer reads, ``deviation.reading_shares``), a boundary
+    read less than ``READ_FLOOR`` of an even share gets no seam (its error barely reaches the answer), whole
+    segments go most read first, and what no whole segment fits widens the seams of the most read boundaries
+    by up to ``SEAM_STEP`` tokens each. Without, whole segments go by the most deviation removed per token.
     With ``target``, it stops as soon as the estimate is at most that. A budget past every segment's length
     recomputes them all (``hypic`` then equals ``full``)."""
-    if len(profiles) != len(lengths):
-        raise ValueError("one profile per boundary")
+    if len(profiles) != len(lengths) or (reads is not None and len(reads) != len(lengths)):
+        raise ValueError("one profile (and read share) per boundary")
     if not budget >= 0:
         raise ValueError(f"a seam budget is a token count >= 0, got {budget!r}")
     if budget >= sum(lengths) and target is None:
         return list(lengths)
     widths = [settled_width(p, n) for p, n in zip(profiles, lengths, strict=True)]
+    if reads is not None:
+        floor = READ_FLOOR / max(1, len(reads))
+        widths = [w if r >= floor else 0 for w, r in zip(widths, reads, strict=True)]
     if start is not None:
         widths = [max(w, min(s, n)) for w, s, n in zip(widths, start, lengths, strict=True)]
     elif sum(widths) > budget:
@@ -192,17 +206,22 @@ def allocate_seams(
     def done() -> bool:
         return target is not None and estimate(profiles, widths, lengths) <= target
 
+    def priority(i: int) -> float:
+        w, n = widths[i], lengths[i]
+        return reads[i] if reads is not None else error_left(profiles[i], w, n) / (n - w)
+
     while not done():
-        options = [
-            (error_left(p, w, n) / (n - w), i)
-            for i, (p, w, n) in enumerate(zip(profiles, widths, lengths, strict=True))
-            if w < n and spent + n - w <= budget
-        ]
+        options = [(priority(i), i) for i, n in enumerate(lengths) if widths[i] < n and spent + n - widths[i] <= budget]
         if not options:
             break
         _, best = max(options)
         spent += lengths[best] - widths[best]
         widths[best] = lengths[best]
+    if reads is not None and target is None:
+        for i in sorted(range(len(lengths)), key=lambda i: -reads[i]):
+            if reads[i] >= READ_FLOOR / len(reads):
+                more = max(0, min(SEAM_STEP, lengths[i] - widths[i], int(budget - spent)))
+                widths[i], spent = widths[i] + more, spent + more
     return widths
 
 
@@ -239,12 +258,14 @@ def choose_widths(
     seam_budget: float | None = None,
     fidelity_budget: float | None = None,
     widen: bool = True,
+    reads: Sequence[float] | None = None,
 ) -> tuple[list[int], float, str]:
     """The boundaries' widths, the request's estimate with them, and what the guard did (``ACTIONS``), from
     each boundary's probe ``profiles``.
 
     ``auto`` allocates ``seam_budget`` tokens per boundary on average (default ``AUTO_MEAN_SEAM``) by
-    ``allocate_seams`` (``blend``: by ``blend_widths``, from profiles over whole segments); otherwise the
+    ``allocate_seams``, where the answer ``reads`` if given (``blend``: by ``blend_widths``, from profiles over
+    whole segments); otherwise the
     ``current`` widths stay. Where the estimate is above
     ``fidelity_budget``, the seams widen (up to ``WIDEN_FACTOR`` times the tokens) until it is not; if no
     widening within that reaches it, or ``widen`` is False (``pic``, which has no seams by definition), the
@@ -254,7 +275,7 @@ def choose_widths(
     if blend:
         widths = blend_widths(profiles, lengths, mean * n) if n else []
     elif auto:
-        widths = allocate_seams(profiles, lengths, mean * n) if n else []  # inf * 0 boundaries is nan
+        widths = allocate_seams(profiles, lengths, mean * n, reads=reads) if n else []  # inf * 0 is nan
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
     est = estimate(profiles, widths, lengths)

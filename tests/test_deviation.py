@@ -6,7 +6,7 @@ import torch
 
 import hypic_rag.deviation as deviation
 from hypic_rag import Engine, Segment
-from hypic_rag.deviation import boundary_deviation, isolated_through, probe_layer
+from hypic_rag.deviation import boundary_deviation, isolated_through, probe_layer, reading_shares
 
 
 def _segments(lengths, seed=0):
@@ -58,3 +58,38 @@ def test_a_cold_segment_run_alone_through_the_probed_layers_is_its_entry_there(c
     a, b = boundary_deviation(engine.model, plan, found, query=False), boundary_deviation(engine.model, plan, cold)
     for i, profile in a.profiles.items():
         assert torch.allclose(torch.tensor(profile), torch.tensor(b.profiles[i]), atol=1e-4)
+
+
+def test_reading_shares_are_the_last_tokens_attention_as_transformers_computes_it(checkpoint, reference):
+    """With every segment in context the reading probe is the plain forward: each share is the attention the
+    prompt's last token pays the segment at the last attention layer (mean over heads), as transformers'
+    eager attention gives it."""
+    path = checkpoint("qwen3_5_text")
+    engine = Engine.from_pretrained(path, min_cached_tokens=0)
+    segs, query = _segments([30, 41, 25]), Segment(token_ids=[5, 6, 7, 8])
+    plan = engine.plan(engine.build_prompt(segs, query))
+    reading = reading_shares(engine.model, plan, [None] * len(plan.segments))
+    ids = torch.tensor([[t for seg in plan.segments for t in seg.ids] + list(plan.query)])
+    assert reading.probe_tokens == ids.shape[1]
+    model = reference(path)
+    model.config._attn_implementation = "eager"
+    with torch.inference_mode():
+        attentions = [a for a in model(ids, use_cache=False, output_attentions=True).attentions if a is not None]
+    last = attentions[-1][0, :, -1].mean(dim=0)  # [T]
+    bounds = torch.tensor([len(seg.ids) for seg in plan.segments]).cumsum(0).tolist()
+    expected = [float(last[a:b].sum()) for a, b in zip([0, *bounds[:-1]], bounds, strict=True)]
+    shares = torch.tensor([reading.shares[i] for i in range(len(segs))])
+    assert torch.allclose(shares, torch.tensor(expected), atol=1e-5)
+    assert 0 < sum(reading.shares.values()) < 1  # the rest is what the last token reads of the query itself
+
+
+def test_reading_shares_of_composed_segments_follow_the_in_context_ones(checkpoint):
+    """The probe composes cached segments whole (no seam): its shares are near the in-context ones and rank
+    the segments alike."""
+    engine, plan, found = _warm(checkpoint, "qwen3_5_text")
+    composed = reading_shares(engine.model, plan, found)
+    exact = reading_shares(engine.model, plan, [None] * len(found))
+    assert composed.probe_tokens == len(plan.query) < exact.probe_tokens
+    a = torch.tensor([composed.shares[i] for i in range(len(found))])
+    b = torch.tensor([exact.shares[i] for i in range(len(found))])
+    assert (a - b).abs().max() < 0.1 and a.argsort().tolist() == b.argsort().tolist()

@@ -373,7 +373,8 @@ def test_the_guard_fills_each_cold_segment_once(checkpoint, options, monkeypatch
     assert cold.stats["filled_tokens"] == 96
     widths = dict(zip([30, 41, 25], cold.stats["seam_widths"], strict=True))
     assert all(w == widths[n] for n, w in filled if 0 < widths[n] < n)  # the remainder it composes
-    assert cold.stats["probe_cold_tokens"] == 96  # the cold segments ran alone through the probed layers
+    # the cold segments ran alone through the probed layers, and for auto's reading probe in context as well
+    assert cold.stats["probe_cold_tokens"] == (192 if options["seam"] == "auto" else 96)
     warm = engine.generate(segs, q, max_new_tokens=1, **options)
     assert warm.stats["filled_tokens"] == 0 and warm.stats["seam_widths"] == cold.stats["seam_widths"]
     assert warm.stats["probe_tokens"] == cold.stats["probe_tokens"]  # the probe a warm request repeats
@@ -403,7 +404,9 @@ def test_the_guard_respects_the_prefill_chunk(checkpoint):
     auto = engine.start(segs, q, seam="auto", max_new_tokens=1, prefill_chunk=16)
     ran = _steps(auto)
     stats = auto.generation.stats
-    assert ran == [stats.probe_tokens, stats.recomputed_tokens]  # the probe, then the fused forward
+    # the boundaries' probe, the reading probe (the query over the composed segments), then the fused forward
+    assert len(ran) == 3 and ran[0] + ran[1] == stats.probe_tokens and ran[2] == stats.recomputed_tokens
+    assert ran[1] == len(engine.build_prompt(segs, q).query)
 
 
 def test_the_guard_never_widens_pic(checkpoint):

@@ -51,11 +51,12 @@ def test_eval_reports_the_tokens_each_seam_recomputes(trained):
     assert rows["hypic@w32"]["recomputed_tokens"] >= rows["hypic"]["recomputed_tokens"]
     assert rows["hypic"]["recomputed_tokens"] > rows["hypic@w0"]["recomputed_tokens"]
     assert rows["hypic@auto"]["probe_tokens"] > 0 and rows["hypic"]["probe_tokens"] == 0
-    # the probe runs through the layers up to the first attention layer: that share of its tokens is its
-    # cost, and cost_tokens counts it
-    auto, config = rows["hypic@auto"], engine.model.config
+    # blend's probe runs through the layers up to the first attention layer: that share of its tokens is its
+    # cost; auto's reading probe runs the query through every layer, so it costs at least that share
+    auto, blend, config = rows["hypic@auto"], rows["hypic@blend:4"], engine.model.config
     share = (config.layer_types.index("full_attention") + 1) / config.num_hidden_layers
-    assert auto["probe_cost"] == pytest.approx(auto["probe_tokens"] * share) and auto["probe_cost"] > 0
+    assert blend["probe_cost"] == pytest.approx(blend["probe_tokens"] * share) and blend["probe_cost"] > 0
+    assert auto["probe_tokens"] * share <= auto["probe_cost"] <= auto["probe_tokens"]
     assert auto["cost_tokens"] == auto["recomputed_tokens"] + auto["probe_cost"]
     assert rows["hypic"]["cost_tokens"] == rows["hypic"]["recomputed_tokens"]
     # the blend baseline's probe runs every segment token: more than auto's seams
@@ -170,3 +171,14 @@ def test_swept_seams_read_auto_with_a_budget():
     for bad in ("auto:x", "blend:x", "wide", -1):
         with pytest.raises(ValueError):
             seam_options(bad)
+
+
+def test_eval_counts_the_answers_identical_to_full(trained):
+    """``same_answer``: an unlimited ``auto`` budget recomputes every segment, so every answer is ``full``'s."""
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    report = evaluate(
+        engine, "memory", ["full", "pic"], n=3, seed=5, max_new_tokens=4, log=lambda _: None, seams=["auto:inf"]
+    )
+    rows = report["results"]
+    assert rows["hypic@auto:inf"]["same_answer"] == 1.0 and rows["hypic@auto:inf"]["kl"] < 1e-9
+    assert 0.0 <= rows["pic"]["same_answer"] <= 1.0 and "same_answer" not in rows["full"]
