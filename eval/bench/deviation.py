@@ -27,7 +27,7 @@ import torch
 from scipy.stats import spearmanr
 
 from hypic_rag import Engine, Segment
-from hypic_rag.deviation import SIGNALS, boundary_deviation
+from hypic_rag.deviation import SIGNALS, boundary_deviation, reading_shares
 from hypic_rag.fidelity import kl_divergence
 from hypic_rag.plan import estimate
 
@@ -39,7 +39,9 @@ FAMILY_KINDS = ("qwen3_5_text", "nemotron_h", "kimi_linear")
 SEAM = 8
 # Over a request's boundaries; "last": the one nearest the query; "share": each weighted by its segment's share
 # of the prompt (the part of the context it stands for).
-AGGREGATES = ("sum", "max", "mean", "last", "share")
+# "read": each weighted by the share of attention the prompt's last token pays its segment at the last attention
+# layer (``deviation.reading_shares``: what ``auto`` spends by); ``read@max`` is the largest such share.
+AGGREGATES = ("sum", "max", "mean", "last", "share", "read")
 
 
 def _prompts_bundled(engine: Engine, n: int, seed: int) -> Iterator[tuple[list[Segment], Segment]]:
@@ -64,9 +66,11 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
         full = engine.prompt_logits(segments, query, mode="full")
         hypic = engine.prompt_logits(segments, query, mode="hypic", seam=SEAM)  # fills the cache too
         plan = engine.plan(engine.build_prompt(segments, query), "hypic", SEAM)
-        dev = boundary_deviation(engine.model, plan, engine._lookup(plan), deep=True)
+        found = engine._lookup(plan)
+        dev = boundary_deviation(engine.model, plan, found, deep=True)
         if not dev.per_boundary:
             continue
+        reads = reading_shares(engine.model, plan, found).shares
         total = sum(len(seg.ids) for seg in plan.segments) + len(plan.query)
         bounds = sorted(dev.per_boundary)
         lengths = [len(plan.segments[i].ids) for i in bounds]
@@ -82,9 +86,11 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
             row[f"{s}@sum"], row[f"{s}@max"] = sum(values), max(values)
             row[f"{s}@mean"], row[f"{s}@last"] = sum(values) / len(values), per[max(per)]
             row[f"{s}@share"] = sum(v * len(plan.segments[i].ids) for i, v in per.items()) / total
+            row[f"{s}@read"] = sum(v * reads[i] for i, v in per.items())
+        row["read@max"] = max(reads[i] for i in bounds)
         rows.append(row)
     kls = [r["kl"] for r in rows]
-    names = [f"{s}@{agg}" for s in SIGNALS for agg in AGGREGATES] + ["boundaries", "estimate"]
+    names = [f"{s}@{agg}" for s in SIGNALS for agg in AGGREGATES] + ["read@max", "boundaries", "estimate"]
     corr = {name: float(spearmanr([r[name] for r in rows], kls).statistic) for name in names}
     return {"requests": len(rows), "mean_kl": sum(kls) / max(1, len(kls)), "spearman": corr}
 
