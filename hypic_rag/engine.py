@@ -538,7 +538,7 @@ class Engine:
             seam_budget=seam_budget,
             fidelity_budget=fidelity_budget,
             widen=plan.seam != 0,
-            reads=[reading.shares[i] for i in bounds] if reading is not None else None,
+            reads=[reading.shares[i] for i in bounds] if reading is not None and reading.shares else None,
         )
         read_tokens = reading.probe_tokens if reading is not None else 0
         if reading is not None:  # the misses ran in context there: a cold cost, as their isolated passes are

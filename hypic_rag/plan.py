@@ -164,7 +164,7 @@ def estimate(profiles: Sequence[Sequence[float]], widths: Sequence[int], lengths
     return float(sum(left) / len(left)) if left else 0.0
 
 
-READ_FLOOR = 0.34  # a boundary read less than this share of an even split (1 / boundaries) gets no seam
+READ_FLOOR = 0.34  # a boundary whose tokens are read less than this share of the average token's gets no seam
 
 
 def allocate_seams(
@@ -180,10 +180,12 @@ def allocate_seams(
     left recomputes whole segments: past its first tokens, a cached segment's error is spread through it,
     which a wider seam barely repairs and recomputing it removes.
 
-    With ``reads`` (each boundary's share of what the answer reads, ``deviation.reading_shares``), a boundary
-    read less than ``READ_FLOOR`` of an even share gets no seam (its error barely reaches the answer), whole
-    segments go most read first, and what no whole segment fits widens the seams of the most read boundaries
-    by up to ``SEAM_STEP`` tokens each. Without, whole segments go by the most deviation removed per token.
+    With ``reads`` (each boundary's share of what the answer reads, ``deviation.reading_shares``), everything
+    goes by what the answer reads per token of a segment (a short segment is read less in all, not less per
+    token): a boundary whose tokens are read less than ``READ_FLOOR`` of the average gets no seam (its error
+    barely reaches the answer), whole segments go most read per token recomputed first, and what no whole
+    segment fits widens the seams of the most read boundaries by up to ``SEAM_STEP`` tokens each. Without,
+    whole segments go by the most deviation removed per token.
     With ``target``, it stops as soon as the estimate is at most that. A budget past every segment's length
     recomputes them all (``hypic`` then equals ``full``)."""
     if len(profiles) != len(lengths) or (reads is not None and len(reads) != len(lengths)):
@@ -193,9 +195,10 @@ def allocate_seams(
     if budget >= sum(lengths) and target is None:
         return list(lengths)
     widths = [settled_width(p, n) for p, n in zip(profiles, lengths, strict=True)]
+    read = [r / n for r, n in zip(reads, lengths, strict=True)] if reads is not None else []  # per token
+    floor = READ_FLOOR * sum(reads) / sum(lengths) if reads is not None and lengths else 0.0
     if reads is not None:
-        floor = READ_FLOOR / max(1, len(reads))
-        widths = [w if r >= floor else 0 for w, r in zip(widths, reads, strict=True)]
+        widths = [w if r >= floor else 0 for w, r in zip(widths, read, strict=True)]
     if start is not None:
         widths = [max(w, min(s, n)) for w, s, n in zip(widths, start, lengths, strict=True)]
     elif sum(widths) > budget:
@@ -208,7 +211,7 @@ def allocate_seams(
 
     def priority(i: int) -> float:
         w, n = widths[i], lengths[i]
-        return reads[i] if reads is not None else error_left(profiles[i], w, n) / (n - w)
+        return (reads[i] if reads is not None else error_left(profiles[i], w, n)) / (n - w)
 
     while not done():
         options = [(priority(i), i) for i, n in enumerate(lengths) if widths[i] < n and spent + n - widths[i] <= budget]
@@ -218,8 +221,8 @@ def allocate_seams(
         spent += lengths[best] - widths[best]
         widths[best] = lengths[best]
     if reads is not None and target is None:
-        for i in sorted(range(len(lengths)), key=lambda i: -reads[i]):
-            if reads[i] >= READ_FLOOR / len(reads):
+        for i in sorted(range(len(lengths)), key=lambda i: -read[i]):
+            if read[i] >= floor:
                 more = max(0, min(SEAM_STEP, lengths[i] - widths[i], int(budget - spent)))
                 widths[i], spent = widths[i] + more, spent + more
     return widths

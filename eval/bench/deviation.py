@@ -9,7 +9,7 @@ correlation of each with the KL, per model: the bundled model on the five worklo
 ``hypic-rag eval`` makes them), and random 8-layer models of three families (``families.FIDELITY``: Gated
 DeltaNet, Mamba2, KDA with MLA) on random-token prompts of 2-8 segments of 16-160 tokens.
 
-``--pareto`` instead runs each seam of ``PARETO_SEAMS`` (``auto`` at the default budget and at 12 tokens per
+``--pareto`` instead runs each seam of ``PARETO_SEAMS`` (``auto`` at the default budget and at 10 tokens per
 boundary among them, and the CacheBlend-style baseline ``blend`` at 8 and 12) on the three random models: mean
 KL, the tokens a warm request recomputes and those with its probe's layer-weighted tokens (``cost_tokens``).
 """
@@ -95,7 +95,7 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
     return {"requests": len(rows), "mean_kl": sum(kls) / max(1, len(kls)), "spearman": corr}
 
 
-PARETO_SEAMS: tuple[Any, ...] = (0, 4, 8, 16, 32, "auto", ("auto", 12.0), ("blend", 8.0), ("blend", 12.0))
+PARETO_SEAMS: tuple[Any, ...] = (0, 4, 8, 16, 32, "auto", ("auto", 10.0), ("blend", 8.0), ("blend", 12.0))
 
 
 def pareto(n: int, seed: int, log: Callable[[str], None] = print) -> dict[str, Any]:
