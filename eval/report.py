@@ -35,8 +35,9 @@ def write_report(report: dict[str, Any], directory: str | Path, command: str = "
         lines.append("| **mean** | | " + " | ".join(f"**{report['mean_score'][m]:.1f}**" for m in labels) + " |")
     with_kl = [m for m in labels if "kl" in reports[0]["results"][m]]
     if with_kl:
-        title = "KL(full ‖ mode) and top-1 agreement of the first answer token:"
-        lines += _table(reports, with_kl, title, lambda row: f"{row['kl']:.2e} / {row['top1']:.2f}")
+        title = "KL(full ‖ mode) and top-1 agreement of the first answer token (and the share of answers identical to"
+        title += " full's):"
+        lines += _table(reports, with_kl, title, _fidelity)
     pareto = [m for m in with_kl if "recomputed_tokens" in reports[0]["results"][m]]
     if pareto:
         title = "Tokens recomputed per request / with the probe's layer-weighted tokens:"
@@ -95,6 +96,11 @@ def _cost(row: dict[str, Any]) -> float:
     """A mode's tokens computed per request: ``cost_tokens``, or in a JSON from before it, the tokens
     recomputed."""
     return row.get("cost_tokens", row["recomputed_tokens"])
+
+
+def _fidelity(row: dict[str, Any]) -> str:
+    same = f" / {row['same_answer']:.3f}" if "same_answer" in row else ""
+    return f"{row['kl']:.2e} / {row['top1']:.2f}{same}"
 
 
 def _mean_row(reports: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:

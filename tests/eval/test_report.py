@@ -22,7 +22,7 @@ def test_the_pareto_plot_comes_with_recomputed_tokens(tmp_path):
                 "results": {
                     "full": _row(90, tokens=300),
                     "hypic@w8": _row(89, 1e-3, 60),
-                    "hypic@auto": {**_row(90, 5e-4, 55), "cost_tokens": 81.5},
+                    "hypic@auto": {**_row(90, 5e-4, 55), "cost_tokens": 81.5, "same_answer": 0.995},
                 },
                 "gap_points": {"hypic@w8": 1.0, "hypic@auto": 0.0},
             }
@@ -35,6 +35,8 @@ def test_the_pareto_plot_comes_with_recomputed_tokens(tmp_path):
     assert paths[2].stat().st_size > 0 and "(pareto.png)" in paths[0].read_text()
     # the tokens each mode computes, its probe included where it has one (an older JSON: recomputed only)
     assert "| memory | 60.0 / 60.0 | 55.0 / 81.5 |" in paths[0].read_text()
+    # KL / top-1, and the share of answers identical to full's where the JSON has it
+    assert "| memory | 1.00e-03 / 1.00 | 5.00e-04 / 1.00 / 0.995 |" in paths[0].read_text()
     for r in report["workloads"]:
         for row in r["results"].values():
             row.pop("recomputed_tokens")
