@@ -164,7 +164,7 @@ def estimate(profiles: Sequence[Sequence[float]], widths: Sequence[int], lengths
     return float(sum(left) / len(left)) if left else 0.0
 
 
-READ_FLOOR = 0.34  # a boundary whose tokens are read less than this share of the average token's gets no seam
+READ_FLOOR = 0.34  # a boundary read less than this share of an even split, in all and per token, gets no seam
 
 
 def allocate_seams(
@@ -180,12 +180,12 @@ def allocate_seams(
     left recomputes whole segments: past its first tokens, a cached segment's error is spread through it,
     which a wider seam barely repairs and recomputing it removes.
 
-    With ``reads`` (each boundary's share of what the answer reads, ``deviation.reading_shares``), everything
-    goes by what the answer reads per token of a segment (a short segment is read less in all, not less per
-    token): a boundary whose tokens are read less than ``READ_FLOOR`` of the average gets no seam (its error
-    barely reaches the answer), whole segments go most read per token recomputed first, and what no whole
-    segment fits widens the seams of the most read boundaries by up to ``SEAM_STEP`` tokens each. Without,
-    whole segments go by the most deviation removed per token.
+    With ``reads`` (each boundary's share of what the answer reads, ``deviation.reading_shares``), a boundary
+    read less than ``READ_FLOOR`` of an even share gets no seam (its error barely reaches the answer), unless
+    its tokens are read as much as that (a short segment is read less in all, not per token); whole segments
+    go most read first (one removes all the error the answer reads from it), and what no whole segment fits
+    widens the most read seams by up to ``SEAM_STEP`` tokens each. Without, whole segments go by the most
+    deviation removed per token.
     With ``target``, it stops as soon as the estimate is at most that. A budget past every segment's length
     recomputes them all (``hypic`` then equals ``full``)."""
     if len(profiles) != len(lengths) or (reads is not None and len(reads) != len(lengths)):
@@ -195,10 +195,14 @@ def allocate_seams(
     if budget >= sum(lengths) and target is None:
         return list(lengths)
     widths = [settled_width(p, n) for p, n in zip(profiles, lengths, strict=True)]
-    read = [r / n for r, n in zip(reads, lengths, strict=True)] if reads is not None else []  # per token
-    floor = READ_FLOOR * sum(reads) / sum(lengths) if reads is not None and lengths else 0.0
-    if reads is not None:
-        widths = [w if r >= floor else 0 for w, r in zip(widths, read, strict=True)]
+    unread: list[bool] = []  # read less than READ_FLOOR of an even share, in all and per token
+    if reads is not None and lengths:
+        total, tokens, count = sum(reads), sum(lengths), len(lengths)
+        unread = [
+            r < READ_FLOOR * total / count and r / n < READ_FLOOR * total / tokens
+            for r, n in zip(reads, lengths, strict=True)
+        ]
+        widths = [0 if u else w for w, u in zip(widths, unread, strict=True)]
     if start is not None:
         widths = [max(w, min(s, n)) for w, s, n in zip(widths, start, lengths, strict=True)]
     elif sum(widths) > budget:
@@ -211,7 +215,7 @@ def allocate_seams(
 
     def priority(i: int) -> float:
         w, n = widths[i], lengths[i]
-        return (reads[i] if reads is not None else error_left(profiles[i], w, n)) / (n - w)
+        return reads[i] if reads is not None else error_left(profiles[i], w, n) / (n - w)
 
     while not done():
         options = [(priority(i), i) for i, n in enumerate(lengths) if widths[i] < n and spent + n - widths[i] <= budget]
@@ -221,8 +225,8 @@ def allocate_seams(
         spent += lengths[best] - widths[best]
         widths[best] = lengths[best]
     if reads is not None and target is None:
-        for i in sorted(range(len(lengths)), key=lambda i: -read[i]):
-            if read[i] >= floor:
+        for i in sorted(range(len(lengths)), key=lambda i: -reads[i]):
+            if not unread[i]:
                 more = max(0, min(SEAM_STEP, lengths[i] - widths[i], int(budget - spent)))
                 widths[i], spent = widths[i] + more, spent + more
     return widths

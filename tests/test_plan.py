@@ -105,29 +105,30 @@ def test_seams_settle_every_boundary_then_recompute_whole_segments_with_what_is_
 
 
 def test_auto_spends_where_the_answer_reads():
-    """With read shares, per token of a segment: a boundary barely read gets no seam, whole segments go most read
-    per token recomputed first, and what no whole segment fits widens the most read seams."""
+    """With read shares: a boundary barely read (in all and per token) gets no seam, whole segments go most
+    read first, and what no whole segment fits widens the most read seams."""
     from hypic_rag.plan import READ_FLOOR, SEAM_STEP, allocate_seams, choose_widths
 
     profiles = [[0.4, 0.2, 0.1, 0.01], [0.4, 0.01, 0.01, 0.01], [0.4, 0.3, 0.2, 0.2]]
     lengths, reads = [40, 20, 40], [0.05, 0.3, 0.5]
-    average = sum(reads) / sum(lengths)  # per token
-    assert 0.05 / 40 < READ_FLOOR * average < 0.5 / 40 < 0.3 / 20  # the first is read less than the floor
+    assert 0.05 < READ_FLOOR * 0.85 / 3 and 0.05 / 40 < READ_FLOOR * 0.85 / 100  # the first: in all and per token
     # settled widths but the unread one's (0 + 2 + 5)
     assert allocate_seams(profiles, lengths, budget=7, reads=reads) == [0, 2, 5]
-    # the 20-token segment is read more per token recomputed: whole first; what is left widens the other seam
-    assert allocate_seams(profiles, lengths, budget=42, reads=reads) == [0, 20, 5 + SEAM_STEP]
+    # the most read segment whole when it fits; where only the less read one fits, that one, and what is left
+    # widens the other seam
+    assert allocate_seams(profiles, lengths, budget=42, reads=reads) == [0, 2, 40]
     assert allocate_seams(profiles, lengths, budget=60, reads=reads) == [0, 20, 40]
-    # no whole segment fits: the seams widen, the most read per token first, while the budget lasts
-    assert allocate_seams(profiles, lengths, budget=16, reads=reads) == [0, 2 + SEAM_STEP, 5 + 1]
-    # a short segment read as much per token as a long one keeps its seam
-    assert allocate_seams(profiles[:1] * 2, [12, 40], budget=8, reads=[0.1, 0.4]) == [4, 4]
+    assert allocate_seams(profiles, lengths, budget=30, reads=reads) == [0, 20, 5 + 5]
+    # no whole segment fits: the seams widen, the most read first, while the budget lasts
+    assert allocate_seams(profiles, lengths, budget=16, reads=reads) == [0, 2 + 1, 5 + SEAM_STEP]
+    # a short segment, read less in all but as much per token as a long one, keeps its seam
+    assert allocate_seams(profiles[:1] * 2, [12, 40], budget=8, reads=[0.05, 0.45]) == [4, 4]
     assert allocate_seams(profiles, lengths, budget=float("inf"), reads=reads) == lengths
     with pytest.raises(ValueError, match="read"):
         allocate_seams(profiles, lengths, budget=8, reads=reads[:2])
     # choose_widths passes them on for auto
     auto, _, _ = choose_widths(profiles, lengths, [0, 0, 0], auto=True, seam_budget=14, reads=reads)
-    assert auto == [0, 20, 5 + SEAM_STEP]
+    assert auto == [0, 2, 40]
 
 
 def test_the_guard_keeps_widens_or_computes_exactly():
