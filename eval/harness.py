@@ -12,9 +12,10 @@ wrong). The JSON (docs/benchmarks.md): ``{"workload", "n", "results": {mode: {"s
 into a table and plots. ``recomputed_tokens`` is the mean per request of the tokens run in context (seams,
 segments too short to cache, the query; everything in ``full``), as a warm request runs them: the isolated
 prefills that made a missing entry are ``filled_tokens`` beside it, and an ``auto`` seam's or a guarded
-request's probe (the first layers only) ``probe_tokens``. ``probe_cost`` weights those by the share of the
-layers they went through, and ``cost_tokens`` is ``recomputed_tokens + probe_cost``: what a mode really
-computes per request, in tokens of a whole forward (the column the seam comparisons read).
+request's probes ``probe_tokens`` (the boundaries' probe runs the first layers only, ``auto``'s reading
+probe every layer). ``probe_cost`` weights those by the share of the layers they went through, and
+``cost_tokens`` is ``recomputed_tokens + probe_cost``: what a mode really computes per request, in tokens of
+a whole forward (the column the seam comparisons read).
 """
 
 from __future__ import annotations
@@ -212,6 +213,8 @@ def evaluate_many(
     if "full" in labels:
         out["mean_gap_points"] = {m: _mean([r["gap_points"][m] for r in reports]) for m in labels if m != "full"}
         out["mean_same_answer"] = {
-            m: _mean([r["results"][m]["same_answer"] for r in reports]) for m in labels if m != "full"
+            m: _mean([r["results"][m]["same_answer"] for r in reports if "same_answer" in r["results"][m]])
+            for m in labels
+            if m != "full"
         }
     return out

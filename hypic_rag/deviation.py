@@ -9,11 +9,11 @@ needs no remainder entries; it places keys and jumps only in the layers it runs.
 ``mass`` signals: ``auto`` and the guard read the seams alone, which no later token changes (causal), so their
 probe leaves it out (``query=False``).
 
-``auto`` also reads where the answer reads (``reading_shares``): a second probe composes every cached segment
-whole (no seam), runs the query through every layer, and takes the share of attention the prompt's last token
-pays each segment at the last attention layer. A cached segment's error is spread through its tokens, and the
-ones the answer reads carry it there: ``auto`` drops the seams of segments barely read and recomputes the most
-read segments whole (``plan.allocate_seams``).
+``auto`` also reads where the answer reads (``reading_shares``): a second probe composes every cached
+segment whole (no seam), runs the query and the segments too short to cache through every layer, and takes
+the share of attention the prompt's last token pays each segment at the last attention layer. A cached
+segment's error is spread through its tokens, and the ones the answer reads carry it there: ``auto`` drops the
+seams of segments barely read and recomputes the most read segments whole (``plan.allocate_seams``).
 
 The CacheBlend-style baseline (``seam="blend"``) reads every cached token's distance instead: its probe,
 ``token_deviation``, runs the whole prompt (the query aside) in context through the first attention layer, as
@@ -159,7 +159,7 @@ def reading_shares(model: HybridModel, plan: RequestPlan, cached: Sequence[Cache
     at the last attention layer (mean over heads), from the forward that composes every segment ``cached``
     holds whole (no seam) and runs the others and the query in context. ``auto`` spends its budget where the
     answer reads: a cached segment's error is spread through its tokens, and only the ones read carry it to
-    the answer. Entries must reach every layer (a cold segment is passed as None and runs in context)."""
+    the answer. Entries must reach every layer (the engine fills a cold segment first)."""
     state = model.new_state()
     layers = state.attention_layer_ids
     bounds = [i for i in plan.boundaries if cached[i] is not None]

@@ -56,6 +56,7 @@ from .outputs import GenerationOutput, RequestStats
 from .plan import (
     ADAPTIVE,
     AUTO,
+    AUTO_MEAN_SEAM,
     BLEND,
     VARIANTS,
     Prompt,
@@ -455,18 +456,19 @@ class Engine:
         exactly, and the misses are still filled after its first token, so the cache learns them."""
         found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
+        prefilled: list[int] = []  # misses the guard filled before its probes (auto)
         if plan.seam in ADAPTIVE or budget is not None:
-            guarded = yield from self._guard(plan, found, stats, options.seam_budget, budget, chunk)
+            guarded = yield from self._guard(plan, found, stats, options.seam_budget, budget, chunk, prefilled)
             if guarded is None:
                 return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
             plan = guarded
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
-        hits = sum(f is not None and i not in missed for i, f in enumerate(found))
+        hits = sum(f is not None and i not in missed and i not in prefilled for i, f in enumerate(found))
         stats.cached_tokens = sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
-            if f is not None and i not in missed and not seg.in_context
+            if f is not None and i not in missed and i not in prefilled and not seg.in_context
         )
         filled = 0
         if deferred and self.cold_policy == "parallel":
@@ -486,6 +488,7 @@ class Engine:
         else:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
+        filled += sum(len(plan.segments[i].ids) for i in prefilled)  # a second fill (a remainder) counts too
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
         held = zip(plan.segments, found, strict=True)
         stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
@@ -500,19 +503,32 @@ class Engine:
         seam_budget: float | None,
         fidelity_budget: float | None,
         chunk: int | None,
+        prefilled: list[int] | None = None,
     ) -> Generator[int, None, RequestPlan | None]:
         """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
-        check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes.
-        The plan, or None to compute the request exactly. ``pic`` (no seams by definition) is never widened:
-        over the budget it runs exactly. A cold segment (parallel policy) is probed from its run alone through
-        the probed layers only, and filled once afterwards, with the remainder of the width chosen here; with
-        ``chunk``, each such segment and then the probe's forward is a step."""
-        layer, blend = probe_layer(self.model), plan.seam == BLEND
+        check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes (and
+        the entries it filled, whose indices go to ``prefilled``). The plan, or None to compute the request
+        exactly. ``pic`` (no seams by definition) is never widened: over the budget it runs exactly. A cold
+        segment (parallel policy) is probed from its run alone through the probed layers only, and filled once
+        afterwards, with the remainder of the width chosen here; under ``auto``, whose reading probe runs every
+        layer, it is filled first and both probes read its entry, as a warm request's do (so cold equals warm).
+        With ``chunk``, each such segment and then each probe's forward is a step."""
+        layer, blend, auto = probe_layer(self.model), plan.seam == BLEND, plan.seam == AUTO
         probed, isolated = list(found), 0
         # cold segments the probe reads (boundaries) or jumps over, as a warm request's probe does (not blend's)
         reads = plan.boundaries if blend else range(len(found))
         cold = [i for i in reads if plan.segments[i].key is not None and found[i] is None]
-        if layer is not None and self.cold_policy == "parallel":
+        if layer is not None and self.cold_policy == "parallel" and auto and cold:
+            misses = [(plan.segments[i], None) for i in cold]
+            made = self._fill(misses) if chunk is None else []
+            for miss in misses if chunk is not None else ():  # a cold segment a step
+                made += self._fill([miss])
+                yield len(miss[0].ids)
+            for i, entry in zip(cold, made, strict=True):
+                found[i] = probed[i] = entry
+            if prefilled is not None:
+                prefilled += cold
+        elif layer is not None and self.cold_policy == "parallel":
             for i in cold:
                 probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
                 isolated += len(plan.segments[i].ids)
@@ -525,13 +541,15 @@ class Engine:
         if chunk is not None and dev.probe_tokens:
             yield dev.probe_tokens
         bounds = sorted(dev.per_boundary)
-        # where the answer reads: only ``auto`` spends by it (its misses run in context there)
-        reading = reading_shares(self.model, plan, found) if plan.seam == AUTO and bounds else None
+        # where the answer reads: only ``auto`` spends by it, and not where its budget recomputes every segment
+        lengths = [len(plan.segments[i].ids) for i in bounds]
+        whole = (AUTO_MEAN_SEAM if seam_budget is None else seam_budget) * len(bounds) >= sum(lengths)
+        reading = reading_shares(self.model, plan, found) if auto and bounds and not whole else None
         if chunk is not None and reading is not None and reading.probe_tokens:
             yield reading.probe_tokens
         widths, estimate, action = choose_widths(
             [dev.profiles[i] for i in bounds],
-            [len(plan.segments[i].ids) for i in bounds],
+            lengths,
             [plan.segments[i].seam for i in bounds],
             auto=plan.seam == AUTO,
             blend=blend,
@@ -541,9 +559,6 @@ class Engine:
             reads=[reading.shares[i] for i in bounds] if reading is not None and reading.shares else None,
         )
         read_tokens = reading.probe_tokens if reading is not None else 0
-        if reading is not None:  # the misses ran in context there: a cold cost, as their isolated passes are
-            missed = sum(len(seg.ids) for seg, f in zip(plan.segments, found, strict=True) if seg.key and f is None)
-            read_tokens, isolated = read_tokens - missed, isolated + missed
         stats.fidelity_estimate, stats.fidelity_action = estimate, action
         stats.probe_tokens, stats.probe_cold_tokens = dev.probe_tokens + read_tokens, isolated
         probed_layers = dev.probe_layers or (layer + 1 if layer is not None else 0)

@@ -15,10 +15,11 @@ class RequestStats:
     state came from what the cache held before the request (hit segments less their seams, or the
     restored prefix), OpenAI's ``usage.prompt_tokens_details.cached_tokens``. The composed modes also
     say which seam, variant and cold policy served them. A request that probed its boundaries (an ``auto`` seam,
-    or a fidelity budget) also says the widths it used per segment, the tokens the probe ran through the
-    model's first layers (not in ``recomputed_tokens``) and ``probe_cost``, those tokens weighted by the share of
-    the model's layers they went through (what they cost in tokens of a whole forward, counting every layer
-    alike), its deviation estimate and the guard's action:
+    or a fidelity budget) also says the widths it used per segment, the tokens its probes ran through the
+    model (the boundaries' probe its first layers, ``auto``'s reading probe every layer; not in
+    ``recomputed_tokens``) and ``probe_cost``, those tokens weighted by the share of the model's layers they
+    went through (what they cost in tokens of a whole forward, counting every layer alike), its deviation
+    estimate and the guard's action:
     ``none``, ``widened`` (its seams) or ``exact`` (run as ``full``)."""
 
     mode: str

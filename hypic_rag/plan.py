@@ -158,9 +158,17 @@ def error_left(profile: Sequence[float], width: int, length: int) -> float:
     return float(profile[min(width, len(profile) - 1)]) if profile else 1.0
 
 
-def estimate(profiles: Sequence[Sequence[float]], widths: Sequence[int], lengths: Sequence[int]) -> float:
-    """A request's fidelity estimate: ``error_left`` of each boundary, averaged (0 for no boundary)."""
+def estimate(
+    profiles: Sequence[Sequence[float]],
+    widths: Sequence[int],
+    lengths: Sequence[int],
+    reads: Sequence[float] | None = None,
+) -> float:
+    """A request's fidelity estimate: ``error_left`` of each boundary, averaged (0 for no boundary); with
+    ``reads``, each weighted by how much the answer reads its segment (what ``auto`` spent by)."""
     left = [error_left(p, w, n) for p, w, n in zip(profiles, widths, lengths, strict=True)]
+    if reads is not None and sum(reads) > 0:
+        return float(sum(x * r for x, r in zip(left, reads, strict=True)) / sum(reads))
     return float(sum(left) / len(left)) if left else 0.0
 
 
@@ -211,7 +219,7 @@ def allocate_seams(
     spent = sum(widths)
 
     def done() -> bool:
-        return target is not None and estimate(profiles, widths, lengths) <= target
+        return target is not None and estimate(profiles, widths, lengths, reads) <= target
 
     def priority(i: int) -> float:
         w, n = widths[i], lengths[i]
@@ -271,12 +279,11 @@ def choose_widths(
     each boundary's probe ``profiles``.
 
     ``auto`` allocates ``seam_budget`` tokens per boundary on average (default ``AUTO_MEAN_SEAM``) by
-    ``allocate_seams``, where the answer ``reads`` if given (``blend``: by ``blend_widths``, from profiles over
-    whole segments); otherwise the
-    ``current`` widths stay. Where the estimate is above
-    ``fidelity_budget``, the seams widen (up to ``WIDEN_FACTOR`` times the tokens) until it is not; if no
-    widening within that reaches it, or ``widen`` is False (``pic``, which has no seams by definition), the
-    action is ``"exact"``: compute the request as ``full`` does."""
+    ``allocate_seams``, where the answer ``reads`` if given, and its estimate weights the boundaries by them
+    (``blend``: by ``blend_widths``, from profiles over whole segments); otherwise the ``current`` widths stay.
+    Where the estimate is above ``fidelity_budget``, the seams widen (up to ``WIDEN_FACTOR`` times the tokens)
+    until it is not; if no widening within that reaches it, or ``widen`` is False (``pic``, which has no seams
+    by definition), the action is ``"exact"``: compute the request as ``full`` does."""
     n = len(lengths)
     mean = AUTO_MEAN_SEAM if seam_budget is None else seam_budget
     if blend:
@@ -285,14 +292,15 @@ def choose_widths(
         widths = allocate_seams(profiles, lengths, mean * n, reads=reads) if n else []  # inf * 0 is nan
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
-    est = estimate(profiles, widths, lengths)
+    reads = reads if auto and not blend else None
+    est = estimate(profiles, widths, lengths, reads)
     if fidelity_budget is None or est <= fidelity_budget:
         return widths, est, "none"
     if not widen:
         return widths, est, "exact"
     cap = WIDEN_FACTOR * max(sum(widths), AUTO_MEAN_SEAM * n)
-    wider = allocate_seams(profiles, lengths, cap, start=widths, target=fidelity_budget)
-    wider_est = estimate(profiles, wider, lengths)
+    wider = allocate_seams(profiles, lengths, cap, start=widths, target=fidelity_budget, reads=reads)
+    wider_est = estimate(profiles, wider, lengths, reads)
     if wider_est <= fidelity_budget:
         return wider, wider_est, "widened"
     return widths, est, "exact"

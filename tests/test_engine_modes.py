@@ -353,12 +353,8 @@ def test_a_request_the_guard_computes_exactly_still_caches_its_misses(checkpoint
     assert again.stats["hit_segments"] == 3  # the middle one was filled after the exact request's first token
 
 
-@pytest.mark.parametrize("options", [{"seam": "auto", "seam_budget": 3}, {"seam": 8, "fidelity_budget": 0.0}])
-def test_the_guard_fills_each_cold_segment_once(checkpoint, options, monkeypatch):
-    """A cold boundary is probed from its segment run alone through the probed layers, then filled once, with
-    the remainder of the width the guard chose (not filled for the default seam first and again for that)."""
-    engine = _engine(checkpoint("qwen3_5_text"))
-    segs, q = _segments([30, 41, 25]), _query()
+def _spy_fills(monkeypatch) -> list[tuple[int, int]]:
+    """(length, remainder width) of every segment the engine prefills in isolation."""
     filled, prefill = [], engine_module.prefill_isolated
 
     def spy(model, ids, widths, **kwargs):
@@ -366,18 +362,40 @@ def test_the_guard_fills_each_cold_segment_once(checkpoint, options, monkeypatch
         return prefill(model, ids, widths, **kwargs)
 
     monkeypatch.setattr(engine_module, "prefill_isolated", spy)
-    cold = engine.generate(segs, q, max_new_tokens=1, **options)
+    return filled
+
+
+def test_the_guard_fills_each_cold_segment_once(checkpoint, monkeypatch):
+    """A cold boundary is probed from its segment run alone through the probed layers, then filled once, with
+    the remainder of the width the guard chose (not filled for the default seam first and again for that)."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    filled = _spy_fills(monkeypatch)
+    cold = engine.generate(segs, q, max_new_tokens=1, seam=8, fidelity_budget=0.0)
     assert sorted(n for n, _ in filled) == [25, 30, 41]  # each once (after the first token, if run exactly)
     if cold.stats["fidelity_action"] == "exact":
         return
-    assert cold.stats["filled_tokens"] == 96
+    assert cold.stats["filled_tokens"] == 96 and cold.stats["probe_cold_tokens"] == 96
     widths = dict(zip([30, 41, 25], cold.stats["seam_widths"], strict=True))
     assert all(w == widths[n] for n, w in filled if 0 < widths[n] < n)  # the remainder it composes
-    # the cold segments ran alone through the probed layers, and for auto's reading probe in context as well
-    assert cold.stats["probe_cold_tokens"] == (192 if options["seam"] == "auto" else 96)
-    warm = engine.generate(segs, q, max_new_tokens=1, **options)
+
+
+def test_auto_fills_cold_segments_first_so_cold_equals_warm(checkpoint, monkeypatch):
+    """auto's reading probe runs every layer: its cold segments are filled before the probes, which then read
+    their entries as a warm request's do, so a cold request chooses the widths a warm one does and gives its
+    logits. A width whose remainder the entry cannot give is filled a second time, with that remainder."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    filled = _spy_fills(monkeypatch)
+    cold = engine.generate(segs, q, max_new_tokens=1, seam="auto", seam_budget=3)
+    assert sorted(n for n, _ in filled[:3]) == [25, 30, 41]  # every miss, before the probes
+    widths = dict(zip([30, 41, 25], cold.stats["seam_widths"], strict=True))
+    assert all(w == widths[n] and 0 < w < n for n, w in filled[3:])  # again only for the remainder it composes
+    assert cold.stats["filled_tokens"] == sum(n for n, _ in filled) and cold.stats["probe_cold_tokens"] == 0
+    assert cold.stats["hit_segments"] == 0 and cold.stats["cached_tokens"] == 0
+    warm = engine.generate(segs, q, max_new_tokens=1, seam="auto", seam_budget=3)
     assert warm.stats["filled_tokens"] == 0 and warm.stats["seam_widths"] == cold.stats["seam_widths"]
-    assert warm.stats["probe_tokens"] == cold.stats["probe_tokens"]  # the probe a warm request repeats
+    assert warm.stats["probe_tokens"] == cold.stats["probe_tokens"] and warm.stats["hit_segments"] == 3
     assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
 
 

@@ -107,7 +107,7 @@ def test_seams_settle_every_boundary_then_recompute_whole_segments_with_what_is_
 def test_auto_spends_where_the_answer_reads():
     """With read shares: a boundary barely read (in all and per token) gets no seam, whole segments go most
     read first, and what no whole segment fits widens the most read seams."""
-    from hypic_rag.plan import READ_FLOOR, SEAM_STEP, allocate_seams, choose_widths
+    from hypic_rag.plan import READ_FLOOR, SEAM_STEP, allocate_seams, choose_widths, estimate
 
     profiles = [[0.4, 0.2, 0.1, 0.01], [0.4, 0.01, 0.01, 0.01], [0.4, 0.3, 0.2, 0.2]]
     lengths, reads = [40, 20, 40], [0.05, 0.3, 0.5]
@@ -129,6 +129,14 @@ def test_auto_spends_where_the_answer_reads():
     # choose_widths passes them on for auto
     auto, _, _ = choose_widths(profiles, lengths, [0, 0, 0], auto=True, seam_budget=14, reads=reads)
     assert auto == [0, 2, 40]
+    # and the guard's estimate weights the boundaries by them: a seam auto dropped where the answer barely
+    # reads does not make the guard widen what auto chose
+    same = [profiles[0]] * 3
+    kept, est, action = choose_widths(same, lengths, [0, 0, 0], auto=True, reads=reads, fidelity_budget=0.1)
+    assert action == "none" and kept == [0, 20, 4]
+    assert est == pytest.approx((0.05 * 0.4 + 0.3 * 0.0 + 0.5 * 0.01) / 0.85)
+    unweighted = estimate(same, kept, lengths)
+    assert unweighted == pytest.approx((0.4 + 0.0 + 0.01) / 3) and unweighted > 0.1
 
 
 def test_the_guard_keeps_widens_or_computes_exactly():
