@@ -56,7 +56,6 @@ from .outputs import GenerationOutput, RequestStats
 from .plan import (
     ADAPTIVE,
     AUTO,
-    AUTO_MEAN_SEAM,
     BLEND,
     VARIANTS,
     Prompt,
@@ -65,6 +64,7 @@ from .plan import (
     check_seam,
     choose_widths,
     plan_request,
+    recomputes_every_segment,
     with_widths,
 )
 from .segments import Segment, as_query, check_unicode
@@ -472,13 +472,9 @@ class Engine:
         )
         filled = 0
         if deferred and self.cold_policy == "parallel":
-            if chunk is None:
-                for i, made in zip(missed, self._fill(deferred), strict=True):
-                    found[i] = made
-            else:  # a cold segment a step
-                for i, miss in zip(missed, deferred, strict=True):
-                    found[i] = self._fill([miss])[0]
-                    yield len(miss[0].ids)
+            made = yield from self._fill_steps(deferred, chunk)
+            for i, entry in zip(missed, made, strict=True):
+                found[i] = entry
             filled, deferred = sum(len(seg.ids) for seg, _ in deferred), []
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
@@ -519,11 +515,7 @@ class Engine:
         reads = plan.boundaries if blend else range(len(found))
         cold = [i for i in reads if plan.segments[i].key is not None and found[i] is None]
         if layer is not None and self.cold_policy == "parallel" and auto and cold:
-            misses = [(plan.segments[i], None) for i in cold]
-            made = self._fill(misses) if chunk is None else []
-            for miss in misses if chunk is not None else ():  # a cold segment a step
-                made += self._fill([miss])
-                yield len(miss[0].ids)
+            made = yield from self._fill_steps([(plan.segments[i], None) for i in cold], chunk)
             for i, entry in zip(cold, made, strict=True):
                 found[i] = probed[i] = entry
             if prefilled is not None:
@@ -543,7 +535,7 @@ class Engine:
         bounds = sorted(dev.per_boundary)
         # where the answer reads: only ``auto`` spends by it, and not where its budget recomputes every segment
         lengths = [len(plan.segments[i].ids) for i in bounds]
-        whole = (AUTO_MEAN_SEAM if seam_budget is None else seam_budget) * len(bounds) >= sum(lengths)
+        whole = recomputes_every_segment(seam_budget, lengths)
         reading = reading_shares(self.model, plan, found) if auto and bounds and not whole else None
         if chunk is not None and reading is not None and reading.probe_tokens:
             yield reading.probe_tokens
@@ -551,7 +543,7 @@ class Engine:
             [dev.profiles[i] for i in bounds],
             lengths,
             [plan.segments[i].seam for i in bounds],
-            auto=plan.seam == AUTO,
+            auto=auto,
             blend=blend,
             seam_budget=seam_budget,
             fidelity_budget=fidelity_budget,
@@ -591,6 +583,18 @@ class Engine:
             return None
         derived = entry.derived_remainder(seg.remainder)
         return derived if derived is not None else self.segment_store.get_remainder(seg.key, seg.ids, seg.remainder)
+
+    def _fill_steps(
+        self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]], chunk: int | None
+    ) -> Generator[int, None, list[CachedSegment]]:
+        """``_fill`` all at once, or under ``chunk`` (continuous batching) one segment a step."""
+        if chunk is None:
+            return self._fill(misses)
+        made: list[CachedSegment] = []
+        for miss in misses:
+            made += self._fill([miss])
+            yield len(miss[0].ids)
+        return made
 
     def _fill(self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]]) -> list[CachedSegment]:
         """Prefill the missed segments in isolation, all at once, and store what the cache lacked: the

@@ -259,6 +259,17 @@ def blend_widths(profiles: Sequence[Sequence[float]], lengths: Sequence[int], bu
     return widths
 
 
+def boundary_budget(seam_budget: float | None, boundaries: int) -> float:
+    """The tokens an adaptive seam may spend over ``boundaries`` boundaries (``seam_budget`` each on average,
+    default ``AUTO_MEAN_SEAM``); 0 without a boundary (an unlimited budget times none is not nan)."""
+    return (AUTO_MEAN_SEAM if seam_budget is None else seam_budget) * boundaries if boundaries else 0.0
+
+
+def recomputes_every_segment(seam_budget: float | None, lengths: Sequence[int]) -> bool:
+    """Whether an ``auto`` budget covers every boundary's whole segment: no probe changes its widths then."""
+    return bool(lengths) and boundary_budget(seam_budget, len(lengths)) >= sum(lengths)
+
+
 WIDEN_FACTOR = 4  # the guard widens seams up to this many times the tokens they had (or a seam of 8 each)
 ACTIONS = ("none", "widened", "exact")
 
@@ -285,11 +296,10 @@ def choose_widths(
     until it is not; if no widening within that reaches it, or ``widen`` is False (``pic``, which has no seams
     by definition), the action is ``"exact"``: compute the request as ``full`` does."""
     n = len(lengths)
-    mean = AUTO_MEAN_SEAM if seam_budget is None else seam_budget
     if blend:
-        widths = blend_widths(profiles, lengths, mean * n) if n else []
+        widths = blend_widths(profiles, lengths, boundary_budget(seam_budget, n)) if n else []
     elif auto:
-        widths = allocate_seams(profiles, lengths, mean * n, reads=reads) if n else []  # inf * 0 is nan
+        widths = allocate_seams(profiles, lengths, boundary_budget(seam_budget, n), reads=reads) if n else []
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
     reads = reads if auto and not blend else None

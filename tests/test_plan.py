@@ -175,3 +175,17 @@ def test_blend_takes_the_most_deviating_tokens_each_with_the_seam_that_reaches_i
         blend_widths(profiles, lengths, budget=-1)
     widths, _, action = choose_widths(profiles, lengths, [0, 0], auto=False, blend=True, seam_budget=3)
     assert widths == [4, 2] and action == "none"  # 3 per boundary: 6 tokens in all
+
+
+def test_a_budget_that_covers_every_segment_needs_no_probe():
+    """The budget of an adaptive seam over its boundaries, and whether it already recomputes every segment
+    (then the engine skips the reading probe: no share could change the widths)."""
+    from hypic_rag.plan import AUTO_MEAN_SEAM, allocate_seams, boundary_budget, recomputes_every_segment
+
+    assert boundary_budget(None, 3) == 3 * AUTO_MEAN_SEAM and boundary_budget(2.5, 4) == 10.0
+    assert boundary_budget(float("inf"), 0) == 0.0  # no boundary: nothing to spend, not nan
+    assert recomputes_every_segment(None, [AUTO_MEAN_SEAM] * 2) and not recomputes_every_segment(None, [9, 8])
+    assert recomputes_every_segment(float("inf"), [1000]) and not recomputes_every_segment(float("inf"), [])
+    lengths = [9, 7]
+    covered = recomputes_every_segment(8, lengths)
+    assert covered and allocate_seams([[0.0]] * 2, lengths, boundary_budget(8, 2), reads=[0.0, 0.0]) == lengths
