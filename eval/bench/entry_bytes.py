@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from hypic_rag.cache.entry import ENTRY_DTYPES, CachedSegment, LinearTokens
 from hypic_rag.entries import prefill_isolated
 from hypic_rag.plan import Prompt, plan_request
 
-from .common import layer_shapes, random_model
+from .common import best_of, layer_shapes, random_model, timed
 
 LENGTHS = (16, 32, 64, 96, 128, 256, 1024, 4096)
 SEGMENTS = 8
@@ -45,12 +44,7 @@ def _stored(made: CachedSegment, dtype: torch.dtype) -> tuple[int, int]:
 
 
 def _best(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return best_of(repeats, lambda: timed(fn))[0]
 
 
 def _apply_ratio(made: CachedSegment, dense: CachedSegment, repeats: int) -> float:
