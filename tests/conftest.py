@@ -5,8 +5,15 @@ import os
 # Triton kernels read this when they are decorated, so it is set before anything imports them; the
 # kernels run only where a test forces backend="triton".
 os.environ.setdefault("TRITON_INTERPRET", "1")
-# Our cache folder (weight digests, the default disk tier) goes to a scratch folder, not the user's home.
-os.environ.setdefault("HYPIC_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="hypic-test-cache-"))
+# Our cache folder (weight digests, the default disk tier) goes to a scratch folder, not the user's home,
+# made only when the caller named none and removed when the run ends (a run leaves nothing in /tmp).
+if "HYPIC_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["HYPIC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hypic-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HYPIC_CACHE_DIR"], ignore_errors=True)
 
 from pathlib import Path  # noqa: E402
 
