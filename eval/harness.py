@@ -31,6 +31,7 @@ from hypic_rag.plan import check_seam
 
 from .data.longbench import read_longbench_jsonl
 from .data.workloads import SEGMENTATION, WORKLOADS, Example, make
+from .intervals import paired_interval
 from .metrics import score
 
 
@@ -165,6 +166,8 @@ def evaluate(
             row["top1"] = _mean(agree[label])
         if same.get(label):
             row["same_answer"] = _mean(same[label])
+        if label != "full" and "full" in scores:
+            row["gap_interval"] = list(paired_interval(scores["full"], scores[label])[1:])
         results[label] = row
         log(
             f"  {label:<10} {metric} {row['score']:6.1f}"
@@ -175,6 +178,8 @@ def evaluate(
     report: dict[str, Any] = {"workload": name, "n": len(examples), "seed": seed, "results": results}
     if "full" in results:
         report["gap_points"] = {m: results["full"]["score"] - r["score"] for m, r in results.items() if m != "full"}
+    # each example's score and KL, so any two modes can be compared afterwards (``eval/intervals.compare``)
+    report["per_example"] = {m: {"score": scores[m], **({"kl": kls[m]} if m in kls else {})} for m in labels}
     return report
 
 

@@ -144,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ev.add_argument("--report", type=Path, default=None, help="write report.md and PNG plots in this folder")
     ev.add_argument("--json", type=Path, default=None, help="write the results here")
+    ev.add_argument(
+        "--compare",
+        default=None,
+        metavar="A,B",
+        help="two mode labels (e.g. hypic@auto:10,hypic@w16): their gap and KL difference with paired bootstrap"
+        " intervals, printed and written to the JSON",
+    )
     srv = sub.add_parser(
         "serve",
         help="the OpenAI chat-completions API on the engine (needs the server extra)",
@@ -277,10 +284,14 @@ def main(argv: list[str] | None = None) -> int:
         from hypic_rag import Engine
         from hypic_rag.eval.data.workloads import WORKLOADS
         from hypic_rag.eval.harness import evaluate, evaluate_many
+        from hypic_rag.eval.intervals import compare, format_comparison
         from hypic_rag.eval.report import write_report
 
         if args.n < 1:
             parser.error("--n must be >= 1")
+        pair = args.compare.split(",") if args.compare is not None else None
+        if pair is not None and len(pair) != 2:
+            parser.error(f"--compare takes two mode labels separated by a comma, got {args.compare!r}")
         try:
             options = {}
             if args.seam is not None:
@@ -299,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                 report = evaluate_many(
                     engine, workloads, modes, args.n, args.seed, args.max_new_tokens, seams=args.seams
                 )
+            if pair is not None:
+                report["comparison"] = compare(report, *pair)
+                print("\n".join(format_comparison(report["comparison"])))
         except ValueError as exc:
             parser.error(str(exc))
         _write_json(report, args.json)

@@ -30,6 +30,14 @@ def test_eval_report_follows_the_api(trained):
         assert ("kl" in row) == (mode != "full")
     assert report["results"]["pic"]["kl"] >= 0.0 and 0.0 <= report["results"]["hypic"]["top1"] <= 1.0
     assert report["gap_points"]["hypic"] == report["results"]["full"]["score"] - report["results"]["hypic"]["score"]
+    # each example's score (and KL) is kept, and each gap comes with a paired interval that holds it
+    per = report["per_example"]
+    assert set(per) == {"full", "pic", "hypic"} and "kl" not in per["full"]
+    for mode in ("pic", "hypic"):
+        assert len(per[mode]["score"]) == len(per[mode]["kl"]) == 3
+        assert sum(per[mode]["score"]) / 3 == pytest.approx(report["results"][mode]["score"])
+        low, high = report["results"][mode]["gap_interval"]
+        assert low <= report["gap_points"][mode] <= high
 
 
 def test_eval_reports_the_tokens_each_seam_recomputes(trained):
@@ -140,6 +148,22 @@ def test_eval_command_writes_json(trained, tmp_path):
     assert code == 0
     report = json.loads(out.read_text())
     assert report["results"]["full"]["metric"] == "tool_call" and "hypic" in report["gap_points"]
+
+
+def test_eval_command_compares_two_modes(trained, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "r.json"
+    args = ["eval", "--workload", "memory", "--modes", "full,pic,hypic", "--n", "2", "--model", str(trained)]
+    args += ["--max-new-tokens", "2", "--json", str(out)]
+    assert main([*args, "--compare", "hypic,pic"]) == 0
+    comparison = json.loads(out.read_text())["comparison"]
+    assert comparison["first"] == "hypic" and set(comparison["workloads"]) == {"memory"}
+    assert "hypic against pic" in capsys.readouterr().out
+    for bad, message in (("hypic", "two mode labels"), ("hypic,full", "no mode 'full' with a KL")):
+        with pytest.raises(SystemExit):
+            main([*args, "--compare", bad])
+        assert message in capsys.readouterr().err
 
 
 def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):
