@@ -396,7 +396,7 @@ class Engine:
             if logits is not None:
                 return Prefilled(logits, state, stats, deferred)
             state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
-            stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids), 0
+            stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids) + stats.filled_tokens, 0
             logits = yield from self._in_context(prompt.ids, state, chunk)
             return Prefilled(logits, state, stats, deferred)
         last: Sequence[int] = prompt.ids  # full: the whole prompt in context
@@ -459,7 +459,8 @@ class Engine:
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)
         if plan.seam in ADAPTIVE or budget is not None:
             guarded = yield from self._guard(plan, found, stats, options.seam_budget, budget, chunk, prefilled)
-            if guarded is None:
+            if guarded is None:  # what the guard filled before its probes was computed all the same
+                stats.filled_tokens = sum(len(plan.segments[i].ids) for i in prefilled)
                 return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
             plan = guarded
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]

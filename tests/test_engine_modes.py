@@ -399,6 +399,19 @@ def test_auto_fills_cold_segments_first_so_cold_equals_warm(checkpoint, monkeypa
     assert _diff(cold.prompt_logits, warm.prompt_logits) < 1e-5
 
 
+def test_a_cold_request_auto_computes_exactly_counts_what_it_filled_first(checkpoint, monkeypatch):
+    """Over its fidelity budget ``auto`` computes the prompt as ``full`` does, after it filled the cold
+    segments for its probes: those fills were run too, and the stats say so."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    filled = _spy_fills(monkeypatch)
+    out = engine.generate(segs, q, max_new_tokens=1, seam="auto", fidelity_budget=0.0)
+    assert out.stats["fidelity_action"] == "exact" and sorted(n for n, _ in filled) == [25, 30, 41]
+    assert out.stats["filled_tokens"] == 96 and out.stats["cached_tokens"] == 0
+    assert out.stats["recomputed_tokens"] == out.stats["prompt_tokens"] + 96
+    assert _diff(out.prompt_logits, engine.prompt_logits(segs, q, mode="full")) < TOL
+
+
 def _steps(prefilling) -> list[int]:
     ran = []
     while prefilling.generation is None:
