@@ -505,28 +505,10 @@ class Engine:
         """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
         check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes (and
         the entries it filled, whose indices go to ``prefilled``). The plan, or None to compute the request
-        exactly. ``pic`` (no seams by definition) is never widened: over the budget it runs exactly. A cold
-        segment (parallel policy) is probed from its run alone through the probed layers only, and filled once
-        afterwards, with the remainder of the width chosen here; under ``auto``, whose reading probe runs every
-        layer, it is filled first and both probes read its entry, as a warm request's do (so cold equals warm).
-        With ``chunk``, each such segment and then each probe's forward is a step."""
+        exactly. ``pic`` (no seams by definition) is never widened: over the budget it runs exactly. With
+        ``chunk``, each cold segment and then each probe's forward is a step."""
         layer, blend, auto = probe_layer(self.model), plan.seam == BLEND, plan.seam == AUTO
-        probed, isolated = list(found), 0
-        # cold segments the probe reads (boundaries) or jumps over, as a warm request's probe does (not blend's)
-        reads = plan.boundaries if blend else range(len(found))
-        cold = [i for i in reads if plan.segments[i].key is not None and found[i] is None]
-        if layer is not None and self.cold_policy == "parallel" and auto and cold:
-            made = yield from self._fill_steps([(plan.segments[i], None) for i in cold], chunk)
-            for i, entry in zip(cold, made, strict=True):
-                found[i] = probed[i] = entry
-            if prefilled is not None:
-                prefilled += cold
-        elif layer is not None and self.cold_policy == "parallel":
-            for i in cold:
-                probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
-                isolated += len(plan.segments[i].ids)
-                if chunk is not None:
-                    yield len(plan.segments[i].ids)
+        probed, isolated = yield from self._probe_cold(plan, found, chunk, prefilled)
         if blend:
             dev = token_deviation(self.model, plan, probed)
         else:
@@ -560,13 +542,50 @@ class Engine:
         if action == "exact":
             return None
         plan = with_widths(plan, dict(zip(bounds, widths, strict=True)))
+        self._find_remainders(plan, found)
         stats.seam_widths = [seg.seam for seg in plan.segments]
+        return plan
+
+    def _probe_cold(
+        self,
+        plan: RequestPlan,
+        found: list[CachedSegment | None],
+        chunk: int | None,
+        prefilled: list[int] | None,
+    ) -> Generator[int, None, tuple[list[CachedSegment | None], int]]:
+        """What the probes read for the cold segments (parallel policy), and the tokens run for it alone. A cold
+        segment is probed from its run alone through the probed layers only (``deviation.isolated_through``)
+        and filled once afterwards, with the remainder of the width the guard chose. Under ``auto``, whose
+        reading probe runs every layer, it is filled first (``found`` and ``prefilled`` get it) and both probes
+        read its entry, as a warm request's do: a cold request then chooses a warm one's widths."""
+        layer, blend = probe_layer(self.model), plan.seam == BLEND
+        probed, isolated = list(found), 0
+        if layer is None or self.cold_policy != "parallel":
+            return probed, isolated
+        # cold segments the probe reads (boundaries) or jumps over, as a warm request's probe does (not blend's)
+        reads = plan.boundaries if blend else range(len(found))
+        cold = [i for i in reads if plan.segments[i].key is not None and found[i] is None]
+        if plan.seam == AUTO and cold:
+            made = yield from self._fill_steps([(plan.segments[i], None) for i in cold], chunk)
+            for i, entry in zip(cold, made, strict=True):
+                found[i] = probed[i] = entry
+            if prefilled is not None:
+                prefilled += cold
+            return probed, isolated
+        for i in cold:
+            probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
+            isolated += len(plan.segments[i].ids)
+            if chunk is not None:
+                yield len(plan.segments[i].ids)
+        return probed, isolated
+
+    def _find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None:
+        """``found`` gets the remainder each cached segment of ``plan`` composes at its (new) width."""
         for i, seg in enumerate(plan.segments):
             had = found[i]
             composes = had.remainder.seam if had is not None and had.remainder is not None else 0
             if had is not None and seg.key is not None and composes != seg.remainder:
                 found[i] = CachedSegment(had.entry, self._remainder(seg, had.entry))
-        return plan
 
     def _lookup(self, plan: RequestPlan, kinds: Sequence[str] | None = None) -> list[CachedSegment | None]:
         """Each cached segment's entry, with the remainder its plan composes when that is cached too."""
