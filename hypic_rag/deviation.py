@@ -117,6 +117,7 @@ def boundary_deviation(
     if not layers or not bounds or width < 1:
         return Deviation({}, 0, 0)
     layer, last = layers[0], layers[-1] if deep else layers[0]
+    query = query and bool(plan.query)  # no query, nothing reads: the mass signals are 0
     probe = with_widths(replace(plan, variant="A", query=plan.query if query else ()), {i: width for i in bounds})
     inputs = fused_inputs(model, state, probe, cached, through_layer=last)
     state.queries = {} if query else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 import hypic_rag.deviation as deviation
@@ -45,6 +47,9 @@ def test_the_probe_places_only_the_layers_it_reads(checkpoint, monkeypatch):
     for i, profile in dev.profiles.items():
         assert torch.allclose(torch.tensor(profile), torch.tensor(deep.profiles[i]), atol=1e-5)
     assert deep.probe_tokens == dev.probe_tokens + len(plan.query)
+    # a plan without a query has nothing that reads: its mass signals are 0, not the probe's own attention
+    bare = boundary_deviation(engine.model, replace(plan, query=()), found, deep=True)
+    assert all(s["mass"] == s["deep_mass"] == 0.0 for s in bare.per_boundary.values()) and bare.per_boundary
 
 
 def test_a_cold_segment_run_alone_through_the_probed_layers_is_its_entry_there(checkpoint):
