@@ -75,6 +75,11 @@ def seam_options(seam: Seam) -> dict[str, Any]:
     return {"seam": seam}
 
 
+def mode_labels(modes: Sequence[str], seams: Sequence[Seam]) -> list[str]:
+    """The labels a run of ``modes`` and swept ``seams`` reports its results under."""
+    return [label for label, _, _ in _variants(modes, seams)]
+
+
 def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, mode, options): each mode at the engine's seam, plus ``hypic@wN`` (or ``hypic@auto``,
     ``hypic@auto:B``) for each swept seam."""
@@ -166,7 +171,7 @@ def evaluate(
             row["top1"] = _mean(agree[label])
         if same.get(label):
             row["same_answer"] = _mean(same[label])
-        if label != "full" and "full" in scores:
+        if label != "full" and "full" in scores and len(examples) > 1:
             row["gap_interval"] = list(paired_interval(scores["full"], scores[label])[1:])
         results[label] = row
         log(

@@ -1,12 +1,16 @@
 """How sure an eval's differences are: a gap of a point at n=200 can be one answer, and a mean KL a few heavy
 requests, so each difference comes with a bootstrap interval over the examples. Both sides of a difference
-answered the same examples, so the resampling is paired (``scipy.stats.bootstrap``, percentile method: the
-interval of a difference that is 0 on every example is exactly 0, where BCa is undefined)."""
+answered the same examples, so the resampling is paired; pooled over workloads it resamples within each
+workload (stratified) and averages their means, as ``mean_gap_points`` does. Written here on numpy rather than
+with ``scipy.stats.bootstrap``, which resamples one sample and cannot keep workloads apart; the percentile
+interval keeps a difference that is the same on every example exact (BCa is undefined there)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 CONFIDENCE = 0.95
 RESAMPLES = 4000
@@ -16,37 +20,49 @@ def paired_interval(
     first: Sequence[float], second: Sequence[float], confidence: float = CONFIDENCE, seed: int = 0
 ) -> tuple[float, float, float]:
     """The mean of ``first - second`` over paired examples and its bootstrap interval (low, high)."""
-    import numpy as np
-    from scipy.stats import bootstrap
+    return stratified_interval([(first, second)], confidence, seed)
 
-    if len(first) != len(second) or not first:
-        raise ValueError(
-            f"a paired interval needs two equally long, non-empty lists, got {len(first)} and {len(second)}"
-        )
-    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
-    mean = float((a - b).mean())
-    if len(a) < 2 or np.all(a - b == mean):
+
+def stratified_interval(
+    strata: Sequence[tuple[Sequence[float], Sequence[float]]], confidence: float = CONFIDENCE, seed: int = 0
+) -> tuple[float, float, float]:
+    """The mean over ``strata`` (pairs of paired lists, one per workload) of each one's mean difference, and
+    its percentile bootstrap interval, every resample drawing each stratum's examples from that stratum."""
+    diffs = []
+    for a, b in strata:
+        if len(a) != len(b) or len(a) < 2:
+            raise ValueError(f"an interval needs paired lists of equal length, at least 2, got {len(a)} and {len(b)}")
+        diffs.append(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
+    if not diffs:
+        raise ValueError("an interval needs at least one workload")
+    mean = float(np.mean([d.mean() for d in diffs]))
+    if all(np.all(d == d[0]) for d in diffs):
         return mean, mean, mean
-    res = bootstrap(
-        (a, b),
-        lambda x, y, axis: (x - y).mean(axis=axis),
-        paired=True,
-        confidence_level=confidence,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return mean, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    rng = np.random.default_rng(seed)
+    means = np.zeros(RESAMPLES)
+    for d in diffs:
+        means += d[rng.integers(0, len(d), size=(RESAMPLES, len(d)))].mean(axis=1)
+    low, high = np.quantile(means / len(diffs), [(1 - confidence) / 2, (1 + confidence) / 2])
+    return mean, float(low), float(high)
+
+
+def check_pair(pair: Sequence[str], labels: Sequence[str]) -> None:
+    """Before a run: two different labels among the run's modes with a KL (not ``full``)."""
+    if len(pair) != 2 or pair[0] == pair[1]:
+        raise ValueError(f"--compare takes two different mode labels separated by a comma, got {list(pair)}")
+    for label in pair:
+        if label not in labels or label == "full":
+            have = [m for m in labels if m != "full"]
+            raise ValueError(f"--compare: no mode {label!r} with a KL in this run; it has {have}")
 
 
 def compare(report: dict[str, Any], first: str, second: str) -> dict[str, Any]:
     """``first`` against ``second`` (mode labels of one ``hypic-rag eval`` JSON): per workload and pooled over
     them, the difference of their gaps to ``full`` (points; > 0: ``first`` lost more) and of their KL, each
-    with its paired interval. Pooled, the examples of every workload resample together (with equal ``n`` per
-    workload their mean is the mean over workloads)."""
+    with its paired interval."""
     reports = report.get("workloads", [report])
     rows: dict[str, Any] = {}
-    pooled: dict[str, tuple[list[float], list[float]]] = {"gap": ([], []), "kl": ([], [])}
+    strata: dict[str, list[tuple[list[float], list[float]]]] = {"gap": [], "kl": []}
     for r in reports:
         examples = r.get("per_example")
         if not examples:
@@ -55,18 +71,16 @@ def compare(report: dict[str, Any], first: str, second: str) -> dict[str, Any]:
             if label not in examples or "kl" not in examples[label]:
                 have = sorted(m for m in examples if m != "full")
                 raise ValueError(f"no mode {label!r} with a KL in {r['workload']!r}; it has {have}")
-        row: dict[str, Any] = {}
         # a gap is full's score minus the mode's, so first's gap minus second's is second's score minus first's
-        for key, a, b in (
-            ("gap", examples[second]["score"], examples[first]["score"]),
-            ("kl", examples[first]["kl"], examples[second]["kl"]),
-        ):
-            row[key] = paired_interval(a, b)
-            pooled[key][0].extend(a)
-            pooled[key][1].extend(b)
-        rows[r["workload"]] = row
+        pairs = {
+            "gap": (examples[second]["score"], examples[first]["score"]),
+            "kl": (examples[first]["kl"], examples[second]["kl"]),
+        }
+        rows[r["workload"]] = {key: paired_interval(*pair) for key, pair in pairs.items()}
+        for key, pair in pairs.items():
+            strata[key].append(pair)
     if len(reports) > 1:
-        rows["pooled"] = {key: paired_interval(a, b) for key, (a, b) in pooled.items()}
+        rows["pooled"] = {key: stratified_interval(pairs) for key, pairs in strata.items()}
     return {"first": first, "second": second, "confidence": CONFIDENCE, "workloads": rows}
 
 

@@ -283,16 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval":
         from hypic_rag import Engine
         from hypic_rag.eval.data.workloads import WORKLOADS
-        from hypic_rag.eval.harness import evaluate, evaluate_many
-        from hypic_rag.eval.intervals import compare, format_comparison
+        from hypic_rag.eval.harness import evaluate, evaluate_many, mode_labels
+        from hypic_rag.eval.intervals import check_pair, compare, format_comparison
         from hypic_rag.eval.report import write_report
 
         if args.n < 1:
             parser.error("--n must be >= 1")
-        pair = args.compare.split(",") if args.compare is not None else None
-        if pair is not None and len(pair) != 2:
-            parser.error(f"--compare takes two mode labels separated by a comma, got {args.compare!r}")
+        modes = args.modes.split(",")
+        pair = [label.strip() for label in args.compare.split(",")] if args.compare is not None else None
         try:
+            if pair is not None:  # checked before the run, so a typo costs nothing
+                check_pair(pair, mode_labels(modes, args.seams))
+                if args.n < 2:
+                    raise ValueError("--compare needs --n 2 or more: one example has no spread")
             options = {}
             if args.seam is not None:
                 options["seam"] = args.seam
@@ -302,7 +305,6 @@ def main(argv: list[str] | None = None) -> int:
                 options["entry_dtype"] = args.entry_dtype
             workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
             engine = Engine.from_pretrained(args.model, **options)
-            modes = args.modes.split(",")
             if len(workloads) == 1:
                 print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
                 report = evaluate(engine, workloads[0], modes, args.n, args.seed, args.max_new_tokens, seams=args.seams)
@@ -310,12 +312,18 @@ def main(argv: list[str] | None = None) -> int:
                 report = evaluate_many(
                     engine, workloads, modes, args.n, args.seed, args.max_new_tokens, seams=args.seams
                 )
-            if pair is not None:
-                report["comparison"] = compare(report, *pair)
-                print("\n".join(format_comparison(report["comparison"])))
         except ValueError as exc:
             parser.error(str(exc))
-        _write_json(report, args.json)
+        failed = None
+        if pair is not None:
+            try:
+                report["comparison"] = compare(report, *pair)
+                print("\n".join(format_comparison(report["comparison"])))
+            except ValueError as exc:  # e.g. a workload file with a single example
+                failed = str(exc)
+        _write_json(report, args.json)  # the run is kept whatever the comparison says
+        if failed is not None:
+            parser.error(failed)
         if args.report is not None:
             command = "hypic-rag " + " ".join(argv if argv is not None else sys.argv[1:])
             for path in write_report(report, args.report, command):

@@ -160,10 +160,18 @@ def test_eval_command_compares_two_modes(trained, tmp_path, capsys):
     comparison = json.loads(out.read_text())["comparison"]
     assert comparison["first"] == "hypic" and set(comparison["workloads"]) == {"memory"}
     assert "hypic against pic" in capsys.readouterr().out
-    for bad, message in (("hypic", "two mode labels"), ("hypic,full", "no mode 'full' with a KL")):
-        with pytest.raises(SystemExit):
+    out.unlink()
+    for bad, message in (
+        ("hypic", "two different mode labels"),
+        ("hypic, full", "no mode 'full' with a KL"),
+        ("hypic,hypic@w4", "no mode 'hypic@w4'"),
+    ):
+        with pytest.raises(SystemExit):  # before the run: nothing was computed or written
             main([*args, "--compare", bad])
-        assert message in capsys.readouterr().err
+        assert message in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit):
+        main([*args[:6], "1", *args[7:], "--compare", "hypic,pic"])
+    assert "--n 2 or more" in capsys.readouterr().err
 
 
 def test_many_workloads_with_a_seam_sweep_and_a_report(trained, tmp_path):

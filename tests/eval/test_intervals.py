@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from hypic_rag.eval.intervals import compare, format_comparison, paired_interval
+from hypic_rag.eval.intervals import check_pair, compare, format_comparison, paired_interval
 
 
 def test_an_equal_difference_on_every_example_has_no_spread():
@@ -35,8 +35,8 @@ def test_the_interval_is_reproducible_and_checks_its_input():
     rng = random.Random(1)
     a, b = [rng.random() for _ in range(50)], [rng.random() for _ in range(50)]
     assert paired_interval(a, b) == paired_interval(a, b)
-    for bad in (([1.0], [1.0, 2.0]), ([], [])):
-        with pytest.raises(ValueError, match="equally long, non-empty"):
+    for bad in (([1.0], [1.0, 2.0]), ([], []), ([1.0], [2.0])):
+        with pytest.raises(ValueError, match="paired lists of equal length, at least 2"):
             paired_interval(*bad)
 
 
@@ -52,15 +52,17 @@ def _report(workload, full, first, second, kl_first, kl_second):
 
 
 def test_compare_signs_and_pools():
-    """A positive gap difference: the first mode lost more points to full than the second; pooled over two
-    workloads of equal n it is their mean."""
+    """A positive gap difference: the first mode lost more points to full than the second; pooled, the mean
+    of the workloads' means (as mean_gap_points), whatever their n."""
     one = _report("one", [100.0] * 4, [0.0, 100.0, 100.0, 100.0], [100.0] * 4, [0.2] * 4, [0.1] * 4)
-    two = _report("two", [100.0] * 4, [100.0] * 4, [100.0] * 4, [0.1] * 4, [0.1] * 4)
+    two = _report("two", [100.0] * 2, [100.0] * 2, [100.0] * 2, [0.1] * 2, [0.1] * 2)
     out = compare({"workloads": [one, two]}, "a", "b")
     rows = out["workloads"]
     assert rows["one"]["gap"][0] == 25.0 and rows["one"]["kl"] == pytest.approx((0.1, 0.1, 0.1))
     assert rows["two"]["gap"] == (0.0, 0.0, 0.0)
-    assert rows["pooled"]["gap"][0] == 12.5 and rows["pooled"]["kl"][0] == pytest.approx(0.05)
+    assert rows["pooled"]["gap"][0] == 12.5 and rows["pooled"]["kl"] == pytest.approx((0.05, 0.05, 0.05))
+    # resampled within each workload: the pooled gap can only be a quarter of one's draws' means over two
+    assert {rows["pooled"]["gap"][1], rows["pooled"]["gap"][2]} <= {0.0, 12.5, 25.0, 37.5, 50.0}
     lines = format_comparison(out)
     assert lines[0].startswith("a against b (difference, 95% paired") and "one" in lines[1]
     # one workload: no pooled row
@@ -68,8 +70,20 @@ def test_compare_signs_and_pools():
 
 
 def test_compare_names_what_is_missing():
-    one = _report("one", [1.0], [1.0], [1.0], [0.0], [0.0])
+    one = _report("one", [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0])
     with pytest.raises(ValueError, match=r"no mode 'c' with a KL in 'one'; it has \['a', 'b'\]"):
         compare(one, "a", "c")
     with pytest.raises(ValueError, match="no per-example results"):
         compare({"workload": "old", "results": {}}, "a", "b")
+
+
+def test_a_pair_is_checked_against_the_run_before_it():
+    check_pair(["hypic@auto", "hypic"], ["full", "hypic", "hypic@auto"])
+    for pair, message in (
+        (["hypic"], "two different mode labels"),
+        (["hypic", "hypic"], "two different mode labels"),
+        (["hypic", "full"], r"no mode 'full' with a KL in this run; it has \['hypic'\]"),
+        (["hypic", "hypic@w4"], "no mode 'hypic@w4'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            check_pair(pair, ["full", "hypic"])
