@@ -419,6 +419,18 @@ def _steps(prefilling) -> list[int]:
     return ran
 
 
+def test_a_cold_exact_auto_request_steps_through_what_its_stats_count(checkpoint):
+    """Chunked, a cold ``auto`` request over its budget fills its segments, probes, then runs the prompt as
+    ``full`` does: the steps it reports add up to the tokens its stats say it computed."""
+    engine = _engine(checkpoint("qwen3_5_text"))
+    segs, q = _segments([30, 41, 25]), _query()
+    cold = engine.start(segs, q, seam="auto", fidelity_budget=0.0, max_new_tokens=1, prefill_chunk=16)
+    ran = _steps(cold)
+    stats = cold.generation.run().stats
+    assert stats["fidelity_action"] == "exact" and stats["filled_tokens"] == 96
+    assert sum(ran) == stats["recomputed_tokens"] + stats["probe_tokens"] and max(ran) <= 41
+
+
 def test_the_guard_respects_the_prefill_chunk(checkpoint):
     """The probe is a step of its own, and a request the guard computes exactly runs in chunks, so a long
     guarded prompt holds a batch's other requests back by a chunk, not by its whole prefill."""
