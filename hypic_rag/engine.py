@@ -457,26 +457,30 @@ class Engine:
         found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)
+        filled = 0  # tokens run in isolation to make entries; the guard's fills count whatever it chose
         if plan.seam in ADAPTIVE or budget is not None:
             guarded = yield from self._guard(plan, found, stats, options.seam_budget, budget, chunk, prefilled)
-            if guarded is None:  # what the guard filled before its probes was computed all the same
-                stats.filled_tokens = sum(len(plan.segments[i].ids) for i in prefilled)
+            filled = sum(len(plan.segments[i].ids) for i in prefilled)
+            if guarded is None:
+                stats.filled_tokens = filled
                 return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
             plan = guarded
         missed = [i for i, seg in enumerate(plan.segments) if _missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
-        hits = sum(f is not None and i not in missed and i not in prefilled for i, f in enumerate(found))
+        made_here = set(missed).union(prefilled)  # not held before the request
+        hits = sum(f is not None and i not in made_here for i, f in enumerate(found))
         stats.cached_tokens = sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
-            if f is not None and i not in missed and i not in prefilled and not seg.in_context
+            if f is not None and i not in made_here and not seg.in_context
         )
-        filled = 0
         if deferred and self.cold_policy == "parallel":
             made = yield from self._fill_steps(deferred, chunk)
             for i, entry in zip(missed, made, strict=True):
                 found[i] = entry
-            filled, deferred = sum(len(seg.ids) for seg, _ in deferred), []
+            # a segment the guard filled whose remainder it lacked is filled again: both count
+            filled += sum(len(seg.ids) for seg, _ in deferred)
+            deferred = []
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
@@ -485,7 +489,6 @@ class Engine:
         else:
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             logits = self._last_logits(plan.query, state)
-        filled += sum(len(plan.segments[i].ids) for i in prefilled)  # a second fill (a remainder) counts too
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
         held = zip(plan.segments, found, strict=True)
         stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
@@ -500,7 +503,7 @@ class Engine:
         seam_budget: float | None,
         fidelity_budget: float | None,
         chunk: int | None,
-        prefilled: list[int] | None = None,
+        prefilled: list[int],
     ) -> Generator[int, None, RequestPlan | None]:
         """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
         check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes (and
@@ -551,7 +554,7 @@ class Engine:
         plan: RequestPlan,
         found: list[CachedSegment | None],
         chunk: int | None,
-        prefilled: list[int] | None,
+        prefilled: list[int],
     ) -> Generator[int, None, tuple[list[CachedSegment | None], int]]:
         """What the probes read for the cold segments (parallel policy), and the tokens run for it alone. A cold
         segment is probed from its run alone through the probed layers only (``deviation.isolated_through``)
@@ -569,8 +572,7 @@ class Engine:
             made = yield from self._fill_steps([(plan.segments[i], None) for i in cold], chunk)
             for i, entry in zip(cold, made, strict=True):
                 found[i] = probed[i] = entry
-            if prefilled is not None:
-                prefilled += cold
+            prefilled += cold
             return probed, isolated
         for i in cold:
             probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
