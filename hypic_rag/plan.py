@@ -297,9 +297,9 @@ def choose_widths(
     by definition), the action is ``"exact"``: compute the request as ``full`` does."""
     n = len(lengths)
     if blend:
-        widths = blend_widths(profiles, lengths, boundary_budget(seam_budget, n)) if n else []
+        widths = blend_widths(profiles, lengths, boundary_budget(seam_budget, n))
     elif auto:
-        widths = allocate_seams(profiles, lengths, boundary_budget(seam_budget, n), reads=reads) if n else []
+        widths = allocate_seams(profiles, lengths, boundary_budget(seam_budget, n), reads=reads)
     else:
         widths = [min(w, m) for w, m in zip(current, lengths, strict=True)]
     reads = reads if auto and not blend else None
