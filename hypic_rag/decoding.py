@@ -330,6 +330,10 @@ class Generation:
         if text is None and self.decoder.detokenize is not None:
             text = self.decoder.detokenize(ids)
         out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish, self.prompt_logits)
+        mask = self.decoder.picker.mask
+        if mask is not None:
+            # a stop id ends only a complete answer (the grammar allows one nowhere else); a stop string cuts text
+            out.incomplete = self.decoder.text is not None or (finish != "stop" and not mask.complete)
         logged = self.decoder.picker.logprobs
         if logged is not None:
             out.logprobs = logged[: len(ids)]  # the picks that became output: a stop id ends it unwritten

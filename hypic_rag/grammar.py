@@ -8,6 +8,13 @@ logits of the next token to what the grammar allows, ``advance`` takes the token
 grammars (text or calls of the offered tools) are built in ``chat.grammar``; this module knows requests'
 ``response_format`` and the library.
 
+A token the grammar forbids is not simply dropped: its probability goes to the longest allowed token that spells
+a prefix of it (``GrammarTokenizer.prefixes``). BPE merges text across the grammar's boundaries (``"},"`` closes a
+string and an object at once), so a model that means "close the string here" may put nearly all its mass on a merged
+token the grammar refuses; masking it alone leaves the choice to the noise among the rest, and a string that should
+have closed runs on until ``max_tokens``. Handing the mass to ``"`` keeps what the model meant. llguidance gives
+the mask; the hand-over is ours, as no grammar library offers it.
+
 Why llguidance rather than xgrammar (both are vLLM's backends, and both read our tokenizers): llguidance needs
 no other Python package (xgrammar pulls in transformers, triton and apache-tvm-ffi, which the engine does not
 otherwise need at run time), it builds a grammar's mask lazily while decoding, so a new schema per request costs
@@ -139,6 +146,27 @@ class GrammarTokenizer:
         self.llg = llg.LLTokenizer(tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(self.stop_ids))
         self.vocab_size = vocab_size
         self._added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+        self._prefixes: torch.Tensor | None = None
+
+    def prefixes(self) -> torch.Tensor:
+        """``[vocab_size, depth]`` int32: each token's proper prefixes that are tokens themselves, longest first,
+        -1 past the last (special tokens have and are none); made on first use, as it walks the vocabulary."""
+        if self._prefixes is None:
+            spelled: dict[bytes, int] = {}
+            texts: list[bytes] = []
+            for i in range(self.vocab_size):
+                text = b"" if self.llg.is_special_token(i) else self.llg.decode_bytes([i])
+                texts.append(text)
+                if text:
+                    spelled.setdefault(text, i)
+            chains = [[j for n in range(len(t) - 1, 0, -1) if (j := spelled.get(t[:n])) is not None] for t in texts]
+            depth = max((len(c) for c in chains), default=0)
+            table = torch.full((self.vocab_size, max(depth, 1)), -1, dtype=torch.int32)
+            for i, chain in enumerate(chains):
+                if chain:
+                    table[i, : len(chain)] = torch.tensor(chain, dtype=torch.int32)
+            self._prefixes = table
+        return self._prefixes
 
     def tag(self, text: str) -> str:
         """A tag as a Lark item: the added token that spells it, which is what the model was trained to write
@@ -178,11 +206,29 @@ class GrammarMask:
         return allowed
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` ``[V]`` with every token the grammar forbids at ``-inf`` (a new tensor)."""
+        """``logits`` ``[V]`` as log-probabilities with every token the grammar forbids at ``-inf`` and its
+        probability added to its longest allowed prefix's (see the module docstring); a new tensor."""
         allowed = self.allowed().to(logits.device)
         if allowed.numel() < logits.numel():  # a model vocabulary padded past the tokenizer's
             allowed = torch.cat([allowed, allowed.new_zeros(logits.numel() - allowed.numel())])
-        return logits.masked_fill(~allowed[: logits.numel()], float("-inf"))
+        allowed = allowed[: logits.numel()]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        out = logp.masked_fill(~allowed, float("-inf"))
+        # forbidden tokens with mass to hand over (a vocabulary padded past the tokenizer's has no prefixes there)
+        limit = min(logits.numel(), self.tokenizer.vocab_size)
+        movers = torch.nonzero(~allowed[:limit] & (logp[:limit] > -30.0)).flatten()
+        if movers.numel() == 0:
+            return out
+        chains = self.tokenizer.prefixes().to(logits.device)[movers].long()  # [n, depth]
+        ok = (chains >= 0) & allowed[chains.clamp(min=0)]
+        has = ok.any(dim=1)
+        if not bool(has.any()):
+            return out
+        heir = chains.gather(1, ok.int().argmax(dim=1, keepdim=True)).squeeze(1)[has]  # first allowed: the longest
+        gained = torch.zeros_like(logp).index_add_(0, heir, logp[movers[has]].exp())
+        got = gained > 0
+        out[got] = torch.logaddexp(out[got], gained[got].log())
+        return out
 
     def advance(self, token: int) -> None:
         """Take the chosen ``token``; a request stop id ends the sequence without a word to the grammar."""

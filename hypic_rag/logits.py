@@ -27,6 +27,9 @@ class LogitsMask(Protocol):
 
     def advance(self, token: int) -> None: ...
 
+    @property
+    def complete(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class Penalties:

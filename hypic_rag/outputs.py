@@ -73,3 +73,6 @@ class GenerationOutput:
     # With ``logprobs=True``: each output token's ``logits.TokenLogprob`` (the model's own log-probability and,
     # with ``top_logprobs``, the likeliest alternatives).
     logprobs: list[Any] | None = None
+    # A constrained answer (``response_format``, a tool-call grammar) that ended before its grammar was complete:
+    # cut by ``max_new_tokens``, a stop string, the context or a cancel. Its text is not valid under the constraint.
+    incomplete: bool = False

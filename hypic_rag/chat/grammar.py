@@ -11,8 +11,10 @@ write, in the chat format's own text, as llguidance Lark (``hypic_rag.grammar``)
 The grammar describes the answer after any reasoning the engine closed itself and includes a forced call's
 opening (``ChatFormat.call_opening``), which the engine writes and feeds to the grammar before decoding. Tags are
 written as the added tokens that spell them where the tokenizer has them, the form the model was trained on.
-XML-format string parameters can be held to their ``enum``/``const`` and lengths, not to a ``pattern`` or
-``format``.
+XML-format string parameters (raw text, not JSON) are held to their ``enum``/``const``, lengths, ``pattern``
+(searched, as JSON Schema reads it: anchored only where it says ``^``/``$``) and ``format`` (``STRING_FORMATS``,
+written here as regexes because llguidance keeps its own inside its JSON compiler); another format is a
+``ValueError``, not a constraint silently dropped.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..grammar import COMPACT, SPACED, GrammarTokenizer, json_lark, lark_string, response_lark
+from ..grammar import COMPACT, SPACED, GrammarTokenizer, json_lark, lark_regex, lark_string, response_lark
 from .formats import BUNDLED, NONE, QWEN3_5_XML, QWEN3_JSON, ChatFormat
 from .formats.qwen3_5_xml import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, _types
 from .formats.tagged import TOOL_CLOSE, TOOL_OPEN
 from .tool_calls import THINK_CLOSE, THINK_OPEN
 
 ANY = "(.|\\n)*"
+_BUNDLED_ARGUMENTS = '{"arguments":'  # how a bundled call begins (``bundled.format_call``: sorted keys)
 
 
 def tool_signatures(tools: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, dict[str, Any]]]:
@@ -107,7 +110,7 @@ class _Rules:
 
 def _bundled_call(rules: _Rules, name: str, schema: dict[str, Any]) -> str:
     """``{"arguments":{...},"name":"NAME"}``: compact JSON, sorted keys, as ``bundled.format_call`` writes it."""
-    head = lark_string('{"arguments":')
+    head = lark_string(_BUNDLED_ARGUMENTS)
     tail = lark_string(',"name":' + json.dumps(name) + "}")
     return f"{head} {json_lark(sorted_schema(schema), COMPACT)} {tail}"
 
@@ -131,11 +134,76 @@ def _xml_value(rules: _Rules, schema: Any) -> str:
         low, high = schema.get("minLength", 0), schema.get("maxLength")
         length = f"{{{int(low)},{int(high)}}}" if isinstance(high, int) else f"{{{int(low)},}}" if low else "*"
         ends = f"{_literal(PARAMETER_CLOSE)}|{_literal(FUNCTION_CLOSE)}\\s*{_literal(TOOL_CLOSE)}"
-        body = f"/(.|\\n){length}/ & ~/{ANY}({ends}){ANY}/"
+        held = [f"/(.|\\n){length}/"]
+        if isinstance(schema.get("pattern"), str):
+            held.append(lark_regex(searched(schema["pattern"])))
+        if "format" in schema:
+            held.append(lark_regex(_format_regex(schema["format"])))
+        body = " & ".join([*held, f"~/{ANY}({ends}){ANY}/"])
         return rules.add(f"{rules.token(body)} {close}", "v", lazy=True)
     if not types and not schema:
         return rules.add(f"{rules.token(_without(PARAMETER_CLOSE))} {close}", "v", lazy=True)
     return f"{json_lark(dict(schema), SPACED)} {close}"
+
+
+_DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+_TIME = r"([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)"
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_OCTET = r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+STRING_FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt]{_TIME}",
+    "email": f"[A-Za-z0-9.!#$%&'*+=?^_`{{|}}~-]+@{_LABEL}(\\.{_LABEL})+",
+    "hostname": f"{_LABEL}(\\.{_LABEL})*",
+    "ipv4": f"({_OCTET}\\.){{3}}{_OCTET}",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"]*",
+}
+
+
+def _format_regex(name: Any) -> str:
+    if name not in STRING_FORMATS:
+        held = ", ".join(STRING_FORMATS)
+        raise ValueError(f"string format {name!r} cannot be held in the XML tool-call format (held: {held})")
+    return STRING_FORMATS[name]
+
+
+def _branches(pattern: str) -> list[str]:
+    """``pattern`` split at its top-level ``|`` (outside groups, classes and escapes)."""
+    out, depth, klass, at, i = [], 0, False, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if klass:
+            klass = c != "]"
+        elif c == "[":
+            klass = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[at:i])
+            at = i + 1
+        i += 1
+    return [*out, pattern[at:]]
+
+
+def searched(pattern: str) -> str:
+    """A JSON Schema ``pattern`` (matched anywhere in the string) as a regex the whole text must match: each
+    top-level branch free before it unless it begins with ``^``, after it unless it ends with an unescaped ``$``."""
+    whole = []
+    for branch in _branches(pattern):
+        head = branch.startswith("^")
+        core = branch[1:] if head else branch
+        body = core[:-1]
+        tail = core.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0  # an even run of \ before $
+        core = body if tail else core
+        whole.append(f"({'' if head else ANY}({core}){'' if tail else ANY})")
+    return "|".join(whole)
 
 
 def _qwen3_5_xml_rest(rules: _Rules, name: str, schema: dict[str, Any]) -> str:
@@ -248,12 +316,13 @@ class AnswerShape:
     response_tool: str | None = None
 
     def unwrap(self, content: str, calls: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """The content and calls of an answer: a call to the response tool is the content, as JSON."""
+        """The content and calls of an answer: a call to the response tool is the content, as JSON; a call cut
+        before it closed (``max_new_tokens``) leaves the JSON written so far, without the call around it."""
         if self.response_tool is None:
             return content, calls
         answers = [c for c in calls if c["name"] == self.response_tool]
         if not answers:
-            return content, calls
+            return content.removeprefix(_BUNDLED_ARGUMENTS), calls
         text = json.dumps(answers[0]["arguments"], ensure_ascii=False)
         return text, [c for c in calls if c["name"] != self.response_tool]
 
