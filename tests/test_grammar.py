@@ -162,3 +162,100 @@ def test_logprobs_are_the_models_own_before_mask_and_penalties(bundled):
     (entry,) = picker.logprobs
     assert entry.token == token and entry.logprob == pytest.approx(float(own[token]))
     assert [i for i, _ in entry.top] == torch.topk(own, 3).indices.tolist()
+
+
+# What docs/serving.md says of JSON-schema keywords: each enforced one refuses an instance that breaks it, each
+# refused one is a ValueError (a 400 over HTTP) before anything runs.
+ENFORCED = {
+    "type": ({"type": "integer"}, "x"),
+    "enum": ({"enum": ["a", "b"]}, "c"),
+    "const": ({"const": "a"}, "b"),
+    "required": ({"type": "object", "properties": {"a": {}}, "required": ["a"]}, {}),
+    "additionalProperties": ({"type": "object", "properties": {"a": {}}, "additionalProperties": False}, {"b": 1}),
+    "patternProperties": (
+        {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False},
+        {"y": 1},
+    ),
+    "minProperties": ({"type": "object", "minProperties": 1}, {}),
+    "maxProperties": ({"type": "object", "maxProperties": 1}, {"a": 1, "b": 2}),
+    "items": ({"type": "array", "items": {"type": "integer"}}, ["x"]),
+    "prefixItems": ({"type": "array", "prefixItems": [{"type": "integer"}]}, ["x"]),
+    "minItems": ({"type": "array", "minItems": 1}, []),
+    "maxItems": ({"type": "array", "maxItems": 1}, [1, 2]),
+    "minLength": ({"type": "string", "minLength": 2}, "a"),
+    "maxLength": ({"type": "string", "maxLength": 2}, "abc"),
+    "pattern": ({"type": "string", "pattern": "^a+$"}, "ab"),
+    "format": ({"type": "string", "format": "date"}, "2024-13-01"),
+    "minimum": ({"type": "integer", "minimum": 0}, -1),
+    "maximum": ({"type": "integer", "maximum": 9}, 10),
+    "exclusiveMinimum": ({"type": "number", "exclusiveMinimum": 0}, 0),
+    "multipleOf": ({"type": "integer", "multipleOf": 3}, 4),
+    "anyOf": ({"anyOf": [{"type": "integer"}, {"type": "boolean"}]}, "x"),
+    "allOf": ({"allOf": [{"type": "object"}, {"required": ["a"]}]}, {}),
+    "$ref": ({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n"}, "x"),
+}
+REFUSED = {
+    "oneOf": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+    "not": {"not": {"type": "integer"}},
+    "if": {"if": {"type": "integer"}, "then": {"minimum": 0}},
+    "uniqueItems": {"type": "array", "uniqueItems": True},
+    "contains": {"type": "array", "contains": {"type": "integer"}},
+    "propertyNames": {"type": "object", "propertyNames": {"pattern": "^a"}},
+    "dependentRequired": {"type": "object", "dependentRequired": {"a": ["b"]}},
+    "dependentSchemas": {"type": "object", "dependentSchemas": {"a": {"required": ["b"]}}},
+    "unevaluatedProperties": {"type": "object", "unevaluatedProperties": False},
+    "format (unknown)": {"type": "string", "format": "zip-code"},
+}
+
+
+def _accepts(gtok: GrammarTokenizer, tok: Tokenizer, schema: dict, instance) -> bool:
+    mask = GrammarMask(
+        gtok, "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": schema}}, SPACED)
+    )
+    ids = tok.encode(json.dumps(instance, separators=SPACED)).ids
+    return all(mask.matcher.consume_token(i) for i in ids) and mask.complete
+
+
+@pytest.mark.parametrize("keyword", list(ENFORCED))
+def test_each_enforced_schema_keyword_refuses_an_instance_that_breaks_it(keyword, bundled):
+    tok, gtok = bundled
+    schema, breaking = ENFORCED[keyword]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(breaking, schema, format_checker=jsonschema.FormatChecker())  # it does break it
+    assert not _accepts(gtok, tok, schema, breaking)
+    walk = _random_walk(
+        gtok,
+        "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": schema}}, SPACED),
+        random.Random(1),
+    )
+    if walk is not None:  # what the mask lets through is valid
+        jsonschema.validate(json.loads(tok.decode(walk)), schema, format_checker=jsonschema.FormatChecker())
+
+
+@pytest.mark.parametrize("keyword", list(REFUSED))
+def test_each_refused_schema_keyword_is_a_clear_error(keyword):
+    with pytest.raises(ValueError, match="does not compile"):
+        check_response_format({"type": "json_schema", "json_schema": {"schema": REFUSED[keyword]}})
+
+
+def test_json_object_answers_are_objects(bundled):
+    tok, gtok = bundled
+    lark = "start: " + response_lark({"type": "json_object"}, SPACED)
+    finished = [w for seed in range(20) if (w := _random_walk(gtok, lark, random.Random(seed))) is not None]
+    assert len(finished) >= 5 and all(isinstance(json.loads(tok.decode(w)), dict) for w in finished)
+    assert not _accepts(gtok, tok, {"type": "object"}, [1])
+
+
+def test_a_forbidden_token_hands_its_probability_to_its_longest_allowed_prefix(bundled):
+    tok, gtok = bundled
+    lark = "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": {"type": "string"}}}, SPACED)
+    mask = GrammarMask(gtok, lark)
+    mask.advance(tok.token_to_id('"'))
+    mask.advance(tok.encode("Oslo").ids[0])
+    merged = [i for t, i in tok.get_vocab().items() if t.startswith('"') and len(t) > 1 and not mask.allowed()[i]]
+    assert merged  # a token closing the string and going on, which the grammar forbids
+    logits = torch.full((tok.get_vocab_size(),), -20.0)
+    logits[merged[0]] = 10.0  # the model means to close the string
+    out = mask.apply(logits)
+    assert torch.isinf(out[merged[0]]) and int(out.argmax()) == tok.token_to_id('"')
+    assert abs(float(out.exp().sum()) - 1) < 1e-4  # no probability lost: every forbidden token had an heir here

@@ -146,10 +146,14 @@ def _xml_value(rules: _Rules, schema: Any) -> str:
     return f"{json_lark(dict(schema), SPACED)} {close}"
 
 
-_DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
-_TIME = r"([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)"
+# each month's days; February to the 28th, as leap years are past a regex worth writing
+_DATE = (
+    r"[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+)
+_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_OCTET = r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+# ASCII classes throughout: the regex engine's \d and \w are Unicode's.
 STRING_FORMATS = {
     "date": _DATE,
     "time": _TIME,
@@ -158,7 +162,7 @@ STRING_FORMATS = {
     "hostname": f"{_LABEL}(\\.{_LABEL})*",
     "ipv4": f"({_OCTET}\\.){{3}}{_OCTET}",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"]*",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[!#-;=?-\[\]_a-z~]*",  # printable ASCII but space, "<>\^`{|}
 }
 
 

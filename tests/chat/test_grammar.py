@@ -204,3 +204,44 @@ def test_sorted_schema_orders_properties_at_every_depth():
     schema = {"type": "object", "properties": {"b": {"properties": {"z": {}, "y": {}}}, "a": {}}}
     out = sorted_schema(schema)
     assert list(out["properties"]) == ["a", "b"] and list(out["properties"]["b"]["properties"]) == ["y", "z"]
+
+
+XML_STRINGS = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{2}$"},
+        "tag": {"type": "string", "pattern": "ok|fine", "maxLength": 9},
+        "day": {"type": "string", "format": "date"},
+        "mail": {"type": "string", "format": "email", "maxLength": 12},
+        "id": {"type": "string", "format": "uuid"},
+        "note": {"type": "string", "maxLength": 5},
+    },
+    "required": ["code", "tag", "day", "mail", "id", "note"],
+}
+
+
+def test_xml_string_parameters_are_held_to_pattern_format_and_length(qwen_tokenizer):
+    tok, gtok = qwen_tokenizer
+    tools = [{"type": "function", "function": {"name": "file", "parameters": XML_STRINGS}}]
+    lark = answer_grammar(QWEN3_5_XML, gtok, tools=tools, choice="required", parallel=False)
+    rng, checked = random.Random(5), 0
+    for _ in range(20):
+        ids = _walk(gtok, lark, rng, limit=600)
+        if ids is None:
+            continue
+        calls = parse_output(tok.decode(ids, skip_special_tokens=True), QWEN3_5_XML, tools, reasoning=False).tool_calls
+        assert len(calls) == 1, tok.decode(ids)
+        jsonschema.validate(calls[0]["arguments"], XML_STRINGS, format_checker=jsonschema.FormatChecker())
+        checked += 1
+    assert checked >= 10
+    mask = GrammarMask(gtok, lark)  # a value the pattern refuses is refused token by token
+    opening = "<tool_call>\n<function=file>\n<parameter=code>\nab-12\n</parameter>"
+    assert not all(mask.matcher.consume_token(i) for i in tok.encode(opening).ids)
+
+
+def test_an_xml_string_format_that_cannot_be_held_is_refused(qwen_tokenizer):
+    _, gtok = qwen_tokenizer
+    schema = {"type": "object", "properties": {"ip": {"type": "string", "format": "ipv6"}}}
+    tools = [{"type": "function", "function": {"name": "ping", "parameters": schema}}]
+    with pytest.raises(ValueError, match="format 'ipv6' cannot be held"):
+        answer_grammar(QWEN3_5_XML, gtok, tools=tools, choice="required")

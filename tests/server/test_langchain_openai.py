@@ -57,6 +57,22 @@ def test_chat_openai_with_structured_output_returns_the_model(server):
     assert isinstance(llm.invoke("Find the Temme kettle in the catalogue."), dict)
 
 
+class Person(BaseModel):
+    name: str
+    age: int
+    city: str
+
+
+def test_chat_openai_structured_output_reads_a_person_from_a_document(server):
+    doc = (
+        "Fastos Taisbre lives in Douthbarport. Fastos Taisbre works at Palvaith Foundry. "
+        "Fastos Taisbre is 33 years old."
+    )
+    llm = _llm(server, temperature=0, max_tokens=60).with_structured_output(Person)  # the default method
+    answer = llm.invoke([("user", f"{doc}\n\nWhere does Fastos Taisbre live?")])
+    assert isinstance(answer, Person) and answer.city == "Douthbarport", answer
+
+
 def test_langgraph_prebuilt_agent_over_the_server_completes_the_two_tool_task(server):
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.prebuilt import create_react_agent

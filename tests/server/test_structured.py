@@ -4,6 +4,7 @@ calls, no call to a tool that was not offered, vLLM's structured-output fields, 
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import jsonschema
@@ -40,6 +41,42 @@ def test_json_schema_answers_validate_twenty_of_twenty(client):
         )
         jsonschema.validate(json.loads(out.choices[0].message.content), schema)
         assert out.choices[0].finish_reason == "stop" and not out.choices[0].message.tool_calls
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+
+
+def _one_document(example) -> list[dict]:
+    """A question about one person, with the document about them as a cached segment (the composed modes' case)."""
+    *docs, question = example.messages[0]["content"]
+    asked = r"^(Where does|How old is|Which company does|What is the job of) |( live| work for)?\?$"
+    name = re.sub(asked, "", question["text"])
+    doc = next(d for d in docs if name in d["text"])
+    return [{"role": "user", "content": [doc, question]}]
+
+
+def test_json_schema_answers_over_documents_validate_ten_of_ten_in_the_default_mode(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "Person", "schema": PERSON, "strict": True}}
+    examples = make("single_doc", 10, 11)
+    for example in examples:
+        out = client.chat.completions.create(
+            model=MODEL, messages=_one_document(example), max_tokens=60, response_format=fmt
+        )
+        jsonschema.validate(json.loads(out.choices[0].message.content), PERSON)
+        assert out.choices[0].finish_reason == "stop"
+    for example in examples[:3]:  # streamed, and through vLLM's alias
+        ask = {"model": MODEL, "messages": _one_document(example), "max_tokens": 60}
+        chunks = list(client.chat.completions.create(**ask, response_format=fmt, stream=True))
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        jsonschema.validate(json.loads(streamed), PERSON)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+        out = client.chat.completions.create(**ask, extra_body={"guided_json": PERSON})
+        jsonschema.validate(json.loads(out.choices[0].message.content), PERSON)
 
 
 def test_named_and_required_tool_calls_are_valid_twenty_of_twenty(client):
