@@ -146,12 +146,16 @@ class GrammarTokenizer:
         self.llg = llg.LLTokenizer(tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(self.stop_ids))
         self.vocab_size = vocab_size
         self._added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
-        self._prefixes: torch.Tensor | None = None
+        self._prefixes: dict[torch.device, torch.Tensor] = {}
 
-    def prefixes(self) -> torch.Tensor:
-        """``[vocab_size, depth]`` int32: each token's proper prefixes that are tokens themselves, longest first,
-        -1 past the last (special tokens have and are none); made on first use, as it walks the vocabulary."""
-        if self._prefixes is None:
+    def prefixes(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``[vocab_size, depth]`` int32 on ``device``: each token's proper prefixes that are tokens themselves,
+        longest first, -1 past the last (special tokens have and are none); made on first use, as it walks the
+        vocabulary, and kept per device, as every constrained step reads it."""
+        device = torch.device(device)
+        if device not in self._prefixes and self._prefixes:
+            self._prefixes[device] = next(iter(self._prefixes.values())).to(device)
+        if device not in self._prefixes:
             spelled: dict[bytes, int] = {}
             texts: list[bytes] = []
             for i in range(self.vocab_size):
@@ -165,8 +169,8 @@ class GrammarTokenizer:
             for i, chain in enumerate(chains):
                 if chain:
                     table[i, : len(chain)] = torch.tensor(chain, dtype=torch.int32)
-            self._prefixes = table
-        return self._prefixes
+            self._prefixes[device] = table.to(device)
+        return self._prefixes[device]
 
     def tag(self, text: str) -> str:
         """A tag as a Lark item: the added token that spells it, which is what the model was trained to write
@@ -219,7 +223,7 @@ class GrammarMask:
         movers = torch.nonzero(~allowed[:limit] & (logp[:limit] > -30.0)).flatten()
         if movers.numel() == 0:
             return out
-        chains = self.tokenizer.prefixes().to(logits.device)[movers].long()  # [n, depth]
+        chains = self.tokenizer.prefixes(logits.device)[movers].long()  # [n, depth]
         ok = (chains >= 0) & allowed[chains.clamp(min=0)]
         has = ok.any(dim=1)
         if not bool(has.any()):

@@ -19,6 +19,7 @@ from hypic_rag.decoding import Prefilling
 from hypic_rag.testing.synthetic import add_chat_files
 
 from .chat.conftest import TEMPLATES
+from .test_engine_grammar import BOUNDED  # every valid instance is short: random weights finish it
 
 MODES = {
     "full": {"mode": "full"},
@@ -32,16 +33,6 @@ PERSON = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
     "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
-BOUNDED = {  # every valid instance is short, so random weights finish it within the budget
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 8},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-        "unit": {"type": "string", "enum": ["c", "f"]},
-    },
-    "required": ["city", "unit"],
     "additionalProperties": False,
 }
 CITIES = ["Douthbarport", "Lima", "Oslo"]
