@@ -36,7 +36,15 @@ from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
 from .chat.caller_text import literal_pieces
 from .chat.conversation import ChatSetup, thinking_opened
-from .chat.grammar import answer_grammar, schema_as_call
+from .chat.grammar import (
+    CALL_FORMATS,
+    AnswerShape,
+    answer_grammar,
+    check_tools,
+    no_call_bans,
+    schema_as_call,
+    tool_signatures,
+)
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
@@ -44,11 +52,11 @@ from .decoding import Decoder, Generation, Prefilling, Sampler, TokenCallback, s
 from .deviation import boundary_deviation, isolated_through, probe_layer, reading_shares, token_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
-from .grammar import SPACED, GrammarMask, GrammarTokenizer, response_lark
+from .grammar import SPACED, GrammarMask, GrammarTokenizer, json_lark, response_lark
 from .hub import resolve_checkpoint
 from .inputs import as_list
 from .kernels.indices import int64
-from .logits import Penalties, Picker
+from .logits import Banned, Penalties, Picker
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
@@ -741,6 +749,15 @@ class Engine:
         chunk = _chunk(prefill_chunk)
         return self._start(prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar, chunk=chunk)
 
+    def check_start(self, options: RequestOptions) -> None:
+        """``check_chat`` for ``start``: compile the grammar of the request's ``response_format``, if any, so that
+        one the grammar cannot hold is a ``ValueError`` before the request is admitted."""
+        if options.response_format is not None:
+            try:
+                self.grammar_tokenizer().matcher("start: " + response_lark(options.response_format, SPACED))
+            except ValueError as exc:
+                raise ValueError(f"response_format: the grammar cannot hold it: {exc}") from None
+
     def _start(
         self,
         prompt: Prompt,
@@ -752,6 +769,7 @@ class Engine:
         grammar: str | None = None,
         forced_ids: Sequence[int] = (),
         chunk: int | None = None,
+        banned: Banned | None = None,
     ) -> Generation | Prefilling:
         """Prefill ``prompt`` and choose its first token, under ``options`` with their defaults filled; the
         request also stops at ``stop_ids`` (the template's end of turn) and every EOS id. ``grammar`` (Lark,
@@ -776,6 +794,7 @@ class Engine:
             mask=mask,
             prompt_ids=prompt.ids,
             logprobs=(options.top_logprobs or 0) if options.logprobs else None,
+            banned=banned,
         )
 
         detokenize = self.decode if self.tokenizer is not None else None
@@ -977,33 +996,26 @@ class Engine:
         output."""
         options = RequestOptions.from_mapping(overrides, base=options).with_defaults(self.generation_defaults)
         setup = self._require_chat()
-        tools = as_list(tools, "tools", "tool schemas (dicts)") if tools is not None else None
-        choice = chosen_tool(tool_choice, tools)
-        if not isinstance(parallel_tool_calls, bool):
-            raise ValueError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
-        shape = schema_as_call(setup.format, tools, choice, options.response_format)
-        tools, choice = shape.tools, shape.choice
+        shape, choice = self._answer_shape(tools, tool_choice, parallel_tool_calls, options)
+        tools = shape.tools
         rendered, prompt = self._render(messages, tools, options.chat_template_kwargs, options.segmentation)
         thinking = thinking_opened(rendered.text)
         structured = shape.response_format is not None
-        rendered, prompt, opening_ids = self._force_call(rendered, prompt, choice, thinking, structured)
+        rendered, prompt, opening_ids = self._force_call(rendered, prompt, shape.choice, thinking, structured)
         forced = rendered.answer_prefix
         # The reasoning the template opened is closed before a forced call or a formatted answer; an answer whose
         # grammar leaves no room for reasoning is parsed without looking for one.
         closed = thinking and bool(forced)
-        free_reasoning = not (closed or structured or choice not in (None, "auto", "none"))
+        free_reasoning = not (closed or structured or shape.choice not in (None, "auto", "none"))
         grammar = None
-        if tools or structured:
-            grammar = answer_grammar(
-                setup.format,
-                self.grammar_tokenizer(setup.end_of_turn_ids),
-                tools=tools,
-                choice=choice,
-                parallel=parallel_tool_calls,
-                response_format=shape.response_format,
-                thinking=thinking and not closed,
-            )
+        if tools or structured or setup.format.name in CALL_FORMATS:
+            grammar = self._answer_lark(shape, parallel_tool_calls, thinking and not closed)
         free_reasoning = free_reasoning or grammar is None
+        offered = bool(tool_signatures(tools)) and shape.choice != "none"
+        banned = None
+        if not offered and grammar is None and self.tokenizer is not None:
+            bans = no_call_bans(setup.format, self.grammar_tokenizer(setup.end_of_turn_ids))
+            banned = Banned(*bans) if bans is not None and any(bans) else None
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
         seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
 
@@ -1012,7 +1024,13 @@ class Engine:
             if not free_reasoning:
                 written = written.removeprefix(THINK_CLOSE + "\n\n") if closed else written
             parsed = parse_output(
-                written, setup.format, tools, thinking_open=thinking, id_seed=seed_text, reasoning=free_reasoning
+                written,
+                setup.format,
+                tools,
+                thinking_open=thinking,
+                id_seed=seed_text,
+                reasoning=free_reasoning,
+                calls=offered,
             )
             content, calls = shape.unwrap(parsed.content, parsed.tool_calls)
             return replace(out, text=content, tool_calls=calls, reasoning=parsed.reasoning)
@@ -1028,6 +1046,83 @@ class Engine:
             grammar=grammar,
             forced_ids=opening_ids,
             chunk=_chunk(prefill_chunk),
+            banned=banned,
         )
         run.thinking_open, run.answer_prefix = thinking, forced
         return run
+
+    def _answer_shape(
+        self,
+        tools: Sequence[Mapping[str, Any]] | None,
+        tool_choice: str | Mapping[str, Any] | None,
+        parallel_tool_calls: bool,
+        options: RequestOptions,
+    ) -> tuple[AnswerShape, str | None]:
+        """The request's tools, tool choice and response format checked and as the model is asked for them
+        (``schema_as_call``), and the tool choice as asked."""
+        setup = self._require_chat()
+        tools = as_list(tools, "tools", "tool schemas (dicts)") if tools is not None else None
+        check_tools(tools)
+        choice = chosen_tool(tool_choice, tools)
+        if not isinstance(parallel_tool_calls, bool):
+            raise ValueError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
+        return schema_as_call(setup.format, tools, choice, options.response_format), choice
+
+    def _answer_lark(self, shape: AnswerShape, parallel: bool, thinking: bool) -> str | None:
+        """The answer's grammar (``chat.grammar.answer_grammar``), or None when nothing constrains it."""
+        setup = self._require_chat()
+        return answer_grammar(
+            setup.format,
+            self.grammar_tokenizer(setup.end_of_turn_ids),
+            tools=shape.tools,
+            choice=shape.choice,
+            parallel=parallel,
+            response_format=shape.response_format,
+            thinking=thinking,
+        )
+
+    def check_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        options: RequestOptions | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool = True,
+    ) -> None:
+        """Compile the grammar ``start_chat`` would hold this request's answer to, so that a schema or pattern it
+        cannot hold is a ``ValueError`` naming the field (``response_format`` or ``tools.N.function.parameters``)
+        before the request is admitted, and the compiled grammar is kept for ``start_chat``. Runs no model and
+        touches no cache, so a server calls it off the engine thread."""
+        options = (options or RequestOptions()).with_defaults(self.generation_defaults)
+        setup = self._require_chat()
+        shape, choice = self._answer_shape(tools, tool_choice, parallel_tool_calls, options)
+        if options.response_format is None and not (tools and choice != "none"):
+            return  # nothing the request wrote to compile
+        tokenizer = self.grammar_tokenizer(setup.end_of_turn_ids)
+        pieces: list[tuple[str, str]] = []
+        if options.response_format is not None:
+            pieces.append(("response_format", "start: " + response_lark(options.response_format, SPACED)))
+        for i, (_, schema) in enumerate(tool_signatures(tools if choice != "none" else None)):
+            pieces.append((f"tools.{i}.function.parameters", "start: " + json_lark(schema)))
+        for where, lark in pieces:
+            try:
+                tokenizer.matcher(lark)
+            except ValueError as exc:
+                raise ValueError(f"{where}: the grammar cannot hold it: {exc}") from None
+        rendered = segment_prompt(
+            setup.template,
+            messages,
+            tools=shape.tools,
+            chat_template_kwargs=options.chat_template_kwargs,
+            segmentation=options.segmentation,
+        )
+        thinking = thinking_opened(rendered.text)
+        closed = bool(forced_call_prefix(setup.format, shape.choice)) or shape.response_format is not None
+        lark = self._answer_lark(shape, parallel_tool_calls, thinking and not closed)
+        if lark is not None:
+            where = "tools" if tools and choice != "none" else "response_format"
+            try:
+                tokenizer.matcher(lark)
+            except ValueError as exc:
+                raise ValueError(f"{where}: the grammar cannot hold it: {exc}") from None

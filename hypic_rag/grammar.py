@@ -25,10 +25,14 @@ to one of these tools" in each chat format directly.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
+
+from .json_schema import MAX_SCHEMA_NODES, check_schema, for_grammar
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "choice")
 
@@ -36,6 +40,11 @@ RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "choice")
 # bundled model.
 SPACED: tuple[str, str] = (", ", ": ")
 COMPACT: tuple[str, str] = (",", ":")
+
+MAX_CHOICES = 1000  # a choice's options: llguidance refuses a rule of over 2000 alternatives, mid-answer
+MAX_REGEX_CHARS = 4096
+PROBE_TOKENS = 16  # tokens a new grammar is walked through before a request is admitted (``GrammarTokenizer``)
+COMPILED_KEPT = 64  # compiled grammars each tokenizer keeps, so a request checked before admission is not built again
 
 
 def _llguidance() -> Any:
@@ -56,10 +65,12 @@ def lark_regex(pattern: str) -> str:
     return "/" + pattern.replace("/", "\\/") + "/"
 
 
-def json_lark(schema: Mapping[str, Any], separators: tuple[str, str] = SPACED) -> str:
-    """A Lark item matching JSON text valid under ``schema``, written with ``separators`` and no other
+def json_lark(schema: Mapping[str, Any], separators: tuple[str, str] = SPACED, *, sort_keys: bool = False) -> str:
+    """A Lark item matching JSON text valid under ``schema`` (as ``json_schema.for_grammar`` rewrites it: objects
+    closed to their listed properties, sorted with ``sort_keys``), written with ``separators`` and no other
     whitespace: a random model given free whitespace writes little else."""
     options = {"whitespace_flexible": False, "item_separator": separators[0], "key_separator": separators[1]}
+    schema = for_grammar(schema, sort_keys=sort_keys)
     return "%json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
 
 
@@ -68,7 +79,9 @@ def check_response_format(value: Any) -> dict[str, Any] | None:
 
     Besides OpenAI's ``text``, ``json_object`` and ``json_schema`` (``{"json_schema": {"name", "schema",
     "strict"}}``), ``{"type": "regex", "regex": ...}`` and ``{"type": "choice", "choice": [...]}`` take vLLM's
-    ``structured_outputs`` of those kinds. A schema or regex the grammar compiler rejects is a ``ValueError``."""
+    ``structured_outputs`` of those kinds. Only the shape and the size are checked here, in time linear in the
+    value: the grammar is compiled where the request is prepared (``GrammarTokenizer.matcher``), off the event
+    loop."""
     if value is None:
         return None
     if not isinstance(value, Mapping) or value.get("type") not in RESPONSE_FORMATS:
@@ -82,9 +95,7 @@ def check_response_format(value: Any) -> dict[str, Any] | None:
         spec = value.get("json_schema")
         if not isinstance(spec, Mapping):
             raise ValueError("response_format json_schema needs a 'json_schema' object with the 'schema'")
-        schema = spec.get("schema", {"type": "object"})
-        if not isinstance(schema, Mapping):
-            raise ValueError("response_format json_schema.schema must be a JSON schema object")
+        schema = check_schema(spec.get("schema", {"type": "object"}), "response_format json_schema.schema")
         strict = spec.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise ValueError(f"response_format json_schema.strict must be true or false, got {strict!r}")
@@ -98,13 +109,16 @@ def check_response_format(value: Any) -> dict[str, Any] | None:
     elif kind == "regex":
         if not isinstance(value.get("regex"), str):
             raise ValueError("response_format regex needs 'regex', a string")
+        if len(value["regex"]) > MAX_REGEX_CHARS:
+            raise ValueError(f"response_format regex is over {MAX_REGEX_CHARS} characters")
         out = {"type": "regex", "regex": value["regex"]}
     else:
         choice = value.get("choice")
         if not isinstance(choice, list | tuple) or not choice or not all(isinstance(c, str) and c for c in choice):
             raise ValueError("response_format choice needs 'choice', a list of non-empty strings")
+        if len(choice) > MAX_CHOICES or sum(len(c) for c in choice) > MAX_SCHEMA_NODES * 10:
+            raise ValueError(f"response_format choice takes up to {MAX_CHOICES} options of 100,000 characters in all")
         out = {"type": "choice", "choice": list(choice)}
-    check_lark("start: " + response_lark(out, SPACED))
     return out
 
 
@@ -122,16 +136,29 @@ def response_lark(response_format: Mapping[str, Any], separators: tuple[str, str
     raise ValueError(f"response_format {kind!r} holds no grammar")
 
 
-def check_lark(lark: str, tokenizer: GrammarTokenizer | None = None) -> None:
-    """A ``ValueError`` with the compiler's message when ``lark`` is not a grammar it accepts."""
-    llg = _llguidance()
-    error = llg.LLMatcher.validate_grammar(_grammar(lark), tokenizer.llg if tokenizer is not None else None)
-    if error:
-        raise ValueError(f"the output grammar does not compile: {error}")
-
-
 def _grammar(lark: str) -> str:
     return _llguidance().LLMatcher.grammar_from_lark("%llguidance {}\n" + lark)
+
+
+def _limits() -> Any:
+    """llguidance's own bounds on a grammar's size and each step's work, with errors that do not echo the
+    grammar and the parser's state back."""
+    return _llguidance().LLParserLimits(verbose_errors=False)
+
+
+def grammar_error(error: str) -> str:
+    """What the compiler said of a grammar, as a client may read it: the reason, without its grammar listing,
+    positions or parser state."""
+    first = error.strip().splitlines()[0] if error.strip() else "unknown error"
+    if "Unsatisfiable" in first:
+        return "no value satisfies it (" + first.split("Unsatisfiable", 1)[1].lstrip(" schema:").strip() + ")"
+    if any(w in first.lower() for w in ("too many", "too big", "too complex", "max is", "limit")):
+        return "it is too large or too complex for the grammar compiler"
+    for head in ("failed to compile JSON schema: ", "parser error: ", "lexer error: ", "Parser Error: "):
+        first = first.split(head, 1)[-1]
+    if first.startswith("at ") and "): " in first:
+        first = first.split("): ", 1)[1]
+    return first[:200]
 
 
 class GrammarTokenizer:
@@ -145,8 +172,54 @@ class GrammarTokenizer:
         self.stop_ids = tuple(sorted(stop_ids))
         self.llg = llg.LLTokenizer(tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(self.stop_ids))
         self.vocab_size = vocab_size
-        self._added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+        self._added = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
+        self._openers: dict[bytes, tuple[int, ...]] = {}
         self._prefixes: dict[torch.device, torch.Tensor] = {}
+        self._compiled: OrderedDict[str, Any] = OrderedDict()  # lark -> a checked matcher, never advanced
+        self._lock = threading.Lock()
+
+    def matcher(self, lark: str) -> Any:
+        """A fresh matcher (``llguidance.LLMatcher``) of ``lark``, compiled under llguidance's limits and walked
+        ``PROBE_TOKENS`` tokens ahead on a copy the first time (some grammars pass compilation and break the
+        parser's limits only on their first tokens); a ``ValueError`` (``grammar_error``'s words) for one that
+        fails. Thread-safe: a server compiles here off the engine thread before admitting the request, and the
+        engine then copies the kept matcher instead of compiling it again."""
+        with self._lock:
+            kept = self._compiled.get(lark)
+            if kept is not None:
+                self._compiled.move_to_end(lark)
+                return kept.deep_copy()
+        llg = _llguidance()
+        kept = llg.LLMatcher(self.llg, _grammar(lark), log_level=0, limits=_limits())
+        if kept.is_error():
+            raise ValueError(grammar_error(kept.get_error()))
+        probe = kept.deep_copy()
+        for _ in range(PROBE_TOKENS):
+            mask = probe.compute_bitmask()
+            if probe.is_error():
+                raise ValueError(grammar_error(probe.get_error()))
+            token = self._probe_token(mask)
+            if token is None:
+                break
+            probe.consume_token(token)
+            if probe.is_error():
+                raise ValueError(grammar_error(probe.get_error()))
+        with self._lock:
+            self._compiled[lark] = kept
+            while len(self._compiled) > COMPILED_KEPT:
+                self._compiled.popitem(last=False)
+        return kept.deep_copy()
+
+    def _probe_token(self, mask: bytes) -> int | None:
+        """The first token ``mask`` allows that does not end the answer, or None."""
+        stops = set(self.stop_ids)
+        for byte_at, byte in enumerate(mask):
+            if byte:
+                for bit in range(8):
+                    token = byte_at * 8 + bit
+                    if byte >> bit & 1 and token not in stops and token < self.vocab_size:
+                        return token
+        return None
 
     def prefixes(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """``[vocab_size, depth]`` int32 on ``device``: each token's proper prefixes that are tokens themselves,
@@ -182,6 +255,26 @@ class GrammarTokenizer:
     def is_token(self, text: str) -> bool:
         return text in self._added
 
+    def token_id(self, text: str) -> int:
+        """The id of the added token ``text`` (``is_token``)."""
+        return self._added[text]
+
+    def openers(self, head: bytes) -> tuple[int, ...]:
+        """The tokens an answer that must not begin with ``head`` cannot begin with: those whose text, leading
+        whitespace aside, begins with it, and those of whitespace alone (after which it could); made once per
+        ``head``, as it walks the vocabulary."""
+        if head not in self._openers:
+            found = []
+            for i in range(self.vocab_size):
+                if self.llg.is_special_token(i):
+                    continue
+                text = self.llg.decode_bytes([i])
+                rest = text.lstrip()
+                if text and (not rest or rest.startswith(head)):
+                    found.append(i)
+            self._openers[head] = tuple(found)
+        return self._openers[head]
+
 
 class GrammarMask:
     """One sequence's grammar state: ``apply`` the mask before choosing a token, ``advance`` with the one chosen.
@@ -190,16 +283,14 @@ class GrammarMask:
     complete)."""
 
     def __init__(self, tokenizer: GrammarTokenizer, lark: str, also_stop: Sequence[int] = ()) -> None:
-        llg = _llguidance()
         self.tokenizer = tokenizer
-        self.matcher = llg.LLMatcher(tokenizer.llg, _grammar(lark), log_level=0)
-        self._raise_if_error("the output grammar does not compile")
+        self.matcher = tokenizer.matcher(lark)
         self.also_stop = tuple(i for i in also_stop if i not in tokenizer.stop_ids)
         self._bits = torch.arange(8, dtype=torch.uint8)
 
     def _raise_if_error(self, what: str) -> None:
         if self.matcher.is_error():
-            raise ValueError(f"{what}: {self.matcher.get_error()}")
+            raise ValueError(f"{what}: {grammar_error(self.matcher.get_error())}")
 
     def allowed(self) -> torch.Tensor:
         """The tokens the grammar allows next, as a bool tensor ``[vocab_size]`` (on the CPU)."""

@@ -48,6 +48,19 @@ class Penalties:
         return None if made == cls() else made
 
 
+@dataclass(frozen=True)
+class Banned:
+    """Tokens a sequence may never choose (``always``) or not as its first (``first``): how an answer with no tool
+    offered is kept from a format's call syntax without a grammar's per-token cost (``chat.grammar.no_call_bans``)."""
+
+    always: tuple[int, ...] = ()
+    first: tuple[int, ...] = ()
+
+    def apply(self, logits: torch.Tensor, first: bool) -> torch.Tensor:
+        ids = [i for i in (*self.always, *(self.first if first else ())) if i < logits.numel()]
+        return logits.index_fill(0, torch.tensor(ids, device=logits.device), float("-inf")) if ids else logits
+
+
 @dataclass
 class TokenLogprob:
     """A chosen token's log-probability and the likeliest alternatives (``top``: ``(id, logprob)``, best first)."""
@@ -70,8 +83,10 @@ class Picker:
         mask: LogitsMask | None = None,
         prompt_ids: Sequence[int] = (),
         logprobs: int | None = None,
+        banned: Banned | None = None,
     ) -> None:
         self.sampler, self.generator, self.penalties, self.mask = sampler, generator, penalties, mask
+        self.banned = banned
         self.top_logprobs = logprobs
         self.logprobs: list[TokenLogprob] | None = [] if logprobs is not None else None
         self.picked: list[int] = []
@@ -85,6 +100,8 @@ class Picker:
             logged = torch.log_softmax(logits.float(), dim=-1)
         if self.penalties is not None:
             logits = self._penalised(logits.float())
+        if self.banned is not None:
+            logits = self.banned.apply(logits, first=not self.picked)
         if self.mask is not None:
             logits = self.mask.apply(logits)
         token = self.sampler.pick(logits, self.generator)

@@ -101,15 +101,43 @@ def test_response_format_is_checked_and_normalised():
         ({"type": "json_schema"}, "needs a 'json_schema'"),
         ({"type": "json_schema", "json_schema": {"schema": []}}, "must be a JSON schema"),
         ({"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}, "strict"),
-        ({"type": "json_schema", "json_schema": {"schema": {"type": "object", "minProperties": "x"}}}, "compile"),
-        ({"type": "regex", "regex": "("}, "compile"),
+        ({"type": "json_schema", "json_schema": {"schema": False}}, "admits no value"),
+        ({"type": "regex", "regex": "a" * 5000}, "over 4096 characters"),
         ({"type": "choice", "choice": []}, "non-empty strings"),
+        ({"type": "choice", "choice": [f"c{i}" for i in range(1001)]}, "up to 1000 options"),
     ]:
         with pytest.raises(ValueError, match=match):
             check_response_format(bad)
     with pytest.raises(OptionError, match="response_format") as caught:
         RequestOptions(response_format={"type": "xml"})
     assert caught.value.option == "response_format"
+    schema_true = check_response_format({"type": "json_schema", "json_schema": {"schema": True}})
+    assert schema_true["json_schema"]["schema"] == {}  # true: any value
+
+
+def test_a_grammar_is_compiled_once_and_refused_in_plain_words(bundled):
+    """Shapes the compiler refuses, at once or on their first tokens (before any request decodes them): each a
+    ValueError without the grammar listing or the parser's state."""
+    _, gtok = bundled
+    selfref = {
+        "$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}},
+        "$ref": "#/$defs/n",
+    }
+    for bad, match in [
+        ({"type": "json_schema", "json_schema": {"schema": {"type": "object", "minProperties": "x"}}}, "."),
+        ({"type": "regex", "regex": "("}, "."),
+        ({"type": "regex", "regex": "a{1000}{1000}"}, "too large or too complex"),
+        ({"type": "json_schema", "json_schema": {"schema": selfref}}, "too large or too complex"),
+        ({"type": "json_schema", "json_schema": {"schema": {"enum": ["a"], "type": "object"}}}, "no value satisfies"),
+    ]:
+        with pytest.raises(ValueError, match=match) as caught:
+            gtok.matcher("start: " + response_lark(check_response_format(bad), SPACED))
+        message = str(caught.value)
+        assert "%llguidance" not in message and "<state>" not in message and "\n" not in message, message
+    lark = "start: " + response_lark({"type": "json_object"}, SPACED)
+    first = gtok.matcher(lark)
+    assert gtok._compiled[lark] is not first  # each use gets its own copy of the kept matcher
+    assert gtok.matcher(lark) is not first
 
 
 def test_logits_options_are_checked_in_request_options():
@@ -233,9 +261,11 @@ def test_each_enforced_schema_keyword_refuses_an_instance_that_breaks_it(keyword
 
 
 @pytest.mark.parametrize("keyword", list(REFUSED))
-def test_each_refused_schema_keyword_is_a_clear_error(keyword):
-    with pytest.raises(ValueError, match="does not compile"):
-        check_response_format({"type": "json_schema", "json_schema": {"schema": REFUSED[keyword]}})
+def test_each_refused_schema_keyword_is_a_clear_error(keyword, bundled):
+    spec = check_response_format({"type": "json_schema", "json_schema": {"schema": REFUSED[keyword]}})
+    with pytest.raises(ValueError, match=".") as caught:
+        bundled[1].matcher("start: " + response_lark(spec, SPACED))
+    assert "%json" not in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_json_object_answers_are_objects(bundled):

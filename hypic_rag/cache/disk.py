@@ -14,6 +14,7 @@ own and sweeps only its own files (``ownership.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -42,6 +43,17 @@ class RawBytesDisk(diskcache.Disk):
         if read or not isinstance(value, bytes):
             raise ValueError(f"the segment tier stores bytes only, not {type(value).__name__}")
         return super().store(value, read, key=key)
+
+    def _write(self, full_path: str, iterator: Any, mode: str, encoding: str | None = None) -> Any:
+        """diskcache's write, less the partial file a failed one (a full disk) leaves: the file was made by this
+        very write (``xb``), so it is ours to remove, and it would hold the last free bytes."""
+        try:
+            return super()._write(full_path, iterator, mode, encoding)
+        except OSError:
+            if "x" in mode:
+                with contextlib.suppress(OSError):
+                    os.remove(full_path)
+            raise
 
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         if mode == MODE_PICKLE:

@@ -40,9 +40,9 @@ def literal_pieces(
     controls = tuple(control_tokens(tokenizer))
     strings: dict[str, int] = {}
     marked_messages = _mark(rendered.messages, controls, strings)
+    marked_tools = _mark(list(tools), controls, strings) if tools else None
     if not strings:
         return rendered.segments, rendered.query
-    marked_tools = _mark(list(tools), controls, strings) if tools else None
     pieces = [*rendered.segments, rendered.query]
     spans = _placed(template, marked_messages, marked_tools, chat_template_kwargs, rendered.text, list(strings))
     if spans is None or "".join(p.text or "" for p in pieces) != rendered.text:
@@ -68,8 +68,11 @@ def _mark(value: Any, controls: tuple[str, ...], strings: dict[str, int], key: s
             return value
         n = strings.setdefault(value, len(strings))
         return f"\ue002{n}\ue003"
-    if isinstance(value, Mapping):
-        return {k: _mark(v, controls, strings, k) for k, v in value.items()}
+    if isinstance(value, Mapping):  # a key is the caller's text too (a tool's property names)
+        return {
+            _mark(k, controls, strings, None) if isinstance(k, str) else k: _mark(v, controls, strings, k)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_mark(v, controls, strings) for v in value]
     return value

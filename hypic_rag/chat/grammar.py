@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..grammar import COMPACT, SPACED, GrammarTokenizer, json_lark, lark_regex, lark_string, response_lark
+from ..json_schema import check_schema, is_object_schema, wrapped
 from .formats import BUNDLED, NONE, QWEN3_5_XML, QWEN3_JSON, ChatFormat
 from .formats.qwen3_5_xml import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, _types
 from .formats.tagged import TOOL_CLOSE, TOOL_OPEN
@@ -49,17 +50,16 @@ def tool_signatures(tools: Sequence[Mapping[str, Any]] | None) -> list[tuple[str
     return out
 
 
-def sorted_schema(schema: Any) -> Any:
-    """``schema`` with every ``properties`` in key order: the bundled model writes JSON with sorted keys, and
-    the grammar writes an object's properties in the order its schema lists them."""
-    if isinstance(schema, Mapping):
-        out = {k: sorted_schema(v) for k, v in schema.items()}
-        if isinstance(schema.get("properties"), Mapping):
-            out["properties"] = {k: sorted_schema(schema["properties"][k]) for k in sorted(schema["properties"])}
-        return out
-    if isinstance(schema, list):
-        return [sorted_schema(v) for v in schema]
-    return schema
+def check_tools(tools: Sequence[Mapping[str, Any]] | None) -> None:
+    """A ``ValueError`` naming the tool whose ``parameters`` is not a JSON schema object (OpenAI's 400) or is too
+    large to hold (``json_schema.check_schema``); time linear in the tools' size."""
+    for i, tool in enumerate(tools or ()):
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if isinstance(fn, Mapping) and fn.get("parameters") is not None:
+            params = fn["parameters"]
+            if not isinstance(params, Mapping):
+                raise ValueError(f"tools.{i}.function.parameters must be a JSON schema object")
+            check_schema(params, f"tools.{i}.function.parameters")
 
 
 def _literal(text: str) -> str:
@@ -112,7 +112,7 @@ def _bundled_call(rules: _Rules, name: str, schema: dict[str, Any]) -> str:
     """``{"arguments":{...},"name":"NAME"}``: compact JSON, sorted keys, as ``bundled.format_call`` writes it."""
     head = lark_string(_BUNDLED_ARGUMENTS)
     tail = lark_string(',"name":' + json.dumps(name) + "}")
-    return f"{head} {json_lark(sorted_schema(schema), COMPACT)} {tail}"
+    return f"{head} {json_lark(schema, COMPACT, sort_keys=True)} {tail}"
 
 
 def _qwen3_json_rest(rules: _Rules, name: str, schema: dict[str, Any]) -> str:
@@ -229,8 +229,22 @@ _TAGGED: dict[str, tuple[Rest, tuple[str, ...]]] = {
     QWEN3_5_XML.name: (_qwen3_5_xml_rest, (TOOL_OPEN, FUNCTION_OPEN)),  # content may not hold a bare call either
 }
 
+CALL_FORMATS = (*_TAGGED, BUNDLED.name)  # the formats with a call syntax
+
 
 # -- the answer -----------------------------------------------------------------------------------------------------
+
+
+def no_call_bans(fmt: ChatFormat, tokenizer: GrammarTokenizer) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """With no tool offered, the tokens that keep an answer from the format's call syntax, as ``(always, first)``
+    (``logits.Banned``): the bundled model's call is the whole answer, so its first token may not open it with a
+    ``{``; a tagged format's call opens with its ``<tool_call>`` token. None where a ban cannot do it (a tag
+    that is plain text: ``answer_grammar`` holds the answer then)."""
+    if fmt.name == BUNDLED.name:
+        return (), tokenizer.openers(b"{")
+    if fmt.name in _TAGGED:
+        return ((tokenizer.token_id(TOOL_OPEN),), ()) if tokenizer.is_token(TOOL_OPEN) else None
+    return (), ()
 
 
 def answer_grammar(
@@ -253,9 +267,12 @@ def answer_grammar(
         signatures = [s for s in signatures if choice == "required" or s[0] == choice]
         if not signatures:
             raise ValueError(f"tool_choice {choice!r} names no offered function tool")
-    if fmt is NONE or fmt.name not in (*_TAGGED, BUNDLED.name):
+    if fmt is NONE or fmt.name not in CALL_FORMATS:
         signatures = []  # a template with no call format: content only
     if not signatures and response_format is None:
+        if fmt.name in _TAGGED and no_call_bans(fmt, tokenizer) is None:  # no tools: content without a call tag
+            rules = _Rules(tokenizer)
+            return rules.text(f"{_reasoning(rules, thinking)}{rules.token(_without(*_TAGGED[fmt.name][1]))}")
         return None
     rules = _Rules(tokenizer)
     separators = COMPACT if fmt.name == BUNDLED.name else SPACED
@@ -306,6 +323,7 @@ def _bundled(rules: _Rules, signatures: list[tuple[str, dict[str, Any]]], forced
 # -- a response schema as a call ------------------------------------------------------------------------------------
 
 RESPONSE_TOOL = "json_answer"  # the response tool's name where the schema has none
+VALUE_KEY = "value"  # the argument that holds a response whose root is not an object
 
 
 @dataclass(frozen=True)
@@ -318,6 +336,7 @@ class AnswerShape:
     choice: str | None
     response_format: Mapping[str, Any] | None
     response_tool: str | None = None
+    value_key: str | None = None  # a root that is not an object stands as this one argument (``wrapped``)
 
     def unwrap(self, content: str, calls: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
         """The content and calls of an answer: a call to the response tool is the content, as JSON; a call cut
@@ -326,8 +345,12 @@ class AnswerShape:
             return content, calls
         answers = [c for c in calls if c["name"] == self.response_tool]
         if not answers:
-            return content.removeprefix(_BUNDLED_ARGUMENTS), calls
-        text = json.dumps(answers[0]["arguments"], ensure_ascii=False)
+            head = _BUNDLED_ARGUMENTS + ("{" + json.dumps(self.value_key) + ":" if self.value_key else "")
+            return content.removeprefix(head), calls
+        value = answers[0]["arguments"]
+        if self.value_key is not None:
+            value = value.get(self.value_key) if isinstance(value, dict) else value
+        text = json.dumps(value, ensure_ascii=False)
         return text, [c for c in calls if c["name"] != self.response_tool]
 
 
@@ -354,8 +377,11 @@ def schema_as_call(
         description = spec.get("description") or description
     else:
         name, schema = RESPONSE_TOOL, {"type": "object"}
+    key = None if is_object_schema(schema) else VALUE_KEY
+    if key is not None:  # a call's arguments are an object: any other root is held as one argument
+        schema = wrapped(schema, key)
     taken = {n for n, _ in tool_signatures(listed)}
     while name in taken:
         name += "_"
     tool = {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
-    return AnswerShape([*(listed or []), tool], "required", None, name)
+    return AnswerShape([*(listed or []), tool], "required", None, name, key)

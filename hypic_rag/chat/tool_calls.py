@@ -56,6 +56,7 @@ def parse_output(
     thinking_open: bool = False,
     id_seed: str = "",
     reasoning: bool = True,
+    calls: bool = True,
 ) -> ParsedOutput:
     """Split a model's output into content, reasoning and tool calls in format ``fmt`` (a ``formats.ChatFormat``
     or its name).
@@ -64,13 +65,14 @@ def parse_output(
     calls. Call ids are ``call_`` and 12 hex digits of a hash of (position, name, arguments, ``id_seed``): stable
     for tests and caches; pass something that differs per turn (e.g. a hash of the prompt) as ``id_seed`` when a
     conversation may repeat the same call and its ids must stay unique. ``reasoning=False``: the answer holds no
-    reasoning block (an output grammar left no room for one), so a ``</think>`` in it is text.
+    reasoning block (an output grammar left no room for one), so a ``</think>`` in it is text. ``calls=False``:
+    no tool was offered, so nothing in the answer is read as a call.
     """
     fmt = get_format(fmt)
     thought, body = split_reasoning(text, thinking_open=thinking_open) if reasoning else (None, text.strip())
-    content, calls = fmt.split_calls(body, tools)
+    content, found = fmt.split_calls(body, tools) if calls else (body, [])
     tool_calls = [
-        {"id": call_id(i, name, args, id_seed), "name": name, "arguments": args} for i, (name, args) in enumerate(calls)
+        {"id": call_id(i, name, args, id_seed), "name": name, "arguments": args} for i, (name, args) in enumerate(found)
     ]
     return ParsedOutput(content=content, reasoning=thought, tool_calls=tool_calls)
 

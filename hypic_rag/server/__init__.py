@@ -10,6 +10,8 @@ from .app import create_app
 
 __all__ = ["create_app", "serve"]
 
+GRACE_S = 5.0  # after SIGTERM, how long open answers may finish before they are cut and the server exits
+
 
 def serve(
     model: str | None = None,
@@ -31,7 +33,8 @@ def serve(
     **engine_options: Any,
 ) -> None:
     """Load ``model`` (a checkpoint directory, a hub id, or None for the bundled model) and serve it, as ``name``
-    (default: ``model``, or ``hypic-default``), until interrupted."""
+    (default: ``model``, or ``hypic-default``), until interrupted. SIGTERM lets open answers run ``GRACE_S``
+    seconds, cuts the rest and exits."""
     import uvicorn
 
     from ..engine import Engine
@@ -51,4 +54,4 @@ def serve(
         shadow_rate=shadow_rate,
     )
     print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_S)

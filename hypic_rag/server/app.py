@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -57,8 +60,11 @@ from .protocol import (
 )
 from .worker import DELTA, DONE, ERROR, EngineWorker, Job, QueueFull
 
+COMPILE_TIMEOUT_S = 10.0  # for a request's output grammar to be built, off the engine thread and the event loop
+COMPILE_THREADS = 2
 ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
 IGNORED_HEADER = "X-Hypic-Ignored-Fields"  # the body fields the policy ignored (``fields``)
+FIELD = re.compile(r"[a-z_]+(\.[a-z0-9_]+)*")  # a body field a message may begin with
 POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
@@ -194,13 +200,31 @@ def create_app(
     )
     metrics = ServerMetrics(engine, worker.queue.qsize, lambda: len(worker.active))
 
+    compiler = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="hypic-grammar")
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         worker.start()
         try:
             yield
         finally:
+            compiler.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(worker.stop)
+
+    async def compiled(check: Callable[[], None]) -> None:
+        """Build the request's output grammar (``Engine.check_chat``) on the compiler's threads, within
+        ``COMPILE_TIMEOUT_S``: a schema it cannot hold is a 400 naming the field before the request is queued,
+        and neither the engine nor the event loop waits on the compiler."""
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(compiler, check), COMPILE_TIMEOUT_S)
+        except TimeoutError:
+            raise APIError(
+                400, f"the output grammar took over {COMPILE_TIMEOUT_S:g} s to build: simplify the schema"
+            ) from None
+        except ValueError as exc:
+            message = str(exc)
+            field = message.split(":", 1)[0] if FIELD.fullmatch(message.split(":", 1)[0]) else None
+            raise APIError(400, message, param=field) from None
 
     app = FastAPI(title="hypic-rag", lifespan=lifespan)
     app.state.engine, app.state.worker, app.state.metrics = engine, worker, metrics
@@ -232,6 +256,14 @@ def create_app(
         return _error(_as_api_error(exc, 1))
 
     async def read_json(request: Request) -> Any:
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            # a form or text/plain body is what a page on any origin may send without a CORS preflight
+            raise APIError(
+                415,
+                f"the request body must be JSON sent as Content-Type: application/json, not {media or 'none'}",
+                code="unsupported_media_type",
+            )
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
             raise APIError(413, f"the request body is over {max_body_bytes} bytes", code="request_too_large")
@@ -270,7 +302,9 @@ def create_app(
                 404, f"model {body.model!r} is not served here; try {names[0]!r}", param="model", code="model_not_found"
             )
         assert engine.chat_setup is not None
-        job = Job(engine_arguments(body, default_mode, engine.chat_setup.format), asyncio.get_running_loop())
+        arguments = engine_arguments(body, default_mode, engine.chat_setup.format)
+        await compiled(partial(engine.check_chat, **arguments))
+        job = Job(arguments, asyncio.get_running_loop())
         ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
         try:
             worker.submit(job)
@@ -317,7 +351,7 @@ def create_app(
         }
 
     _add_model_route(app, names)
-    serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, next_event, retry_after)
+    serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, next_event, retry_after, compiled)
     _add_completions_route(app, serving)
 
     @app.get("/health")
@@ -390,6 +424,7 @@ class _Serving:
     read_json: Callable[[Request], Awaitable[Any]]
     next_event: Callable[[Job, Request], Awaitable[tuple[str, Any]]]
     retry_after: Callable[[], int]
+    compiled: Callable[[Callable[[], None]], Awaitable[None]]
 
     def check_model(self, model: str) -> None:
         if model not in self.names:
@@ -427,8 +462,9 @@ def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
         loop = asyncio.get_running_loop()
         jobs = [
             Job(completion_arguments(body, prompt, serving.default_mode), loop, method="start")
-            for prompt in prompts(body)
+            for prompt in prompts(body, serving.max_queue)
         ]
+        await serving.compiled(partial(serving.engine.check_start, jobs[0].arguments["options"]))
         ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
         submitted: list[Job] = []
         streaming = False

@@ -12,6 +12,8 @@ import time
 import uuid
 from typing import Any
 
+from pydantic import StrictInt
+
 from ..chat.segmentation import flat_units, segment_units
 from ..options import OPTIONS, SPELLINGS
 from ..outputs import GenerationOutput
@@ -25,7 +27,7 @@ class CompletionRequest(_Open):
     """A completions request besides its options (the body's other fields, as for chat)."""
 
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]  # true is not token 1
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
@@ -38,8 +40,10 @@ def parse_completion_request(data: Any) -> CompletionRequest:
     return validated(CompletionRequest, data)
 
 
-def prompts(request: CompletionRequest) -> list[Prompt]:
-    """Each prompt the request holds: a string, a list of strings, token ids, or a list of token id lists."""
+def prompts(request: CompletionRequest, most: int) -> list[Prompt]:
+    """Each prompt the request holds: a string, a list of strings, token ids, or a list of token id lists; at
+    most ``most`` (the queue's room: each prompt is a job, and a request that could never fit is a 400, not a
+    429 a client would retry forever)."""
     given = request.prompt
     if isinstance(given, str) or (given and all(isinstance(i, int) for i in given)):
         items: list[Any] = [given]
@@ -47,6 +51,8 @@ def prompts(request: CompletionRequest) -> list[Prompt]:
         items = list(given)
     if not items or any(not p for p in items):
         raise APIError(400, "prompt must be a non-empty string or token list (or a list of them)", param="prompt")
+    if len(items) > most:
+        raise APIError(400, f"prompt holds {len(items)} prompts; one request takes up to {most}", param="prompt")
     return items
 
 

@@ -99,7 +99,10 @@ class ChatCompletionRequest(_Open):
 def apply_field_policy(request: _Open, data: dict[str, Any]) -> None:
     """``fields``' policy on the body ``request`` was read from: a 400 for a refused field, ``n`` other than 1
     included; the ignored ones kept on the request."""
-    if getattr(request, "n", None) not in (None, 1):
+    n = getattr(request, "n", None)
+    if n is not None and n < 1:
+        raise APIError(400, f"n must be 1 (one answer per request), got {n}", param="n")
+    if n not in (None, 1):
         raise APIError(400, "n > 1 is not supported: ask once per answer", param="n")
     try:
         request._ignored = check_fields(data, frozenset(type(request).model_fields))
@@ -251,6 +254,9 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
             raise APIError(400, f"tools.{i}: only function tools are supported", param=f"tools.{i}")
         if not isinstance(function.get("name"), str) or not function["name"]:
             raise APIError(400, f"tools.{i}: function.name is required", param=f"tools.{i}")
+        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+            where = f"tools.{i}.function.parameters"
+            raise APIError(400, f"{where} must be a JSON schema object", param=where)
     return tools or None
 
 

@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from hypic_rag.chat.formats import BUNDLED, NONE, QWEN3_5_XML, QWEN3_JSON
-from hypic_rag.chat.grammar import answer_grammar, schema_as_call, sorted_schema, tool_signatures
+from hypic_rag.chat.grammar import answer_grammar, schema_as_call, tool_signatures
 from hypic_rag.chat.tool_calls import parse_output
 from hypic_rag.grammar import GrammarMask, GrammarTokenizer
 from hypic_rag.model.loading import default_model_path
@@ -198,12 +198,6 @@ def test_the_bundled_model_gets_a_response_schema_as_a_call():
     assert schema_as_call(BUNDLED, TOOLS, "lookup", fmt).response_format is None  # a forced call has no content
     answer = {"name": "lookup", "description": "the answer", "parameters": {"type": "object"}}
     assert schema_as_call(BUNDLED, TOOLS, "none", fmt).tools == [{"type": "function", "function": answer}]
-
-
-def test_sorted_schema_orders_properties_at_every_depth():
-    schema = {"type": "object", "properties": {"b": {"properties": {"z": {}, "y": {}}}, "a": {}}}
-    out = sorted_schema(schema)
-    assert list(out["properties"]) == ["a", "b"] and list(out["properties"]["b"]["properties"]) == ["y", "z"]
 
 
 XML_STRINGS = {

@@ -80,3 +80,23 @@ def test_what_a_killed_writer_left_is_swept_and_nothing_else(tmp_path):
     assert not partial.exists()
     assert fresh.exists() and linked.is_symlink() and outside.read_bytes() == b"precious"
     assert all(file.read_text() == "mine" for file in foreign)
+
+
+def test_a_write_the_disk_runs_out_on_leaves_no_partial_file(tmp_path):
+    """A full disk fails a value file's write midway: the bytes written so far would take the last free space
+    and hold no entry, so the file is removed before the error goes on (the store counts it and serves from
+    memory)."""
+    import errno
+
+    tier = DiskCacheTier(tmp_path, size_limit=1 << 20, sweep=False)
+    disk = tier._diskcache.disk
+    target = tier.folder / "ab" / "cd" / "0123456789abcdef0123456789abcd.val"
+
+    def chunks():
+        yield b"x" * 4096
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        disk._write(str(target), chunks(), "xb")
+    assert not target.exists()
+    tier.close()

@@ -218,7 +218,7 @@ def test_malformed_oversized_and_too_long_requests(server, client, engine):
     )
     assert response.status_code == 400 and "not valid JSON" in response.json()["error"]["message"]
     huge = b'{"model": "x", "pad": "' + b"a" * (9 << 20) + b'"}'
-    response = httpx.post(server + "/v1/chat/completions", content=huge)
+    response = httpx.post(server + "/v1/chat/completions", content=huge, headers={"content-type": "application/json"})
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
     long = "Ana Lee lives in Oslo. " * (engine.config.max_position_embeddings // 4)
     with pytest.raises(openai.BadRequestError) as caught:
