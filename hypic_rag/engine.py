@@ -128,6 +128,11 @@ def _whole(overrides: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return overrides
 
 
+def _json_format(response_format: Mapping[str, Any] | None) -> bool:
+    """Whether ``response_format`` asks for JSON, whose answer the grammar steers to close near its budget."""
+    return response_format is not None and response_format["type"] in ("json_object", "json_schema")
+
+
 def _chunk(tokens: int | None) -> int | None:
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise ValueError(f"prefill_chunk must be a positive number of tokens, got {tokens!r}")
@@ -747,7 +752,10 @@ class Engine:
         prompt = self.build_prompt(segments, query)
         grammar = "start: " + response_lark(options.response_format, SPACED) if options.response_format else None
         chunk = _chunk(prefill_chunk)
-        return self._start(prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar, chunk=chunk)
+        closing = _json_format(options.response_format)
+        return self._start(
+            prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar, chunk=chunk, closing=closing
+        )
 
     def check_start(self, options: RequestOptions) -> None:
         """``check_chat`` for ``start``: compile the grammar of the request's ``response_format``, if any, so that
@@ -770,6 +778,7 @@ class Engine:
         forced_ids: Sequence[int] = (),
         chunk: int | None = None,
         banned: Banned | None = None,
+        closing: bool = False,
     ) -> Generation | Prefilling:
         """Prefill ``prompt`` and choose its first token, under ``options`` with their defaults filled; the
         request also stops at ``stop_ids`` (the template's end of turn) and every EOS id. ``grammar`` (Lark,
@@ -784,7 +793,8 @@ class Engine:
         mask = None
         if grammar is not None:  # built before the prompt runs, so that a schema it rejects costs no prefill
             tokenizer = self.grammar_tokenizer(stop_ids)
-            mask = GrammarMask(tokenizer, grammar, also_stop=options.stop_token_ids or ())
+            budget = options.max_new_tokens if closing else None
+            mask = GrammarMask(tokenizer, grammar, also_stop=options.stop_token_ids or (), budget=budget)
             mask.force(forced_ids)
             stops |= set(tokenizer.stop_ids)  # a finished answer may end at any of them
         picker = Picker(
@@ -1047,6 +1057,7 @@ class Engine:
             forced_ids=opening_ids,
             chunk=_chunk(prefill_chunk),
             banned=banned,
+            closing=shape.choice not in (None, "auto", "none") or _json_format(shape.response_format),
         )
         run.thinking_open, run.answer_prefix = thinking, forced
         return run

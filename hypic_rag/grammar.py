@@ -44,6 +44,7 @@ COMPACT: tuple[str, str] = (",", ":")
 MAX_CHOICES = 1000  # a choice's options: llguidance refuses a rule of over 2000 alternatives, mid-answer
 MAX_REGEX_CHARS = 4096
 PROBE_TOKENS = 16  # tokens a new grammar is walked through before a request is admitted (``GrammarTokenizer``)
+CLOSING_TOKENS = 32  # a JSON answer's last tokens, in which the mask steers it to close (``GrammarMask``)
 COMPILED_KEPT = 64  # compiled grammars each tokenizer keeps, so a request checked before admission is not built again
 
 
@@ -174,6 +175,7 @@ class GrammarTokenizer:
         self.vocab_size = vocab_size
         self._added = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
         self._openers: dict[bytes, tuple[int, ...]] = {}
+        self._closers: torch.Tensor | None = None
         self._prefixes: dict[torch.device, torch.Tensor] = {}
         self._compiled: OrderedDict[str, Any] = OrderedDict()  # lark -> a checked matcher, never advanced
         self._lock = threading.Lock()
@@ -255,6 +257,19 @@ class GrammarTokenizer:
     def is_token(self, text: str) -> bool:
         return text in self._added
 
+    def closers(self) -> torch.Tensor:
+        """``[vocab_size]`` bool: the tokens made only of ``"``, ``}`` and ``]``, which close what a JSON text has
+        open; made on first use."""
+        if self._closers is None:
+            ids = [
+                i
+                for i in range(self.vocab_size)
+                if not self.llg.is_special_token(i) and set(text := self.llg.decode_bytes([i])) <= set(b'"}]') and text
+            ]
+            self._closers = torch.zeros(self.vocab_size, dtype=torch.bool)
+            self._closers[ids] = True
+        return self._closers
+
     def token_id(self, text: str) -> int:
         """The id of the added token ``text`` (``is_token``)."""
         return self._added[text]
@@ -280,11 +295,19 @@ class GrammarMask:
     """One sequence's grammar state: ``apply`` the mask before choosing a token, ``advance`` with the one chosen.
 
     ``also_stop`` are the request's own stop ids: allowed whenever an end of sequence is (the grammar is
-    complete)."""
+    complete). ``budget``: the answer's ``max_new_tokens``, given for a JSON answer (a forced call, a JSON
+    response format): in its last ``CLOSING_TOKENS`` (a quarter of a small budget) only tokens that close what is
+    open (``GrammarTokenizer.closers``) are allowed where the grammar allows one, and the end once it is
+    complete, so that a value the model would run on past the budget (a string that never ends) still closes as
+    valid JSON. Elsewhere the grammar's choices (a required key, an enum's letters) are the model's."""
 
-    def __init__(self, tokenizer: GrammarTokenizer, lark: str, also_stop: Sequence[int] = ()) -> None:
+    def __init__(
+        self, tokenizer: GrammarTokenizer, lark: str, also_stop: Sequence[int] = (), budget: int | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.matcher = tokenizer.matcher(lark)
+        self.closing_at = None if budget is None else budget - min(CLOSING_TOKENS, budget // 4)
+        self.written = 0
         self.also_stop = tuple(i for i in also_stop if i not in tokenizer.stop_ids)
         self._bits = torch.arange(8, dtype=torch.uint8)
 
@@ -298,6 +321,12 @@ class GrammarMask:
         allowed = ((packed[:, None] >> self._bits) & 1).bool().flatten()[: self.tokenizer.vocab_size]
         if self.also_stop and bool(allowed[list(self.tokenizer.stop_ids)].any()):
             allowed[list(self.also_stop)] = True
+        if self.closing_at is not None and self.written >= self.closing_at:
+            ends = torch.zeros_like(allowed)
+            ends[[*self.tokenizer.stop_ids, *self.also_stop]] = True
+            for steer in (ends, self.tokenizer.closers()):
+                if bool((allowed & steer).any()):
+                    return allowed & steer
         return allowed
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
@@ -327,6 +356,7 @@ class GrammarMask:
 
     def advance(self, token: int) -> None:
         """Take the chosen ``token``; a request stop id ends the sequence without a word to the grammar."""
+        self.written += 1
         if token in self.also_stop:
             return
         if not self.matcher.consume_token(token):

@@ -16,6 +16,7 @@ import pytest
 
 from hypic_rag import Engine
 from hypic_rag.decoding import Prefilling
+from hypic_rag.eval.data import make
 from hypic_rag.testing.synthetic import add_chat_files
 
 from .chat.conftest import TEMPLATES
@@ -139,3 +140,47 @@ def test_a_constrained_answer_cut_short_says_so(bundled):
     out = bundled.chat(_messages(DOCS[0], QUESTIONS[0]), response_format=fmt, max_new_tokens=60, stop=['"city"'])
     assert out.finish_reason == "stop" and out.incomplete  # a stop string cut the object open
     assert not bundled.chat(_messages(DOCS[0], QUESTIONS[0]), max_new_tokens=2).incomplete  # nothing to complete
+
+
+def _after_a_call(i: int) -> list[dict]:
+    """A conversation whose assistant called a tool and was answered, then a new request: the bundled model,
+    offered no tool now, begins another call (of ``tool_call``'s 30 with seed 9, numbers 10 and 18 do)."""
+    examples = make("tool_call", 30, 9)
+    answer = json.loads(examples[i].answers[0])
+    call = {"id": "c1", "type": "function", "function": {"name": answer["name"], "arguments": answer["arguments"]}}
+    return [
+        *examples[i].messages,
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        examples[(i + 1) % 30].messages[-1],
+    ]
+
+
+@pytest.mark.parametrize("which", ENGINES)
+def test_no_tool_offered_no_call_in_forty_requests(which, request):
+    """With no tool offered, the format's call syntax is out of reach: no call is parsed, and no call tag is
+    written, in the four modes, streamed and not (the bundled model calls a tool it saw in training; random
+    weights write any token, ``<tool_call>`` included)."""
+    engine = request.getfixturevalue(which)
+    sampling = {"max_new_tokens": 40} if which == "bundled" else {"max_new_tokens": 40, "temperature": 1.0}
+    docs = [
+        "Munkor Partners builds boats. Munkor Partners is in Rome.",
+        "Bo Ek lives in Rome. Bo Ek works at Kilnor Systems.",
+        "Fastos Taisbre works at Palvaith Foundry.",
+    ]
+    parts = [{"type": "text", "text": d, "hypic": {"kind": "document"}} for d in docs]
+    asks = ["Who builds boats?", "What is the stock price of Munkor Partners?", "Where does Bo Ek live?"]
+    tag = "<tool_call>" if which == "random_xml" else '{"arguments"'
+    answers = 0
+    for n in range(40):
+        mode = ("full", "prefix", "pic", "hypic")[n % 4]
+        messages = [{"role": "user", "content": [*parts, {"type": "text", "text": asks[n % 3]}]}]
+        if which == "bundled" and n < 20:
+            messages = _after_a_call(n + 5)
+        streamed: list[str] = []
+        on_token = (lambda _id, delta, into=streamed: into.append(delta or "")) if n % 2 else None
+        out = engine.chat(messages, mode=mode, seed=n, on_token=on_token, **sampling)
+        assert not out.tool_calls and tag not in (out.text or ""), (mode, out.text, out.tool_calls)
+        assert tag not in "".join(streamed)
+        answers += 1
+    assert answers == 40

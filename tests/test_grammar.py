@@ -289,3 +289,30 @@ def test_a_forbidden_token_hands_its_probability_to_its_longest_allowed_prefix(b
     out = mask.apply(logits)
     assert torch.isinf(out[merged[0]]) and int(out.argmax()) == tok.token_to_id('"')
     assert abs(float(out.exp().sum()) - 1) < 1e-4  # no probability lost: every forbidden token had an heir here
+
+
+def test_a_json_answer_near_its_budget_is_steered_to_close(bundled):
+    """A model that would write a string forever (greedy on a letter) still ends with valid JSON inside its
+    budget when the mask knows the budget; without it, the walk runs on."""
+    tok, gtok = bundled
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["city", "tags"],
+    }
+    lark = "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": schema}}, SPACED)
+    letter = tok.token_to_id("a")
+    for budget, closes in ((80, True), (None, False)):
+        mask = GrammarMask(gtok, lark, budget=budget)
+        written: list[int] = []
+        for _ in range(80):
+            logits = torch.zeros(gtok.vocab_size)
+            logits[letter] = 5.0  # the model's wish: more letters
+            token = int(mask.apply(logits).argmax())
+            if token in gtok.stop_ids:
+                break
+            mask.advance(token)
+            written.append(token)
+        assert mask.complete == closes, tok.decode(written)
+        if closes:
+            jsonschema.validate(json.loads(tok.decode(written)), schema)

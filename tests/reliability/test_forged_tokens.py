@@ -5,6 +5,7 @@ What the template itself writes keeps its control ids, and the text the ids spel
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def _conversations(forged: str, tools: bool) -> list[tuple[list[dict], list[dict
     """The forged text as a question, as a document part, as an earlier turn, and in a tool's schema, a call's
     arguments and its result."""
     tool = [{"type": "function", "function": {"name": "lookup", "description": forged, "parameters": {}}}]
+    deep = {"type": "object", "properties": {"q": {"type": "string", "description": forged}, forged: {}}}
+    schema_only = [{"type": "function", "function": {"name": "lookup", "description": "Find.", "parameters": deep}}]
     call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": {"q": forged}}}
     return [
         ([{"role": "user", "content": forged}], None),
@@ -78,7 +81,8 @@ def _conversations(forged: str, tools: bool) -> list[tuple[list[dict], list[dict
             ],
             tool,
         ),
-    ][: None if tools else -1]  # plain ChatML has no tool calls
+        ([{"role": "user", "content": "Where?"}], schema_only),  # in the schema alone: a description, a key
+    ][: None if tools else -2]  # plain ChatML has no tool calls
 
 
 def _harmless(messages, tools, forged: str):
@@ -102,7 +106,8 @@ def test_forged_control_tokens_in_caller_text_stay_text(engines, family):
     forged = FORGED["bundled" if family == "bundled" else "qwen"]
     for messages, tools in _conversations(forged, tools=family != "chatml"):
         rendered = engine.render(messages, tools=tools)
-        assert forged in rendered.text or forged.strip() in rendered.text  # the text is unchanged
+        written = (forged, forged.strip(), json.dumps(forged)[1:-1])  # as it is, or inside a JSON string
+        assert any(form in rendered.text for form in written)  # the text is unchanged
         safe = engine.render(*_harmless(messages, tools, forged))
         # the template's own control ids, in order, and none from the caller's text
         assert _controls(engine, rendered.token_ids) == _controls(engine, safe.token_ids), messages
