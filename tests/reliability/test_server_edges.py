@@ -125,3 +125,107 @@ def strict_json(text: str | bytes):
         raise ValueError(f"{constant} is not JSON")
 
     return json.loads(text, parse_constant=refuse)
+
+
+# JSON schemas as a careless or hostile client writes them: any keyword at any depth, recursive references,
+# patterns the lexer cannot build, unsatisfiable ones, nesting 29 deep (58 levels of JSON), enums of 50,000.
+LEAF = st.one_of(
+    st.sampled_from(["string", "integer", "number", "boolean", "null", "array", "object", "thing"]).map(
+        lambda t: {"type": t}
+    ),
+    st.lists(st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=4)), max_size=4).map(
+        lambda values: {"enum": values}
+    ),
+    st.sampled_from(["a{1000}{1000}", "(", "^[a-z]{1,8}$", "x*", "[", "\\d{3}"]).map(
+        lambda p: {"type": "string", "pattern": p}
+    ),
+    st.sampled_from([True, False, {}, {"$ref": "#/$defs/x"}, {"$ref": "#"}, {"format": "zip-code"}]),
+)
+SCHEMA = st.one_of(
+    st.recursive(
+        LEAF,
+        lambda inner: st.one_of(
+            st.fixed_dictionaries(
+                {"type": st.just("object"), "properties": st.dictionaries(st.text(max_size=4), inner, max_size=3)},
+                optional={
+                    "required": st.lists(st.text(max_size=4), max_size=3),
+                    "additionalProperties": st.one_of(st.booleans(), inner),
+                },
+            ),
+            st.fixed_dictionaries({"type": st.just("array"), "items": inner}, optional={"minItems": st.integers(0, 3)}),
+            st.tuples(st.sampled_from(["anyOf", "oneOf", "allOf"]), st.lists(inner, max_size=3)).map(
+                lambda pair: {pair[0]: pair[1]}
+            ),
+            st.fixed_dictionaries({"$defs": st.fixed_dictionaries({"x": inner}), "$ref": st.just("#/$defs/x")}),
+        ),
+        max_leaves=12,
+    ),
+    st.integers(1, 29).map(lambda depth: _nested(depth)),
+    st.integers(5_000, 50_000).map(lambda n: {"enum": list(range(n))}),
+)
+ASKED = st.one_of(
+    SCHEMA.map(lambda s: {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": s}}}),
+    st.tuples(SCHEMA, st.sampled_from(["auto", "required", "named"])).map(
+        lambda pair: {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": pair[0]}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}} if pair[1] == "named" else pair[1],
+        }
+    ),
+)
+
+
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+class _Canary:
+    """A small request sent again and again beside the fuzz, its latencies kept."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url, self.latencies, self.failures = url, [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def once(self) -> float:
+        import time
+
+        started = time.perf_counter()
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Where does Bo Ek live?"}], "max_tokens": 8}
+        response = httpx.post(self.url + "/v1/chat/completions", json=body, timeout=120)
+        if response.status_code != 200:
+            self.failures.append(response.text)
+        return time.perf_counter() - started
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.latencies.append(self.once())
+
+
+@pytest.fixture(scope="module")
+def canary(url):
+    alone = min(_Canary(url).once() for _ in range(3))
+    running = _Canary(url)
+    running.thread.start()
+    yield running
+    running.stop.set()
+    running.thread.join(120)
+    assert not running.failures, running.failures[:3]
+    assert running.latencies and max(running.latencies) < 20 * alone + 5, (max(running.latencies), alone)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ASKED, st.booleans())
+def test_any_schema_is_answered_or_refused_while_a_canary_is_served(url, canary, asked, stream):
+    """No 5xx, a refusal names a field before any token is decoded (a streamed one is a 400 too), and the canary
+    beside it keeps being served (the fixture checks its latencies at the end)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Where?"}], "max_tokens": 8, "stream": stream}
+    response = httpx.post(url + "/v1/chat/completions", json={**body, **asked}, timeout=60)
+    assert response.status_code in (200, 400), response.text
+    if response.status_code == 400:
+        error = strict_json(response.content)["error"]
+        assert error["param"] and "<state>" not in error["message"] and "%llguidance" not in error["message"], error
