@@ -267,6 +267,10 @@ def test_small_misuses_are_each_a_clear_4xx(server):
     assert error["param"].startswith("prompt")  # true is not token 1
     error = error_of(httpx.post(server + "/v1/completions", json={"model": MODEL, "prompt": ["a"] * 1000}), 400)
     assert error["param"] == "prompt" and "up to" in error["message"]
+    regex = {"type": "regex", "regex": "a{1000}{1000}"}
+    completion = {"model": MODEL, "prompt": "Where?", "response_format": regex, "stream": True}
+    error = error_of(httpx.post(server + "/v1/completions", json=completion, timeout=60), 400)
+    assert error["param"] == "response_format" and "too large or too complex" in error["message"]
     raw = json.dumps({"model": MODEL, "messages": QUESTION})
     for headers in ({"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"}, {}):
         response = httpx.post(server + "/v1/chat/completions", content=raw, headers=headers)
