@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hypic-installed
 
-.PHONY: demo test bench lint clean redis-server lock
+.PHONY: demo test test-latest bench lint clean redis-server lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ lock:
 	$(LOCK_VENV)/bin/pip install -q "torch==2.13.0" && $(LOCK_VENV)/bin/pip install -q -e ".[all]"
 	{ grep '^#' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.new
 	mv constraints.new constraints.txt && rm -rf $(LOCK_VENV)
+
+# The suite on the newest releases pyproject.toml's ranges allow, in a scratch venv (not part of `make test`):
+# run it before `make lock`, so that new pins are known to pass.
+LATEST_VENV := .venv-latest
+test-latest: redis-server
+	rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install -q "torch==2.13.0" && $(LATEST_VENV)/bin/pip install -q -e ".[all]"
+	$(LATEST_VENV)/bin/pip list 2>/dev/null | grep -iE '^(transformers|kernels|torch|llguidance) '
+	$(LATEST_VENV)/bin/pytest; status=$$?; rm -rf $(LATEST_VENV); exit $$status
 
 demo: $(STAMP)
 	$(VENV)/bin/hypic-rag demo
@@ -50,4 +59,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) build *.egg-info
+	rm -rf $(VENV) $(LOCK_VENV) $(LATEST_VENV) build *.egg-info

@@ -7,22 +7,31 @@
   cached segments.
 
 ``backend="auto"`` runs Triton on CUDA tensors and torch elsewhere; ``HYPIC_KERNEL_BACKEND`` forces
-one. Installed as ``hypic_rag.kernels``; never importable as a top-level ``kernels``.
+one. Installed as ``hypic_rag.kernels``. Python run from the repository root (``python -c``, ``-m``, a notebook)
+finds this folder as a top-level ``kernels``, the import name of Hugging Face's kernel hub, which transformers
+imports; so under that name this package steps aside (``_shadow``) and nothing of ours is loaded.
 """
 
-from .algebra import (
-    SplitTransition,
-    Transition,
-    compose,
-    compose_reference,
-    rerotate,
-    split_transition,
-    transition,
-    transition_reference,
-)
-from .backend import BACKENDS, HAS_TRITON
-from .scan import Jumps, scan_with_jumps, scan_with_jumps_reference
-from .stitch import stitch, stitch_reference
+from __future__ import annotations
+
+if __name__ == "kernels":  # imported by the other distribution's name, from the repository root
+    from ._shadow import step_aside
+
+    step_aside()
+else:
+    from .algebra import (
+        SplitTransition,
+        Transition,
+        compose,
+        compose_reference,
+        rerotate,
+        split_transition,
+        transition,
+        transition_reference,
+    )
+    from .backend import BACKENDS, HAS_TRITON
+    from .scan import Jumps, scan_with_jumps, scan_with_jumps_reference
+    from .stitch import stitch, stitch_reference
 
 __all__ = [
     "BACKENDS",
