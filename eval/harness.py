@@ -27,7 +27,7 @@ from typing import Any
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.engine import MODES
 from hypic_rag.fidelity import kl_divergence, top1_agreement
-from hypic_rag.plan import check_seam
+from hypic_rag.options import check_seam
 
 from .data.longbench import read_longbench_jsonl
 from .data.workloads import SEGMENTATION, WORKLOADS, Example, make

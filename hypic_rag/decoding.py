@@ -1,81 +1,20 @@
-"""Choosing the next token (greedy, or sampled with temperature, top-k and nucleus truncation) and the
-decode loop that continues a prefilled request state one token at a time."""
+"""The decode loop that continues a prefilled request state one token at a time, alone or with others in one
+forward (``step_together``); each row's next token is its ``logits.Picker``'s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator, Sequence
-from dataclasses import dataclass
 
 import torch
 
-from .logits import Picker
+from .logits import Picker, Sampler
 from .model import HybridModel, RequestState
-from .options import RequestOptions, check_sampling
 from .outputs import GenerationOutput, RequestStats
 
 TokenCallback = Callable[[int, "str | None"], None]
 # The id of the last ``on_token`` call when text was held back (a possible start of a stop string, an
 # unfinished character) and the request ended without it: it carries that text and no new token.
 FLUSH = -1
-
-
-@dataclass(frozen=True)
-class Sampler:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    top_k: int | None = None
-    min_p: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_sampling(self.temperature, self.top_p, self.top_k, self.seed)
-        if not (isinstance(self.min_p, int | float) and 0 <= self.min_p <= 1):
-            raise ValueError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
-        if self.temperature is None or self.top_p is None:
-            raise ValueError("a Sampler needs a temperature and a top_p (RequestOptions.with_defaults fills them)")
-
-    @classmethod
-    def of(cls, options: RequestOptions) -> Sampler:
-        """The sampler of a request whose defaults are filled (``RequestOptions.with_defaults``)."""
-        return cls(
-            temperature=options.temperature,
-            top_p=options.top_p,
-            seed=options.seed,
-            top_k=options.top_k,
-            min_p=options.min_p or 0.0,
-        )
-
-    def generator(self, device: torch.device) -> torch.Generator | None:
-        if self.temperature == 0:
-            return None
-        gen = torch.Generator(device=device)
-        if self.seed is None:
-            gen.seed()
-        else:
-            gen.manual_seed(self.seed)
-        return gen
-
-    def pick(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
-        """The next id from logits ``[V]``."""
-        if self.temperature == 0:
-            return int(torch.argmax(logits))
-        logits = logits.float()
-        if self.top_k and self.top_k < logits.numel():
-            # As transformers' TopKLogitsWarper, before top-p: ties with the k-th logit stay in.
-            kth = torch.topk(logits, self.top_k).values[-1]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        # Shifted first, so that a tiny temperature sends the others to -inf instead of overflowing to inf - inf,
-        # and kept above float32's smallest normal, which a Python float may be far below (0/0 is NaN).
-        temperature = max(self.temperature, torch.finfo(torch.float32).tiny)
-        probs = torch.softmax((logits - logits.max()) / temperature, dim=-1)
-        if self.min_p > 0:  # as vLLM: after the temperature, relative to the likeliest token
-            probs = probs.masked_fill(probs < self.min_p * probs.max(), 0.0)
-        if self.top_p < 1:
-            sorted_p, order = torch.sort(probs, descending=True)
-            before = sorted_p.cumsum(0) - sorted_p  # mass of strictly more likely tokens
-            sorted_p = sorted_p.masked_fill(before >= self.top_p, 0.0)
-            probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-        return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def partial_suffix(text: str, tags: Sequence[str]) -> int:

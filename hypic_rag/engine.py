@@ -48,7 +48,7 @@ from .chat.grammar import (
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
-from .decoding import Decoder, Generation, Prefilling, Sampler, TokenCallback, step_together
+from .decoding import Decoder, Generation, Prefilling, TokenCallback, step_together
 from .deviation import boundary_deviation, isolated_through, probe_layer, reading_shares, token_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
@@ -56,20 +56,16 @@ from .grammar import SPACED, GrammarMask, GrammarTokenizer, json_lark, response_
 from .hub import resolve_checkpoint
 from .inputs import as_list
 from .kernels.indices import int64
-from .logits import Banned, Penalties, Picker
+from .logits import Banned, Penalties, Picker, Sampler
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
-from .options import MODES, RequestOptions, check_mode
+from .options import ADAPTIVE, AUTO, BLEND, MODES, RequestOptions, check_mode, check_seam
 from .outputs import GenerationOutput, RequestStats
 from .plan import (
-    ADAPTIVE,
-    AUTO,
-    BLEND,
     VARIANTS,
     Prompt,
     RequestPlan,
     SegmentPlan,
-    check_seam,
     choose_widths,
     plan_request,
     recomputes_every_segment,

@@ -1,5 +1,6 @@
-"""What happens to one sequence's next-token logits between the forward and the sampler: penalties on what it
-has seen, the output grammar's mask, and the log-probabilities a request asked to see.
+"""What happens to one sequence's next-token logits between the forward and its next token: penalties on what it
+has seen, the output grammar's mask, the log-probabilities a request asked to see, and the choice itself
+(``Sampler``: greedy, or sampled with temperature, top-k, min-p and nucleus truncation).
 
 ``Picker.pick`` is the whole step from a sequence's logits row to its next token, so a decoder that runs many
 sequences in one forward calls it once per row and each keeps its own penalties, grammar state and log.
@@ -15,9 +16,69 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from .options import check_sampling
+
 if TYPE_CHECKING:
-    from .decoding import Sampler
     from .options import RequestOptions
+
+
+@dataclass(frozen=True)
+class Sampler:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    top_k: int | None = None
+    min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_sampling(self.temperature, self.top_p, self.top_k, self.seed)
+        if not (isinstance(self.min_p, int | float) and 0 <= self.min_p <= 1):
+            raise ValueError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
+        if self.temperature is None or self.top_p is None:
+            raise ValueError("a Sampler needs a temperature and a top_p (RequestOptions.with_defaults fills them)")
+
+    @classmethod
+    def of(cls, options: RequestOptions) -> Sampler:
+        """The sampler of a request whose defaults are filled (``RequestOptions.with_defaults``)."""
+        return cls(
+            temperature=options.temperature,
+            top_p=options.top_p,
+            seed=options.seed,
+            top_k=options.top_k,
+            min_p=options.min_p or 0.0,
+        )
+
+    def generator(self, device: torch.device) -> torch.Generator | None:
+        if self.temperature == 0:
+            return None
+        gen = torch.Generator(device=device)
+        if self.seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self.seed)
+        return gen
+
+    def pick(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
+        """The next id from logits ``[V]``."""
+        if self.temperature == 0:
+            return int(torch.argmax(logits))
+        logits = logits.float()
+        if self.top_k and self.top_k < logits.numel():
+            # As transformers' TopKLogitsWarper, before top-p: ties with the k-th logit stay in.
+            kth = torch.topk(logits, self.top_k).values[-1]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        # Shifted first, so that a tiny temperature sends the others to -inf instead of overflowing to inf - inf,
+        # and kept above float32's smallest normal, which a Python float may be far below (0/0 is NaN).
+        temperature = max(self.temperature, torch.finfo(torch.float32).tiny)
+        probs = torch.softmax((logits - logits.max()) / temperature, dim=-1)
+        if self.min_p > 0:  # as vLLM: after the temperature, relative to the likeliest token
+            probs = probs.masked_fill(probs < self.min_p * probs.max(), 0.0)
+        if self.top_p < 1:
+            sorted_p, order = torch.sort(probs, descending=True)
+            before = sorted_p.cumsum(0) - sorted_p  # mass of strictly more likely tokens
+            sorted_p = sorted_p.masked_fill(before >= self.top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
+        return int(torch.multinomial(probs, 1, generator=generator))
 
 
 class LogitsMask(Protocol):

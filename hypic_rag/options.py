@@ -19,10 +19,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .chat.segmentation import SEGMENTATIONS, check_segmentation, check_template_kwargs
-from .plan import check_seam
 
 if TYPE_CHECKING:
     from .generation_config import GenerationDefaults
+
+AUTO = "auto"
+BLEND = "blend"
+ADAPTIVE = (AUTO, BLEND)  # seams whose widths a probe chooses, per boundary (``plan.choose_widths``)
+
+
+def check_seam(seam: object) -> None:
+    """A token count, a fraction in [0, 1], ``"auto"`` or ``"blend"``; anything else is a ``ValueError``."""
+    if seam in ADAPTIVE:
+        return
+    if isinstance(seam, bool) or not isinstance(seam, (int, float)) or not math.isfinite(seam) or seam < 0:
+        raise ValueError(f'seam must be a token count, a fraction in [0, 1], "auto" or "blend", got {seam!r}')
+    if isinstance(seam, float) and seam > 1:
+        raise ValueError(f"a fractional seam must be in [0, 1], got {seam}")
+
 
 MODES = ("full", "prefix", "pic", "hypic")
 

@@ -23,30 +23,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from .options import ADAPTIVE, check_seam  # what a seam value may be is the options' to say
+
 VARIANTS = ("A", "B")
-AUTO = "auto"
-BLEND = "blend"
-ADAPTIVE = (AUTO, BLEND)  # seams whose widths a probe chooses, per boundary
 AUTO_MEAN_SEAM = 8  # ``auto``'s default budget: on average the tokens of this fixed seam per boundary
 
 Seam = int | float | str
-
-
-def check_seam(seam: object) -> None:
-    """A token count, a fraction in [0, 1], ``"auto"`` or ``"blend"``; anything else is a ``ValueError``."""
-    if seam not in ADAPTIVE:
-        resolve_seam(seam, 1)  # type: ignore[arg-type]
 
 
 def resolve_seam(seam: int | float, length: int) -> int:
     """A token count, or a fraction of the segment (rounded up), capped at its length."""
     if seam in ADAPTIVE:
         raise ValueError(f"a {seam!r} seam has no width of its own: each boundary gets one (plan.choose_widths)")
-    if isinstance(seam, bool) or not isinstance(seam, (int, float)) or not math.isfinite(seam) or seam < 0:
-        raise ValueError(f'seam must be a token count, a fraction in [0, 1], "auto" or "blend", got {seam!r}')
+    check_seam(seam)
     if isinstance(seam, float):
-        if seam > 1:
-            raise ValueError(f"a fractional seam must be in [0, 1], got {seam}")
         return min(length, math.ceil(seam * length))
     return min(length, seam)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hypic_rag import Engine, Segment
-from hypic_rag.decoding import Sampler
+from hypic_rag.logits import Sampler
 
 
 def test_greedy_is_argmax():

@@ -10,9 +10,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from hypic_rag.decoding import Sampler
 from hypic_rag.grammar import SPACED, GrammarMask, GrammarTokenizer, check_response_format, response_lark
-from hypic_rag.logits import Penalties, Picker
+from hypic_rag.logits import Penalties, Picker, Sampler
 from hypic_rag.model.loading import default_model_path
 from hypic_rag.options import OptionError, RequestOptions
 

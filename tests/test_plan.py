@@ -59,7 +59,8 @@ def test_unknown_variant():
 
 
 def test_auto_is_a_seam_and_plans_no_width_until_one_is_chosen():
-    from hypic_rag.plan import check_seam, with_widths
+    from hypic_rag.options import check_seam
+    from hypic_rag.plan import with_widths
 
     check_seam("auto")
     for bad in ("Auto", "8", -1):
@@ -157,7 +158,8 @@ def test_the_guard_keeps_widens_or_computes_exactly():
 
 
 def test_blend_takes_the_most_deviating_tokens_each_with_the_seam_that_reaches_it():
-    from hypic_rag.plan import blend_widths, check_seam, choose_widths
+    from hypic_rag.options import check_seam
+    from hypic_rag.plan import blend_widths, choose_widths
 
     check_seam("blend")
     with pytest.raises(ValueError, match="blend"):

@@ -30,7 +30,8 @@ import torch
 
 from hypic_rag import Engine
 from hypic_rag.fidelity import kl_divergence
-from hypic_rag.model import HybridConfig, HybridModel, load_model
+from hypic_rag.model import HybridModel, load_model
+from hypic_rag.model.families import read_config
 from hypic_rag.testing.parity import load_reference, logits_max_diff
 from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, build_checkpoint, hybrid_layer_types, randomize
 
@@ -118,7 +119,7 @@ _PARITY_KIND = {k: k for k in FAMILIES if k != "bailing_moe_linear"}
 
 def _model(config: dict[str, Any], seed: int = 0) -> HybridModel:
     """Our runtime's model of ``config`` with random weights at ``randomize``'s scales (no checkpoint)."""
-    model = HybridModel(HybridConfig.from_dict(config))
+    model = HybridModel(read_config(config))
     randomize(model, seed)
     return model.eval().requires_grad_(False)
 

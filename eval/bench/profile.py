@@ -61,7 +61,8 @@ def _decode_rates(engine: Any, docs: list, query: Any, steps: int, repeats: int)
     """Greedy decode steps per second after each mode's prefill (the prompt warm for ``hypic``): the modes
     take turns, ``2 * repeats`` rounds, and each gets its median, so a slow stretch of a shared machine
     does not land on one mode only."""
-    from hypic_rag.decoding import Decoder, Sampler
+    from hypic_rag.decoding import Decoder
+    from hypic_rag.logits import Sampler
 
     seconds: dict[str, list[float]] = {"full": [], "hypic": []}
     for _ in range(2 * repeats):

@@ -1,18 +1,13 @@
-"""The model configuration the runtime needs, read from a Hugging Face ``config.json``.
+"""The model configuration the runtime needs: one type, a leaf of the package (it imports nothing of ours).
 
-Each family reads its own ``config.json`` (``families``: its fields as its checkpoints spell them, over
-transformers' defaults) into this one type; the fields a family does not have default to unused.
+Each family reads its own ``config.json`` into it (``families.read_config``: its fields as its checkpoints spell
+them, over transformers' defaults); the fields a family does not have default to unused.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .family import Family
+from typing import Any
 
 LINEAR = "linear_attention"
 FULL = "full_attention"
@@ -106,18 +101,6 @@ class HybridConfig:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def family(self) -> Family:
-        """The family that reads this model type (``families.family_of``)."""
-        from .families import family_of  # the families build on this module
-
-        return family_of(self.model_type)
-
-    @property
-    def mixer(self) -> str:
-        """The linear layers' token mixer (``mixers.NAMES``)."""
-        return self.family.mixer
-
-    @property
     def mamba_intermediate(self) -> int:
         return self.mamba_num_heads * self.mamba_head_dim
 
@@ -147,50 +130,3 @@ class HybridConfig:
         if self.num_experts <= 0 or idx in self.mlp_only_layers:
             return False
         return (idx + 1) % self.decoder_sparse_step == 0
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HybridConfig:
-        """Read a ``config.json`` object with its family's reader; any field the runtime cannot run is a
-        ``ValueError`` that names the model type."""
-        if not isinstance(data, dict):
-            raise ValueError("config must be a JSON object")
-        from .families import family_of
-
-        model_type = data.get("model_type")
-        family = family_of(model_type)
-        try:
-            cfg = family.read_config(cls, data)
-            cfg._validate()
-        except ValueError as exc:
-            raise ValueError(f"invalid {model_type} config.json: {exc}") from exc
-        except (TypeError, ZeroDivisionError, KeyError, AttributeError, IndexError) as exc:
-            # A field of the wrong type, a zero size, a missing sub-field: the reader's arithmetic failed.
-            raise ValueError(f"invalid {model_type} config.json: {type(exc).__name__}: {exc}") from exc
-        return cfg
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> HybridConfig:
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.is_file():
-            raise ValueError(f"no config.json at {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
-
-    def _validate(self) -> None:
-        """The sizes every model needs, then the family's own checks (``Family.validate``)."""
-        sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
-        if FULL in self.layer_types or HYBRID in self.layer_types:
-            sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
-        if LINEAR in self.layer_types or HYBRID in self.layer_types:
-            sizes += self.family.linear_sizes
-        for name in sizes:
-            if getattr(self, name) < 1:
-                raise ValueError(f"config {name} must be >= 1, got {getattr(self, name)}")
-        if "num_key_value_heads" in sizes and self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        self.family.validate(self)

@@ -18,6 +18,7 @@ from safetensors import safe_open
 from hypic_rag.kernels.rope import rope_inv_freq
 
 from .config import HybridConfig
+from .families import config_from_file, family_of
 from .model import HybridModel
 
 _DTYPES = {
@@ -86,7 +87,7 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
         if name.startswith("model.language_model."):
             name = "model." + name[len("model.language_model.") :]
         out[name] = t
-    family = config.family
+    family = family_of(config.model_type)
     family.map_weights(out, config)
     if config.tie_word_embeddings and family.embedding_weight in out:
         out["lm_head.weight"] = out[family.embedding_weight]
@@ -95,7 +96,7 @@ def canonical_state_dict(tensors: dict[str, torch.Tensor], config: HybridConfig)
 
 def _dtype_of(name: str, config: HybridConfig, dtype: torch.dtype) -> torch.dtype:
     """fp32 for the parameters the family keeps so (``Family.fp32_params``), else ``dtype``."""
-    return torch.float32 if name.endswith(config.family.fp32_params) else dtype
+    return torch.float32 if name.endswith(family_of(config.model_type).fp32_params) else dtype
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> HybridModel:
@@ -103,7 +104,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"checkpoint directory {path} does not exist")
-    config = HybridConfig.from_file(path)
+    config = config_from_file(path)
     state = canonical_state_dict(read_tensors(path), config)
     with torch.device("meta"):
         model = HybridModel(config)

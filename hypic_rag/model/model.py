@@ -11,6 +11,7 @@ from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 
 from .batch import BatchState
 from .config import HybridConfig
+from .families import family_of
 from .family import Family
 from .linear import LMHead
 from .state import RequestState, SegmentJumps, TransitionCapture
@@ -37,7 +38,7 @@ class HybridModel(nn.Module):
     def __init__(self, config: HybridConfig) -> None:
         super().__init__()
         self.config = config
-        self.family = family = config.family
+        self.family = family = family_of(config.model_type)
         backbone = Backbone(config, family)
         self.add_module(family.root, backbone)  # ``model`` (``backbone`` for Nemotron-H), as checkpoints name it
         self._stack = (getattr(backbone, family.embeddings), backbone.layers, getattr(backbone, family.final_norm))

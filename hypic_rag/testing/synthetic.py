@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from hypic_rag.model.families import read_config
+
 TINY: dict[str, Any] = dict(
     vocab_size=320,
     hidden_size=64,
@@ -488,12 +490,12 @@ def build_ring_checkpoint(out: str | Path, overrides: dict[str, Any] | None = No
 
     from safetensors.torch import save_file
 
-    from hypic_rag.model import HybridConfig, HybridModel
+    from hypic_rag.model import HybridModel
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = {**TINY_RING, **(overrides or {})}
-    model = HybridModel(HybridConfig.from_dict(config))
+    model = HybridModel(read_config(config))
     randomize(model, seed)
     tensors: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict().items():

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from hypic_rag import Engine, Segment
-from hypic_rag.model import HybridConfig, load_model
+from hypic_rag.model import load_model
+from hypic_rag.model.families import read_config
 from hypic_rag.model.families.bailing_moe_linear import ring_layer_types
 from hypic_rag.testing.parity import rounding_bound
 
@@ -127,7 +128,7 @@ def test_greedy_decoding_equals_the_oracle(checkpoint):
 def test_layer_groups_and_release_fields():
     assert ring_layer_types(20, 5).count("full_attention") == 4  # Ring-mini: layers 4, 9, 14, 19
     assert ring_layer_types(7, 3) == ["linear_attention", "linear_attention", "full_attention"] * 2 + ["full_attention"]
-    cfg = HybridConfig.from_dict(
+    cfg = read_config(
         {"model_type": "bailing_moe_linear", "num_hidden_layers": 4, "layer_group_size": 2, "hidden_size": 64,
          "num_attention_heads": 4, "head_dim": 16, "rotary_dim": 4, "use_linear_silu": True, "num_experts": 8,
          "n_group": 2, "topk_group": 1, "group_norm_size": 2}
@@ -135,7 +136,7 @@ def test_layer_groups_and_release_fields():
     assert cfg.rotary_dim == 4 and cfg.ring_linear_silu and cfg.mlp_only_layers == (0,)
     for bad, match in (({"score_function": "softmax"}, "score_function"), ({"use_bias": True}, "use_bias")):
         with pytest.raises(ValueError, match=match):
-            HybridConfig.from_dict({"model_type": "bailing_moe_linear", "num_hidden_layers": 2, **bad})
+            read_config({"model_type": "bailing_moe_linear", "num_hidden_layers": 2, **bad})
 
 
 def test_linear_rope_off_leaves_the_lightning_state_unrotated(tmp_path):

@@ -7,15 +7,15 @@ import inspect
 import pytest
 import torch
 
-from hypic_rag.model import SUPPORTED_MODEL_TYPES, HybridConfig, config, load_model, loading, model
-from hypic_rag.model.families import FAMILIES, Family, family_of
+from hypic_rag.model import SUPPORTED_MODEL_TYPES, config, load_model, loading, model
+from hypic_rag.model.families import FAMILIES, Family, config_from_file, family_of, read_config
 from hypic_rag.model.layers import FUSED_GATE_UP, GATE_UP_DOWN, Experts, MoE, Router, SwiGLU
 from hypic_rag.testing.synthetic import KINDS, OWN_KINDS
 
 
 def test_every_family_has_a_test_checkpoint(checkpoint):
     """A family's test entry is a tiny checkpoint kind; one without it would go untested against transformers."""
-    covered = {HybridConfig.from_file(checkpoint(kind)).model_type for kind in (*KINDS, *OWN_KINDS)}
+    covered = {config_from_file(checkpoint(kind)).model_type for kind in (*KINDS, *OWN_KINDS)}
     untested = [f.model_types for f in FAMILIES if not covered & set(f.model_types)]
     assert not untested
 
@@ -39,16 +39,16 @@ def test_the_generic_modules_name_no_family():
 
 def test_a_family_declaration_is_checked():
     with pytest.raises(ValueError, match="unknown mixer 'mamba3'"):
-        Family(model_types=("x",), mixer="mamba3", read_config=HybridConfig.from_dict, layer=lambda c, i: None)
+        Family(model_types=("x",), mixer="mamba3", read_config=lambda cls, data: cls(**data), layer=lambda c, i: None)
     with pytest.raises(ValueError, match="at least one model_type"):
-        Family(model_types=(), mixer="mamba2", read_config=HybridConfig.from_dict, layer=lambda c, i: None)
+        Family(model_types=(), mixer="mamba2", read_config=lambda cls, data: cls(**data), layer=lambda c, i: None)
 
 
 @pytest.mark.parametrize("kind", [*KINDS, *OWN_KINDS])
 def test_each_family_builds_what_it_declares(checkpoint, kind):
     """The stack sits under the declared names, and a bf16 model keeps exactly the declared parameters fp32."""
     ours = load_model(checkpoint(kind), dtype=torch.bfloat16)
-    family = ours.config.family
+    family = ours.family
     params = dict(ours.named_parameters())
     assert family.embedding_weight in params
     assert f"{family.root}.{family.final_norm}.weight" in params
@@ -74,7 +74,7 @@ def test_fused_swiglu_is_the_split_one_gate_first():
 
 def test_moe_router_name_is_only_a_name():
     """Jamba's ``router`` and MiniMax's ``gate``: one MoE, the same output under either name."""
-    cfg = HybridConfig.from_dict({"model_type": "minimax", "num_hidden_layers": 2, "hidden_size": 16,
+    cfg = read_config({"model_type": "minimax", "num_hidden_layers": 2, "hidden_size": 16,
                                   "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 8,
                                   "num_local_experts": 4})  # fmt: skip
     torch.manual_seed(0)

@@ -24,9 +24,12 @@ Adding a family is one new file and its test entry:
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+from pathlib import Path
 from typing import Any
 
+from ..config import FULL, HYBRID, LINEAR, HybridConfig
 from ..family import Family
 
 
@@ -54,4 +57,51 @@ def family_of(model_type: Any) -> Family:
     return _BY_MODEL_TYPE[model_type]
 
 
-__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "Family", "family_of"]
+def read_config(data: Any) -> HybridConfig:
+    """A ``config.json`` object read by its family's reader; any field the runtime cannot run is a ``ValueError``
+    that names the model type."""
+    if not isinstance(data, dict):
+        raise ValueError("config must be a JSON object")
+    model_type = data.get("model_type")
+    family = family_of(model_type)
+    try:
+        config = family.read_config(HybridConfig, data)
+        _validate(config, family)
+    except ValueError as exc:
+        raise ValueError(f"invalid {model_type} config.json: {exc}") from exc
+    except (TypeError, ZeroDivisionError, KeyError, AttributeError, IndexError) as exc:
+        # A field of the wrong type, a zero size, a missing sub-field: the reader's arithmetic failed.
+        raise ValueError(f"invalid {model_type} config.json: {type(exc).__name__}: {exc}") from exc
+    return config
+
+
+def config_from_file(path: str | Path) -> HybridConfig:
+    """``read_config`` of a checkpoint's ``config.json`` (``path``: the file or its folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ValueError(f"no config.json at {path}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    return read_config(data)
+
+
+def _validate(config: HybridConfig, family: Family) -> None:
+    """The sizes every model needs, then the family's own checks (``Family.validate``)."""
+    sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"]
+    if FULL in config.layer_types or HYBRID in config.layer_types:
+        sizes += ["num_attention_heads", "num_key_value_heads", "head_dim"]
+    if LINEAR in config.layer_types or HYBRID in config.layer_types:
+        sizes += family.linear_sizes
+    for name in sizes:
+        if getattr(config, name) < 1:
+            raise ValueError(f"config {name} must be >= 1, got {getattr(config, name)}")
+    if "num_key_value_heads" in sizes and config.num_attention_heads % config.num_key_value_heads:
+        raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+    family.validate(config)
+
+
+__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "Family", "config_from_file", "family_of", "read_config"]
