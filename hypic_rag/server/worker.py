@@ -1,15 +1,10 @@
-"""The one thread that drives the engine, fed by a bounded queue: a continuous-batching scheduler.
+"""The one thread that drives the engine, fed by a bounded queue: the server's loop over ``scheduler.Scheduler``.
 
-The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it. Each
-step it first runs prompts, first come first served, then decodes one token of every running request in one
-forward (``decoding.step_together``). A prompt runs in chunks of at most ``max_num_batched_tokens`` tokens
-(``Engine.start(prefill_chunk=...)``: in-context tokens cut at that size, a composed prompt's cold segments one
-a chunk), one prompt at a time; the step runs chunks while its budget (``max_num_batched_tokens``, less a token
-for each running request's decode) lasts, and always one, so a long cold prompt holds the others' next token
-back by one chunk, not by its whole prefill. A request whose prompt is in joins the running batch, up to
-``max_active``. A request joins the batch at
-any step and leaves it at the step it finishes or is cancelled; requests that share documents all hit the
-segment cache whatever order they arrive in (the first to be prefilled stores what the others find).
+The engine is not thread-safe and a CPU (or one GPU) runs one forward at a time, so one worker owns it and steps
+the scheduler, which admits prompts first come first served a piece at a time under the token budget
+(``max_num_batched_tokens``) and decodes every running request in one forward, up to ``max_active`` (its module
+docstring has the policy). The queue in front is pulled only when the scheduler has room, so a full queue is a 429
+and a request that waited past ``queue_timeout_s`` is answered with a timeout when its turn comes.
 ``max_active=1`` serves requests one after another, whole.
 
 Each request is a ``Job``: its engine arguments, a cancel flag the HTTP side sets when the client goes away,
@@ -35,11 +30,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from ..decoding import Decoder, Generation, Prefilling, step_together
+from ..decoding import Generation, Prefilling
 from ..engine import Engine
 from ..fidelity import kl_divergence
+from ..request import Request
+from ..scheduler import DONE as FINISHED
+from ..scheduler import ERROR as FAILED
+from ..scheduler import STARTED, Scheduler
 
 FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
 log = logging.getLogger(__name__)
@@ -60,10 +60,21 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
-    run: Generation | None = None
-    pending: Prefilling | None = None  # its prompt, while it runs a chunk a step
-    prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model (the token budget's count)
     method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
+    request: Request | None = None  # its state in the scheduler, once the worker took it from the queue
+
+    @property
+    def run(self) -> Generation | None:
+        return self.request.run if self.request is not None else None
+
+    @property
+    def pending(self) -> Prefilling | None:
+        return self.request.pending if self.request is not None else None
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Prompt tokens its prefill ran through the model (the token budget's count)."""
+        return self.request.prefilled_tokens if self.request is not None else 0
 
     def emit(self, kind: str, payload: Any = None) -> None:
         """Hand an event to the request's coroutine, from the worker thread."""
@@ -94,11 +105,6 @@ class EngineWorker:
         step: the requests it decoded and the tokens it ran (their decode tokens and the prompts admitted)."""
         if max_queue < 1 or max_active < 1:
             raise ValueError("max_queue and max_active must be >= 1")
-        if max_num_batched_tokens < max_active:
-            raise ValueError(
-                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_active ({max_active}):"
-                " each running request takes a token of every step"
-            )
         if isinstance(shadow_rate, bool) or not isinstance(shadow_rate, (int, float)) or not 0 <= shadow_rate <= 1:
             raise ValueError(f"shadow_rate must be a number in [0, 1], got {shadow_rate!r}")
         self.shadow_rate, self.shadowed = float(shadow_rate), shadowed
@@ -108,10 +114,14 @@ class EngineWorker:
         self.engine = engine
         self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.scheduler = Scheduler(
+            max_active=max_active,
+            max_num_batched_tokens=max_num_batched_tokens,
+            source=self._next,
+            notify=self._notify,
+        )
         self.observe_step = observe_step
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
-        self.active: list[Job] = []
-        self.prefilling: Job | None = None  # the one request whose prompt is running, a chunk a step
         self.observe = observe
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hypic-engine", daemon=True)
@@ -119,11 +129,21 @@ class EngineWorker:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def active(self) -> list[Job]:
+        """The requests decoding."""
+        return [r.tag for r in self.scheduler.running]
+
+    @property
+    def prefilling(self) -> Job | None:
+        """The request whose prompt is running."""
+        return self.scheduler.prefilling.tag if self.scheduler.prefilling is not None else None
+
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
-        for job in [*self.active, *([self.prefilling] if self.prefilling is not None else [])]:
-            job.emit(ERROR, RuntimeError("the server is shutting down"))
+        for request in self.scheduler.in_hand():
+            request.tag.emit(ERROR, RuntimeError("the server is shutting down"))
         while not self.queue.empty():
             self.queue.get_nowait().emit(ERROR, RuntimeError("the server is shutting down"))
 
@@ -145,18 +165,13 @@ class EngineWorker:
                 self._turn()
             except Exception as exc:  # a bug: the requests in hand fail with it (a 500), the worker goes on
                 log.exception("engine worker step failed")
-                for job in [*self.active, *([self.prefilling] if self.prefilling is not None else [])]:
-                    job.emit(ERROR, exc)
-                self.active.clear()
-                self.prefilling = None
+                self.scheduler.fail_all(exc)
 
     def _turn(self) -> None:
-        prefilled = self._admit()
-        if self.active:
-            running = len(self.active)
-            self._step_all()
-            _tell(self.observe_step, running, running + prefilled)
-        if (self.shadows or self.shadowing) and not self.active and self.prefilling is None and self.queue.empty():
+        report = self.scheduler.step(wait=self.shadowing is None)
+        if report.decoded:
+            _tell(self.observe_step, report.decoded, report.decoded + report.prefilled)
+        if (self.shadows or self.shadowing) and self.scheduler.idle and self.queue.empty():
             self._shadow_step()
 
     def _sample_shadow(self, job: Job, output: Any) -> None:
@@ -192,23 +207,8 @@ class EngineWorker:
             self.shadowing = None
             _tell(self.shadowed, job, kl_divergence(pending.generation.prompt_logits, output.prompt_logits))
 
-    def _admit(self) -> int:
-        """Run prompts, first come first served, a chunk at a time, while the step's budget lasts (always one
-        chunk); the prompt tokens they ran. A request whose prompt is in joins the running batch."""
-        budget = self.max_num_batched_tokens - len(self.active)
-        used = 0
-        while len(self.active) < self.max_active and (used == 0 or used < budget):
-            if self.prefilling is None:
-                job = self._next(wait=not self.active and used == 0 and self.shadowing is None)
-                if job is None:
-                    break
-                if not self._begin(job):
-                    continue
-            used += self._advance()
-        return used
-
-    def _next(self, wait: bool) -> Job | None:
-        """The next waiting request still wanted, or None when there is none."""
+    def _next(self, wait: bool) -> Request | None:
+        """The scheduler's source: the next waiting request still wanted, or None when there is none."""
         while True:
             try:
                 job = self.queue.get(timeout=0.05) if wait else self.queue.get_nowait()
@@ -220,84 +220,30 @@ class EngineWorker:
             if waited > self.queue_timeout_s:
                 job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
                 continue
-            return job
+            job.request = Request(partial(self._begin, job), job.cancelled.is_set, tag=job)
+            return job.request
 
-    def _begin(self, job: Job) -> bool:
+    def _begin(self, job: Job, chunk: int) -> Generation | Prefilling:
         job.started = time.perf_counter()
-        try:
-            job.pending = getattr(self.engine, job.method)(
-                **job.arguments,
-                on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
-                cancelled=job.cancelled.is_set,
-                prefill_chunk=self.max_num_batched_tokens,
-            )
-        except Exception as exc:  # ValueError: bad input (400); anything else: a bug (500)
-            job.emit(ERROR, exc)
-            return False
-        self.prefilling = job
-        return True
+        return getattr(self.engine, job.method)(
+            **job.arguments,
+            on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
+            cancelled=job.cancelled.is_set,
+            prefill_chunk=chunk,
+        )
 
-    def _advance(self) -> int:
-        """One chunk of the prompt running; the tokens it ran. A cancelled request's prompt stops here."""
-        job = self.prefilling
-        assert job is not None and job.pending is not None
-        if job.cancelled.is_set():
-            self.prefilling = None
-            return 0
-        try:
-            ran = job.pending.advance()
-        except Exception as exc:
-            self.prefilling = None
-            job.emit(ERROR, exc)
-            return 0
-        job.prefilled_tokens += ran
-        if job.pending.generation is not None:
-            self.prefilling = None
-            job.run = job.pending.generation
-            job.emit(FIRST, job.run)
-            try:
-                job.run.decoder.take_now()  # the first token goes out at once, not after the others' prompts
-            except Exception as exc:
-                job.emit(ERROR, exc)
-                return ran
-            self.active.append(job)
-        return ran
-
-    def _step_all(self) -> None:
-        """One token of every running request, in one forward; finished, cancelled and failed ones leave."""
-        jobs = {id(job.run.decoder): job for job in self.active if job.run is not None}
-        failures: dict[int, Exception] = {}
-
-        def failed(decoder: Decoder, exc: Exception) -> None:
-            failures[id(decoder)] = exc
-
-        try:
-            done = step_together([job.run.decoder for job in self.active if job.run is not None], failed)
-        except Exception as exc:  # the batch's forward itself: every request in it fails
-            for job in self.active:
-                job.emit(ERROR, exc)
-            self.active.clear()
-            return
-        for key, finished in zip(list(jobs), done, strict=True):
-            job = jobs[key]
-            if key in failures:
-                self.active.remove(job)
-                job.emit(ERROR, failures[key])
-            elif finished:
-                self._finish(job)
-
-    def _finish(self, job: Job) -> None:
-        assert job.run is not None
-        self.active.remove(job)
-        try:
-            output = job.run.output()
-        except Exception as exc:
-            job.emit(ERROR, exc)
-            return
-        job.run = job.pending = None  # its state (KV, linear states) is no longer needed, shadowed or not
-        _tell(self.observe, job, output)
-        job.emit(DONE, output)
-        self._sample_shadow(job, output)
+    def _notify(self, kind: str, request: Request) -> None:
+        """The scheduler's news, as the request's events: its first token, its output, or its error."""
+        job: Job = request.tag
+        if kind == STARTED:
+            job.emit(FIRST, request.run)
+        elif kind == FAILED:
+            assert request.error is not None
+            job.emit(ERROR, request.error)
+        elif kind == FINISHED:
+            _tell(self.observe, job, request.output)
+            job.emit(DONE, request.output)
+            self._sample_shadow(job, request.output)
 
 
 def _tell(callback: Callable[..., None] | None, *args: Any) -> None:

@@ -1,0 +1,218 @@
+"""Continuous batching, written once: which requests run, how much of their prompts a step may run, and one token of
+every running request per step.
+
+Each ``step`` first runs prompts, first come first served, a piece at a time (``Engine.start(prefill_chunk=N)``:
+in-context tokens cut at ``max_num_batched_tokens``, a composed prompt's cold segments one a piece), while the
+step's budget lasts: ``max_num_batched_tokens`` less a token for each running request's decode, and always one
+piece, so a long cold prompt holds the others' next token back by one piece, not by its whole prefill. A request
+whose prompt is in joins the running batch, up to ``max_active``, and its first token goes out at once. Then every
+running request decodes one token in one forward (``decoding.step_together``); a request leaves the batch at the
+step it finishes, fails or is cancelled.
+
+Requests come from ``add`` or, when there is room, from ``source`` (a queue's head, pulled only then, so that a
+bounded queue in front keeps its meaning). Cancellation is the request's own flag, read in every state: a waiting
+request is dropped when its turn comes, a prompt stops before its next piece, a decoding one ends at its next token.
+A request's failure (its start, a piece of its prompt, its token, its output) is its own; a failed batched forward
+fails the requests in it, and nothing else. ``notify(kind, request)`` is told of each change as it happens (the
+first token's ``STARTED`` before that token goes out), so a caller hands results on in order.
+
+It knows nothing of threads, queues, asyncio, HTTP or metrics: the server's worker, and the in-process batches,
+drive it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .decoding import Decoder, step_together
+from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request
+
+STARTED, DONE, ERROR, DROPPED = "started", "done", "error", "dropped"
+Notify = Callable[[str, Request], None]
+Source = Callable[[bool], "Request | None"]
+
+
+@dataclass
+class StepReport:
+    """What a step ran: the prompt tokens (every piece's), and how many requests it decoded a token of."""
+
+    prefilled: int = 0
+    decoded: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        max_active: int = 16,
+        max_num_batched_tokens: int = 2048,
+        source: Source | None = None,
+        notify: Notify | None = None,
+    ) -> None:
+        if max_active < 1:
+            raise ValueError("max_active must be >= 1")
+        if max_num_batched_tokens < max_active:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_active ({max_active}):"
+                " each running request takes a token of every step"
+            )
+        self.max_active, self.max_num_batched_tokens = max_active, max_num_batched_tokens
+        self.source, self.notify = source, notify
+        self.waiting: deque[Request] = deque()
+        self.prefilling: Request | None = None  # the one request whose prompt is running, a piece a step
+        self.running: list[Request] = []
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting here, no prompt running, nothing decoding."""
+        return not self.waiting and self.prefilling is None and not self.running
+
+    def in_hand(self) -> list[Request]:
+        """The requests begun and not ended: the one prefilling and the running ones."""
+        return [*self.running, *([self.prefilling] if self.prefilling is not None else [])]
+
+    def step(self, wait: bool = True) -> StepReport:
+        """Prompts, then one token of every running request. ``wait``: with nothing running, ``source`` may block
+        briefly for a request."""
+        report = StepReport(prefilled=self._admit(wait))
+        if self.running:
+            report.decoded = len(self.running)
+            self._decode()
+        return report
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Every request in hand fails with ``exc`` (a step that failed outside any one request)."""
+        for request in self.in_hand():
+            self._fail(request, exc)
+        self.running.clear()
+        self.prefilling = None
+
+    # -- prompts --------------------------------------------------------------------------------------------------
+
+    def _admit(self, wait: bool) -> int:
+        budget = self.max_num_batched_tokens - len(self.running)
+        used = 0
+        while len(self.running) < self.max_active and (used == 0 or used < budget):
+            if self.prefilling is None:
+                request = self._next(wait and not self.running and used == 0)
+                if request is None:
+                    break
+                if not self._begin(request):
+                    continue
+            used += self._advance()
+        return used
+
+    def _next(self, wait: bool) -> Request | None:
+        """The next request still wanted, or None."""
+        while True:
+            if self.waiting:
+                request = self.waiting.popleft()
+            elif self.source is not None:
+                request = self.source(wait)
+                if request is None:
+                    return None
+            else:
+                return None
+            if request.cancelled():
+                self._end(request, CANCELLED, DROPPED)
+                continue
+            return request
+
+    def _begin(self, request: Request) -> bool:
+        try:
+            request.pending = request.begin(self.max_num_batched_tokens)
+        except Exception as exc:  # ValueError: bad input; anything else: a bug
+            self._fail(request, exc)
+            return False
+        request.status = PREFILLING
+        self.prefilling = request
+        return True
+
+    def _advance(self) -> int:
+        """One piece of the prompt running; the tokens it ran. A cancelled request's prompt stops here."""
+        request = self.prefilling
+        assert request is not None and request.pending is not None
+        if request.cancelled():
+            self.prefilling = None
+            self._end(request, CANCELLED, DROPPED)
+            return 0
+        try:
+            ran = request.pending.advance()
+        except Exception as exc:
+            self.prefilling = None
+            self._fail(request, exc)
+            return 0
+        request.prefilled_tokens += ran
+        if request.pending.generation is not None:
+            self.prefilling = None
+            request.run = request.pending.generation
+            request.status = RUNNING
+            own = request.run.decoder.cancelled  # the request's flag ends its decode too, whatever it began with
+            request.run.decoder.cancelled = request.cancelled if own is None else _either(own, request.cancelled)
+            self._tell(STARTED, request)
+            try:
+                request.run.decoder.take_now()  # the first token goes out at once, not after the others' prompts
+            except Exception as exc:
+                self._fail(request, exc)
+                return ran
+            self.running.append(request)
+        return ran
+
+    # -- decoding -------------------------------------------------------------------------------------------------
+
+    def _decode(self) -> None:
+        """One token of every running request, in one forward; finished, cancelled and failed ones leave."""
+        by_decoder = {id(r.run.decoder): r for r in self.running if r.run is not None}
+        failures: dict[int, Exception] = {}
+
+        def failed(decoder: Decoder, exc: Exception) -> None:
+            failures[id(decoder)] = exc
+
+        try:
+            done = step_together([r.run.decoder for r in self.running if r.run is not None], failed)
+        except Exception as exc:  # the batch's forward itself: every request in it fails
+            for request in self.running:
+                self._fail(request, exc)
+            self.running.clear()
+            return
+        for key, finished in zip(list(by_decoder), done, strict=True):
+            request = by_decoder[key]
+            if key in failures:
+                self.running.remove(request)
+                self._fail(request, failures[key])
+            elif finished:
+                self.running.remove(request)
+                self._finish(request)
+
+    def _finish(self, request: Request) -> None:
+        assert request.run is not None
+        try:
+            request.output = request.run.output()
+        except Exception as exc:
+            self._fail(request, exc)
+            return
+        request.run = request.pending = None  # its state (KV, linear states) is no longer needed
+        self._end(request, FINISHED, DONE)
+
+    # -- endings --------------------------------------------------------------------------------------------------
+
+    def _fail(self, request: Request, exc: BaseException) -> None:
+        request.error = exc
+        self._end(request, FAILED, ERROR)
+
+    def _end(self, request: Request, status: str, kind: str) -> None:
+        request.status = status
+        self._tell(kind, request)
+
+    def _tell(self, kind: str, request: Request) -> None:
+        if self.notify is not None:
+            self.notify(kind, request)
+
+
+def _either(first: Callable[[], bool], second: Callable[[], bool]) -> Callable[[], bool]:
+    return lambda: first() or second()

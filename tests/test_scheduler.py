@@ -1,0 +1,136 @@
+"""The one scheduler, driven directly (no thread, no queue): first come first served under ``max_active`` and the
+token budget, answers equal to the same requests alone, cancellation in every state, and failures that stay the
+failing request's own."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from hypic_rag import Engine, Segment
+from hypic_rag.request import CANCELLED, FAILED, FINISHED, Request
+from hypic_rag.scheduler import DONE, DROPPED, ERROR, STARTED, Scheduler
+
+DOCS = [
+    Segment("Ana Lee lives in Oslo and works as a pilot for a small airline based near the fjord."),
+    Segment("Bo Ek lives in Rome. He teaches chemistry at a school near the river, five days a week."),
+]
+QUERIES = ["Where does Ana live?", "What does Bo teach?", "Who is a pilot?", "Name a river."]
+TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    engine = Engine.from_pretrained()
+    for query in QUERIES:  # documents warm, as the scheduler's requests find them
+        engine.generate(DOCS, query, max_new_tokens=2)
+    return engine
+
+
+def _request(engine: Engine, query: str, flag: dict | None = None, **options) -> Request:
+    def begin(chunk: int):
+        return engine.start(DOCS, query, max_new_tokens=TOKENS, prefill_chunk=chunk, **options)
+
+    cancelled = (lambda: flag["cancel"]) if flag is not None else (lambda: False)
+    return Request(begin, cancelled, tag=query)
+
+
+def _run(scheduler: Scheduler, log: list) -> int:
+    steps = 0
+    while not scheduler.idle:
+        scheduler.step(wait=False)
+        steps += 1
+        assert steps < 500
+    return steps
+
+
+def test_requests_answer_as_alone_and_at_most_max_active_decode(engine):
+    alone = [engine.start(DOCS, q, max_new_tokens=TOKENS).run().token_ids for q in QUERIES]
+    log: list = []
+    widths = []
+    scheduler = Scheduler(max_active=2, max_num_batched_tokens=64, notify=lambda k, r: log.append((k, r.tag)))
+    requests = [_request(engine, q) for q in QUERIES]
+    for request in requests:
+        scheduler.add(request)
+    while not scheduler.idle:
+        scheduler.step(wait=False)
+        widths.append(len(scheduler.running))
+    assert max(widths) == 2
+    assert [r.output.token_ids for r in requests] == alone
+    assert all(r.status == FINISHED for r in requests)
+    starts = [tag for kind, tag in log if kind == STARTED]
+    assert starts == QUERIES  # first come, first served
+    assert [kind for kind, tag in log if tag == QUERIES[0]] == [STARTED, DONE]
+
+
+def test_source_is_pulled_only_when_there_is_room(engine):
+    queued = [_request(engine, q) for q in QUERIES]
+
+    def source(wait: bool):
+        return queued.pop(0) if queued else None
+
+    scheduler = Scheduler(max_active=1, max_num_batched_tokens=64, source=source)
+    scheduler.step(wait=False)
+    assert len(queued) == 3  # one taken: the batch is full once it runs
+    while queued or not scheduler.idle:
+        assert len(scheduler.running) <= 1
+        scheduler.step(wait=False)
+
+
+def test_cancellation_in_every_state(engine):
+    flags = [{"cancel": False} for _ in range(3)]
+    log: list = []
+    scheduler = Scheduler(max_active=1, max_num_batched_tokens=16, notify=lambda k, r: log.append((k, r.tag)))
+    decoding = _request(engine, QUERIES[0], flags[0])
+    prefilling = _request(engine, QUERIES[1], flags[1], mode="full")  # in context: 16 tokens a step
+    waiting = _request(engine, QUERIES[2], flags[2])
+    for request in (decoding, prefilling, waiting):
+        scheduler.add(request)
+    for _ in range(50):
+        if decoding in scheduler.running:
+            break
+        scheduler.step(wait=False)
+    flags[0]["cancel"] = True  # decoding: ends at its next token
+    flags[2]["cancel"] = True  # waiting: dropped when its turn comes
+    for _ in range(50):
+        scheduler.step(wait=False)
+        if scheduler.prefilling is prefilling and prefilling.prefilled_tokens:
+            break
+    assert decoding.status == FINISHED and decoding.output.finish_reason == "cancelled"
+    assert scheduler.prefilling is prefilling, "the in-context prompt runs in more than one piece"
+    flags[1]["cancel"] = True  # its prompt stops before its next piece
+    _run(scheduler, log)
+    assert prefilling.status == CANCELLED and waiting.status == CANCELLED
+    assert (DROPPED, QUERIES[1]) in log and (DROPPED, QUERIES[2]) in log
+    assert (STARTED, QUERIES[1]) not in log and (STARTED, QUERIES[2]) not in log
+
+
+def test_a_failing_request_fails_alone(engine):
+    log: list = []
+    scheduler = Scheduler(max_active=4, max_num_batched_tokens=64, notify=lambda k, r: log.append((k, r.tag)))
+    good = [_request(engine, q) for q in QUERIES[:2]]
+    bad_start = Request(partial(engine.start, DOCS, "x", mode="nope"), tag="bad start")
+
+    def broken(_id, _text):
+        raise RuntimeError("a streaming callback failed")
+
+    bad_stream = Request(
+        lambda chunk: engine.start(DOCS, QUERIES[2], max_new_tokens=TOKENS, prefill_chunk=chunk, on_token=broken),
+        tag="bad stream",
+    )
+    for request in (good[0], bad_start, bad_stream, good[1]):
+        scheduler.add(request)
+    _run(scheduler, log)
+    assert bad_start.status == FAILED and isinstance(bad_start.error, ValueError)
+    assert bad_stream.status == FAILED and "streaming callback" in str(bad_stream.error)
+    alone = [engine.start(DOCS, q, max_new_tokens=TOKENS).run().token_ids for q in QUERIES[:2]]
+    assert [r.output.token_ids for r in good] == alone
+    assert {tag for kind, tag in log if kind == ERROR} == {"bad start", "bad stream"}
+
+
+def test_the_step_budget_is_checked():
+    with pytest.raises(ValueError, match="at least max_active"):
+        Scheduler(max_active=8, max_num_batched_tokens=4)
+    with pytest.raises(ValueError, match="max_active must be"):
+        Scheduler(max_active=0)
