@@ -129,6 +129,19 @@ def _json_format(response_format: Mapping[str, Any] | None) -> bool:
     return response_format is not None and response_format["type"] in ("json_object", "json_schema")
 
 
+def _refused(where: str, exc: ValueError) -> ValueError:
+    """The grammar compiler's refusal as a ``ValueError`` that begins with the request field ``where``."""
+    return ValueError(f"{where}: the grammar cannot hold it: {exc}")
+
+
+def _compile(tokenizer: GrammarTokenizer, lark: str, where: str) -> None:
+    """``tokenizer.matcher(lark)``, its refusal ``_refused``."""
+    try:
+        tokenizer.matcher(lark)
+    except ValueError as exc:
+        raise _refused(where, exc) from None
+
+
 def _chunk(tokens: int | None) -> int | None:
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise ValueError(f"prefill_chunk must be a positive number of tokens, got {tokens!r}")
@@ -757,10 +770,8 @@ class Engine:
         """``check_chat`` for ``start``: compile the grammar of the request's ``response_format``, if any, so that
         one the grammar cannot hold is a ``ValueError`` before the request is admitted."""
         if options.response_format is not None:
-            try:
-                self.grammar_tokenizer().matcher("start: " + response_lark(options.response_format, SPACED))
-            except ValueError as exc:
-                raise ValueError(f"response_format: the grammar cannot hold it: {exc}") from None
+            lark = "start: " + response_lark(options.response_format, SPACED)
+            _compile(self.grammar_tokenizer(), lark, "response_format")
 
     def _start(
         self,
@@ -1012,14 +1023,15 @@ class Engine:
         # The reasoning the template opened is closed before a forced call or a formatted answer; an answer whose
         # grammar leaves no room for reasoning is parsed without looking for one.
         closed = thinking and bool(forced)
-        free_reasoning = not (closed or structured or shape.choice not in (None, "auto", "none"))
+        forced_choice = shape.choice not in (None, "auto", "none")
+        free_reasoning = not (closed or structured or forced_choice)
         grammar = None
         if tools or structured or setup.format.name in CALL_FORMATS:
             grammar = self._answer_lark(shape, parallel_tool_calls, thinking and not closed)
         free_reasoning = free_reasoning or grammar is None
         offered = bool(tool_signatures(tools)) and shape.choice != "none"
         banned = None
-        if not offered and grammar is None and self.tokenizer is not None:
+        if not offered and grammar is None:
             bans = no_call_bans(setup.format, self.grammar_tokenizer(setup.end_of_turn_ids))
             banned = Banned(*bans) if bans is not None and any(bans) else None
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
@@ -1053,7 +1065,7 @@ class Engine:
             forced_ids=opening_ids,
             chunk=_chunk(prefill_chunk),
             banned=banned,
-            closing=shape.choice not in (None, "auto", "none") or _json_format(shape.response_format),
+            closing=forced_choice or _json_format(shape.response_format),
         )
         run.thinking_open, run.answer_prefix = thinking, forced
         return run
@@ -1106,17 +1118,6 @@ class Engine:
         shape, choice = self._answer_shape(tools, tool_choice, parallel_tool_calls, options)
         if options.response_format is None and not (tools and choice != "none"):
             return  # nothing the request wrote to compile
-        tokenizer = self.grammar_tokenizer(setup.end_of_turn_ids)
-        pieces: list[tuple[str, str]] = []
-        if options.response_format is not None:
-            pieces.append(("response_format", "start: " + response_lark(options.response_format, SPACED)))
-        for i, (_, schema) in enumerate(tool_signatures(tools if choice != "none" else None)):
-            pieces.append((f"tools.{i}.function.parameters", "start: " + json_lark(schema)))
-        for where, lark in pieces:
-            try:
-                tokenizer.matcher(lark)
-            except ValueError as exc:
-                raise ValueError(f"{where}: the grammar cannot hold it: {exc}") from None
         rendered = segment_prompt(
             setup.template,
             messages,
@@ -1127,9 +1128,15 @@ class Engine:
         thinking = thinking_opened(rendered.text)
         closed = bool(forced_call_prefix(setup.format, shape.choice)) or shape.response_format is not None
         lark = self._answer_lark(shape, parallel_tool_calls, thinking and not closed)
-        if lark is not None:
-            where = "tools" if tools and choice != "none" else "response_format"
-            try:
-                tokenizer.matcher(lark)
-            except ValueError as exc:
-                raise ValueError(f"{where}: the grammar cannot hold it: {exc}") from None
+        if lark is None:
+            return
+        tokenizer = self.grammar_tokenizer(setup.end_of_turn_ids)
+        try:
+            tokenizer.matcher(lark)
+        except ValueError as exc:
+            # Which field: each piece on its own (only on this failing path, so a good request compiles once).
+            if options.response_format is not None:
+                _compile(tokenizer, "start: " + response_lark(options.response_format, SPACED), "response_format")
+            for i, (_, schema) in enumerate(tool_signatures(tools if choice != "none" else None)):
+                _compile(tokenizer, "start: " + json_lark(schema), f"tools.{i}.function.parameters")
+            raise _refused("tools" if tools and choice != "none" else "response_format", exc) from None
