@@ -174,6 +174,7 @@ class GrammarTokenizer:
         self.llg = llg.LLTokenizer(tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(self.stop_ids))
         self.vocab_size = vocab_size
         self._added = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
+        self._texts: list[bytes] | None = None
         self._openers: dict[bytes, tuple[int, ...]] = {}
         self._closers: torch.Tensor | None = None
         self._prefixes: dict[torch.device, torch.Tensor] = {}
@@ -223,6 +224,13 @@ class GrammarTokenizer:
                         return token
         return None
 
+    def texts(self) -> list[bytes]:
+        """Each token's bytes (empty for a special token), walked from the vocabulary once for the tables below."""
+        if self._texts is None:
+            special = self.llg.is_special_token
+            self._texts = [b"" if special(i) else self.llg.decode_bytes([i]) for i in range(self.vocab_size)]
+        return self._texts
+
     def prefixes(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """``[vocab_size, depth]`` int32 on ``device``: each token's proper prefixes that are tokens themselves,
         longest first, -1 past the last (special tokens have and are none); made on first use, as it walks the
@@ -231,11 +239,9 @@ class GrammarTokenizer:
         if device not in self._prefixes and self._prefixes:
             self._prefixes[device] = next(iter(self._prefixes.values())).to(device)
         if device not in self._prefixes:
+            texts = self.texts()
             spelled: dict[bytes, int] = {}
-            texts: list[bytes] = []
-            for i in range(self.vocab_size):
-                text = b"" if self.llg.is_special_token(i) else self.llg.decode_bytes([i])
-                texts.append(text)
+            for i, text in enumerate(texts):
                 if text:
                     spelled.setdefault(text, i)
             chains = [[j for n in range(len(t) - 1, 0, -1) if (j := spelled.get(t[:n])) is not None] for t in texts]
@@ -261,11 +267,7 @@ class GrammarTokenizer:
         """``[vocab_size]`` bool: the tokens made only of ``"``, ``}`` and ``]``, which close what a JSON text has
         open; made on first use."""
         if self._closers is None:
-            ids = [
-                i
-                for i in range(self.vocab_size)
-                if not self.llg.is_special_token(i) and set(text := self.llg.decode_bytes([i])) <= set(b'"}]') and text
-            ]
+            ids = [i for i, text in enumerate(self.texts()) if text and set(text) <= set(b'"}]')]
             self._closers = torch.zeros(self.vocab_size, dtype=torch.bool)
             self._closers[ids] = True
         return self._closers
@@ -279,15 +281,8 @@ class GrammarTokenizer:
         whitespace aside, begins with it, and those of whitespace alone (after which it could); made once per
         ``head``, as it walks the vocabulary."""
         if head not in self._openers:
-            found = []
-            for i in range(self.vocab_size):
-                if self.llg.is_special_token(i):
-                    continue
-                text = self.llg.decode_bytes([i])
-                rest = text.lstrip()
-                if text and (not rest or rest.startswith(head)):
-                    found.append(i)
-            self._openers[head] = tuple(found)
+            starts = [(i, text, text.lstrip()) for i, text in enumerate(self.texts())]
+            self._openers[head] = tuple(i for i, text, rest in starts if text and (not rest or rest.startswith(head)))
         return self._openers[head]
 
 
