@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .json_schema import MAX_SCHEMA_NODES, check_schema, for_grammar
+from .json_schema import check_schema, for_grammar
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "choice")
 
@@ -42,6 +42,7 @@ SPACED: tuple[str, str] = (", ", ": ")
 COMPACT: tuple[str, str] = (",", ":")
 
 MAX_CHOICES = 1000  # a choice's options: llguidance refuses a rule of over 2000 alternatives, mid-answer
+MAX_CHOICE_CHARS = 100_000
 MAX_REGEX_CHARS = 4096
 PROBE_TOKENS = 16  # tokens a new grammar is walked through before a request is admitted (``GrammarTokenizer``)
 CLOSING_TOKENS = 32  # a JSON answer's last tokens, in which the mask steers it to close (``GrammarMask``)
@@ -117,8 +118,10 @@ def check_response_format(value: Any) -> dict[str, Any] | None:
         choice = value.get("choice")
         if not isinstance(choice, list | tuple) or not choice or not all(isinstance(c, str) and c for c in choice):
             raise ValueError("response_format choice needs 'choice', a list of non-empty strings")
-        if len(choice) > MAX_CHOICES or sum(len(c) for c in choice) > MAX_SCHEMA_NODES * 10:
-            raise ValueError(f"response_format choice takes up to {MAX_CHOICES} options of 100,000 characters in all")
+        if len(choice) > MAX_CHOICES or sum(len(c) for c in choice) > MAX_CHOICE_CHARS:
+            raise ValueError(
+                f"response_format choice takes up to {MAX_CHOICES} options of {MAX_CHOICE_CHARS:,} characters in all"
+            )
         out = {"type": "choice", "choice": list(choice)}
     return out
 

@@ -56,10 +56,7 @@ def check_tools(tools: Sequence[Mapping[str, Any]] | None) -> None:
     for i, tool in enumerate(tools or ()):
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if isinstance(fn, Mapping) and fn.get("parameters") is not None:
-            params = fn["parameters"]
-            if not isinstance(params, Mapping):
-                raise ValueError(f"tools.{i}.function.parameters must be a JSON schema object")
-            check_schema(params, f"tools.{i}.function.parameters")
+            check_schema(fn["parameters"], f"tools.{i}.function.parameters")
 
 
 def _literal(text: str) -> str:

@@ -61,20 +61,6 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
-    request: Request | None = None  # its state in the scheduler, once the worker took it from the queue
-
-    @property
-    def run(self) -> Generation | None:
-        return self.request.run if self.request is not None else None
-
-    @property
-    def pending(self) -> Prefilling | None:
-        return self.request.pending if self.request is not None else None
-
-    @property
-    def prefilled_tokens(self) -> int:
-        """Prompt tokens its prefill ran through the model (the token budget's count)."""
-        return self.request.prefilled_tokens if self.request is not None else 0
 
     def emit(self, kind: str, payload: Any = None) -> None:
         """Hand an event to the request's coroutine, from the worker thread."""
@@ -220,16 +206,12 @@ class EngineWorker:
             if waited > self.queue_timeout_s:
                 job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
                 continue
-            job.request = Request(partial(self._begin, job), job.cancelled.is_set, tag=job)
-            return job.request
+            return Request(partial(self._begin, job), job.cancelled.is_set, tag=job)
 
     def _begin(self, job: Job, chunk: int) -> Generation | Prefilling:
         job.started = time.perf_counter()
-        return getattr(self.engine, job.method)(
-            **job.arguments,
-            on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
-            cancelled=job.cancelled.is_set,
-            prefill_chunk=chunk,
+        return getattr(self.engine, job.method)(  # its cancel flag is the scheduler's to apply, decoding too
+            **job.arguments, on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None, prefill_chunk=chunk
         )
 
     def _notify(self, kind: str, request: Request) -> None:
