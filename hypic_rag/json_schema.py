@@ -72,7 +72,7 @@ def for_grammar(schema: Any, *, sort_keys: bool = False, closed: bool = True) ->
         if key in _SCHEMA_MAP and isinstance(value, Mapping):
             names = sorted(value) if sort_keys and key == "properties" else list(value)
             out[key] = {n: for_grammar(value[n], sort_keys=sort_keys) for n in names}
-        elif key == "oneOf" and _distinct_constants(value):  # the compiler reads anyOf only; these are the same
+        elif key == "oneOf" and "anyOf" not in schema and _distinct_constants(value):  # the compiler reads anyOf
             out["anyOf"] = [for_grammar(v, sort_keys=sort_keys) for v in value]
         elif key in _SCHEMA_LIST and isinstance(value, list):
             out[key] = [for_grammar(v, sort_keys=sort_keys) for v in value]

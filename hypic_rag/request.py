@@ -21,7 +21,6 @@ WAITING, PREFILLING, RUNNING, FINISHED, FAILED, CANCELLED = (
     "failed",
     "cancelled",
 )
-ENDED = (FINISHED, FAILED, CANCELLED)
 
 
 @dataclass(eq=False)
@@ -38,7 +37,3 @@ class Request:
     prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model
     output: Any = None  # the finished ``GenerationOutput``
     error: BaseException | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self.status in ENDED

@@ -93,3 +93,5 @@ def test_a_one_of_of_distinct_constants_is_the_any_of_it_equals():
     overlapping = [{"const": "a"}, {"enum": ["a"]}]  # "a" matches both: not a valid oneOf value, kept as asked
     assert for_grammar({"oneOf": overlapping}) == {"oneOf": overlapping}
     assert for_grammar({"oneOf": [{"type": "integer"}]}) == {"oneOf": [for_grammar({"type": "integer"})]}
+    both = {"anyOf": [{"type": "string"}], "oneOf": [{"const": 1}, {"const": 2}]}
+    assert for_grammar(both)["anyOf"] == [{"type": "string"}]  # a schema's own anyOf is never overwritten
