@@ -72,17 +72,14 @@ def test_a_29_level_schema_answers_and_the_others_are_served(server, where):
     assert result["took"] < 30 and beside < 10 * alone + 5, (result["took"], beside, alone)
 
 
-def test_a_200k_value_enum_is_refused_at_once_and_health_stays_quick(server):
+def test_a_200k_value_enum_is_refused_and_health_keeps_answering(server):
     enum = {"enum": [f"v{i}" for i in range(200_000)]}
     body = {"messages": QUESTION, "response_format": {"type": "json_schema", "json_schema": {"schema": enum}}}
     result: dict = {}
     thread = threading.Thread(target=lambda: result.update(response=_post(server, body)))
     thread.start()
-    checks = []
     while thread.is_alive():
-        started = time.perf_counter()
         assert httpx.get(server + "/health", timeout=30).status_code == 200
-        checks.append(time.perf_counter() - started)
     thread.join()
     error = result["response"].json()["error"]
     assert result["response"].status_code == 400 and "more than 10000 values" in error["message"], error
@@ -168,6 +165,20 @@ def test_a_root_that_is_not_an_object_answers_exactly_one_valid_value(server, ro
             )
         assert finish == "stop" and not calls, (content, finish)
         jsonschema.validate(json.loads(content), check)
+
+
+def test_the_openai_client_gets_the_bare_value_of_a_root_that_is_not_an_object(client):
+    """As a user reaches it: the OpenAI SDK's ``response_format``, its content parsed as the integer asked for."""
+    schema = {"type": "integer"}
+    out = client.chat.completions.create(
+        model=MODEL,
+        messages=make("single_doc", 1, 11)[0].messages,
+        max_tokens=32,
+        response_format={"type": "json_schema", "json_schema": {"name": "age", "schema": schema}},
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    jsonschema.validate(json.loads(choice.message.content), schema)
 
 
 def test_an_array_root_never_leaks_the_wrapper(server):
