@@ -7,6 +7,7 @@ orchestrates them. The math is in ``hypic_rag.model`` and ``hypic_rag.kernels``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import torch
 
 from .assembly import assemble, assemble_fused, run_in_context
+from .batch import run_batch, started
 from .cache import (
     CachedSegment,
     DiskCacheTier,
@@ -48,7 +50,7 @@ from .chat.grammar import (
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
-from .decoding import Decoder, Generation, Prefilling, TokenCallback, step_together
+from .decoding import Decoder, Generation, Prefilling, TokenCallback
 from .deviation import boundary_deviation, isolated_through, probe_layer, reading_shares, token_deviation
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
@@ -71,6 +73,7 @@ from .plan import (
     recomputes_every_segment,
     with_widths,
 )
+from .scheduler import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS
 from .segments import Segment, as_query, check_unicode
 from .tokenizer import load_tokenizer
 
@@ -842,27 +845,43 @@ class Engine:
 
         return drain(steps()) if chunk is None else Prefilling(steps())
 
-    def run_together(self, runs: Sequence[Generation]) -> list[GenerationOutput]:
-        """Decode started requests (``start``, ``start_chat``) to their ends in one forward per step for all of them
-        (``decoding.step_together``); each output the one the request gets alone, up to the rounding of a batched
-        matmul, in ``runs``' order."""
-        pending = list(runs)
-        while pending:
-            done = step_together([run.decoder for run in pending])
-            pending = [run for run, finished in zip(pending, done, strict=True) if not finished]
-        return [run.output() for run in runs]
+    def run_together(
+        self, runs: Sequence[Generation], *, max_active: int = MAX_ACTIVE, return_exceptions: bool = False
+    ) -> list[GenerationOutput]:
+        """Decode started requests (``start``, ``start_chat``) to their ends, at most ``max_active`` in one forward
+        a step (``decoding.step_together``); each output the one the request gets alone, up to the rounding of a
+        batched matmul, in ``runs``' order. A request's failure is its own (``batch.run_batch``)."""
+        return run_batch(
+            [started(run) for run in runs],
+            max_active=max_active,
+            max_num_batched_tokens=max(MAX_NUM_BATCHED_TOKENS, max_active),
+            return_exceptions=return_exceptions,
+        )
 
     def generate_batch(
         self,
         prompts: Sequence[tuple[Sequence[Segment], str | Segment]],
         options: RequestOptions | None = None,
+        *,
+        max_active: int = MAX_ACTIVE,
+        max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+        return_exceptions: bool = False,
         **overrides: Any,
     ) -> list[GenerationOutput]:
-        """``generate`` for each ``(segments, query)`` under the same options, decoded together (``run_together``):
-        prompts run one after another (each finds the segments the ones before it cached), answers in one batch."""
+        """``generate`` for each ``(segments, query)`` under the same options, decoded together on one scheduler
+        (``batch.run_batch``): prompts run first come first served under the token budget, each finding the
+        segments the ones before it cached, and at most ``max_active`` answers decode in one forward a step. A
+        request that fails fails alone: its slot holds the exception with ``return_exceptions``, otherwise a
+        ``BatchError`` carrying every other output is raised once the batch is done."""
         prompts = as_list(prompts, "prompts", "(segments, query) pairs")
         overrides = _whole(overrides, "generate_batch")
-        return self.run_together([self.start(segments, query, options, **overrides) for segments, query in prompts])
+        begins = [functools.partial(self.start, segments, query, options, **overrides) for segments, query in prompts]
+        return run_batch(
+            begins,
+            max_active=max_active,
+            max_num_batched_tokens=max_num_batched_tokens,
+            return_exceptions=return_exceptions,
+        )
 
     def chat_batch(
         self,
@@ -872,23 +891,23 @@ class Engine:
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
         parallel_tool_calls: bool = True,
+        max_active: int = MAX_ACTIVE,
+        max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+        return_exceptions: bool = False,
         **overrides: Any,
     ) -> list[GenerationOutput]:
-        """``chat`` for each conversation under the same options and tools, decoded together (``run_together``)."""
+        """``chat`` for each conversation under the same options and tools, decoded together as
+        ``generate_batch`` does (its docstring has the budget and what a failure does)."""
         conversations = as_list(conversations, "conversations", "lists of messages")
         overrides = _whole(overrides, "chat_batch")
-        runs = [
-            self.start_chat(
-                messages,
-                options,
-                tools=tools,
-                tool_choice=tool_choice,
-                parallel_tool_calls=parallel_tool_calls,
-                **overrides,
-            )
-            for messages in conversations
-        ]
-        return self.run_together(runs)
+        chat = {"tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": parallel_tool_calls, **overrides}
+        begins = [functools.partial(self.start_chat, messages, options, **chat) for messages in conversations]
+        return run_batch(
+            begins,
+            max_active=max_active,
+            max_num_batched_tokens=max_num_batched_tokens,
+            return_exceptions=return_exceptions,
+        )
 
     def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer:
         """The tokenizer as the output grammar reads it, with every EOS id and ``stop_ids`` as the ends of a

@@ -25,10 +25,11 @@ WAITING, PREFILLING, RUNNING, FINISHED, FAILED, CANCELLED = (
 
 @dataclass(eq=False)
 class Request:
-    """``begin(chunk)`` starts the request (an ``Engine.start``/``start_chat`` with ``prefill_chunk=chunk``) and
-    returns its ``Prefilling``; ``cancelled()`` says the caller gave up; ``tag`` is the caller's, untouched."""
+    """``begin(prefill_chunk=n)`` starts the request (an ``Engine.start``/``start_chat`` with its other arguments
+    bound) and returns its ``Prefilling`` (or a ``Generation`` begun whole); ``cancelled()`` says the caller gave
+    up; ``tag`` is the caller's, untouched."""
 
-    begin: Callable[[int], Generation | Prefilling]
+    begin: Callable[..., Generation | Prefilling]  # called with prefill_chunk=
     cancelled: Callable[[], bool] = lambda: False
     tag: Any = None
     status: str = WAITING
@@ -37,3 +38,8 @@ class Request:
     prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model
     output: Any = None  # the finished ``GenerationOutput``
     error: BaseException | None = None
+
+
+def either(first: Callable[[], bool], second: Callable[[], bool]) -> Callable[[], bool]:
+    """A cancel flag raised when either of two is: the caller's own and the one a driver adds."""
+    return lambda: first() or second()

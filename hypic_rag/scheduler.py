@@ -10,7 +10,8 @@ running request decodes one token in one forward (``decoding.step_together``); a
 step it finishes, fails or is cancelled.
 
 Requests come from ``add`` or, when there is room, from ``source`` (a queue's head, pulled only then, so that a
-bounded queue in front keeps its meaning). Cancellation is the request's own flag, read in every state: a waiting
+bounded queue in front keeps its meaning); a request begun whole (a ``Generation``, ``Engine.run_together``'s)
+joins the running batch at once. Cancellation is the request's own flag, read in every state: a waiting
 request is dropped when its turn comes, a prompt stops before its next piece, a decoding one ends at its next token.
 A request's failure (its start, a piece of its prompt, its token, its output) is its own; a failed batched forward
 fails the requests in it, and nothing else. ``notify(kind, request)`` is told of each change as it happens (the
@@ -26,10 +27,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .decoding import Decoder, step_together
-from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request
+from .decoding import Decoder, Generation, step_together
+from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request, either
 
 STARTED, DONE, ERROR, DROPPED = "started", "done", "error", "dropped"
+MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS = 16, 2048  # the defaults every driver starts from
 Notify = Callable[[str, Request], None]
 Source = Callable[[bool], "Request | None"]
 
@@ -46,8 +48,8 @@ class Scheduler:
     def __init__(
         self,
         *,
-        max_active: int = 16,
-        max_num_batched_tokens: int = 2048,
+        max_active: int = MAX_ACTIVE,
+        max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
         source: Source | None = None,
         notify: Notify | None = None,
     ) -> None:
@@ -84,6 +86,11 @@ class Scheduler:
             report.decoded = len(self.running)
             self._decode()
         return report
+
+    def run(self) -> None:
+        """Step until nothing is left: the whole loop of a driver with every request added up front."""
+        while not self.idle:
+            self.step(wait=False)
 
     def fail_all(self, exc: BaseException) -> None:
         """Every request in hand fails with ``exc`` (a step that failed outside any one request)."""
@@ -124,12 +131,17 @@ class Scheduler:
             return request
 
     def _begin(self, request: Request) -> bool:
+        """Start ``request``; False when it ended there (it failed, or it was begun past its first token and is
+        decoding already)."""
         try:
-            request.pending = request.begin(self.max_num_batched_tokens)
+            begun = request.begin(prefill_chunk=self.max_num_batched_tokens)
         except Exception as exc:  # ValueError: bad input; anything else: a bug
             self._fail(request, exc)
             return False
-        request.status = PREFILLING
+        if isinstance(begun, Generation):  # begun whole (``Engine.run_together``'s started requests)
+            self._running(request, begun)
+            return False
+        request.pending, request.status = begun, PREFILLING
         self.prefilling = request
         return True
 
@@ -150,18 +162,22 @@ class Scheduler:
         request.prefilled_tokens += ran
         if request.pending.generation is not None:
             self.prefilling = None
-            request.run = request.pending.generation
-            request.status = RUNNING
-            own = request.run.decoder.cancelled  # the request's flag ends its decode too, whatever it began with
-            request.run.decoder.cancelled = request.cancelled if own is None else _either(own, request.cancelled)
-            self._tell(STARTED, request)
-            try:
-                request.run.decoder.take_now()  # the first token goes out at once, not after the others' prompts
-            except Exception as exc:
-                self._fail(request, exc)
-                return ran
-            self.running.append(request)
+            self._running(request, request.pending.generation)
         return ran
+
+    def _running(self, request: Request, run: Generation) -> None:
+        """``request``'s prompt is in: it joins the decoding batch, and its first token goes out at once, not after
+        the others' prompts."""
+        request.run, request.status = run, RUNNING
+        own = run.decoder.cancelled  # the request's flag ends its decode too, whatever it began with
+        run.decoder.cancelled = request.cancelled if own is None else either(own, request.cancelled)
+        self._tell(STARTED, request)
+        try:
+            run.decoder.take_now()
+        except Exception as exc:
+            self._fail(request, exc)
+            return
+        self.running.append(request)
 
     # -- decoding -------------------------------------------------------------------------------------------------
 
@@ -212,7 +228,3 @@ class Scheduler:
     def _tell(self, kind: str, request: Request) -> None:
         if self.notify is not None:
             self.notify(kind, request)
-
-
-def _either(first: Callable[[], bool], second: Callable[[], bool]) -> Callable[[], bool]:
-    return lambda: first() or second()

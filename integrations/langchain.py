@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
@@ -451,10 +452,20 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        return self._answer(messages, stop, kwargs)
+
+    def _answer(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+        cancelled: Callable[[], bool] | None = None,
+    ) -> ChatResult:
+        """Concurrent calls (``batch``, ``abatch``) share each decode step; each answer is the one it gets alone,
+        up to rounding. ``cancelled()``: the caller gave up, and its request leaves the batch."""
         engine, chat, arguments = self._request(messages, kwargs, stop)
-        # Concurrent calls (``batch``, ``abatch``) share each decode step; each answer is the one it gets alone,
-        # up to rounding.
-        out = shared_batch(engine).run(lambda: engine.start_chat(chat, **arguments))
+        start = functools.partial(engine.start_chat, chat, **arguments)
+        out = shared_batch(engine).run(start, cancelled)
         return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
 
     async def _agenerate(
@@ -465,8 +476,10 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         **kwargs: Any,
     ) -> ChatResult:
         """``_generate`` in a thread of ``hypic_rag.concurrent``'s wide pool, not the event loop's default one:
-        every concurrent ``ainvoke`` (``abatch``) then waits on the shared batch at once."""
-        return await in_thread(functools.partial(self._generate, messages, stop, None, **kwargs))
+        every concurrent ``ainvoke`` (``abatch``) then waits on the shared batch at once. A cancelled ``await``
+        takes its request out of the batch."""
+        gave_up = threading.Event()
+        return await in_thread(self._answer, messages, stop, kwargs, gave_up.is_set, cancel=gave_up)
 
     def batch(
         self,

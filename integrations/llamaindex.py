@@ -22,6 +22,7 @@ what the LLM recorded into the response at ``SynthesizeEndEvent``; see ``HypicSt
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
@@ -491,7 +492,8 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         engine = self.get_engine()
         arguments = {k: v for k, v in request.items() if k != "messages"}
         if on_token is None:  # concurrent calls (``achat`` gathered) share each decode step
-            return shared_batch(engine).run(lambda: engine.start_chat(request["messages"], **arguments))
+            start = functools.partial(engine.start_chat, request["messages"], **arguments)
+            return shared_batch(engine).run(start, cancelled)
         with _run_lock(engine):
             return engine.chat(request["messages"], **arguments, on_token=on_token, cancelled=cancelled)
 
@@ -507,7 +509,8 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
 
     async def _achat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
         collector = _current_collector()
-        out = await in_thread(self._run, self._request(messages, kwargs))
+        gave_up = threading.Event()  # a cancelled ``await`` takes the request out of the shared batch
+        out = await in_thread(self._run, self._request(messages, kwargs), None, gave_up.is_set, cancel=gave_up)
         _record(collector, out.stats)
         return to_chat_response(out)
 

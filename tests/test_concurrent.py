@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 
@@ -26,12 +27,12 @@ def test_concurrent_callers_share_decode_steps_and_answer_as_alone(engine, decod
     batch = SharedBatch()
 
     def start(query):
-        def begin():
+        def begin(prefill_chunk):
             if query == QUERIES[0]:  # the driver waits for the others to be handed in: all four run together
                 deadline = time.monotonic() + 30
                 while len(batch._waiting) < len(QUERIES) - 1 and time.monotonic() < deadline:
                     time.sleep(0.005)
-            return engine.start(DOCS, query, max_new_tokens=12)
+            return engine.start(DOCS, query, max_new_tokens=12, prefill_chunk=prefill_chunk)
 
         return begin
 
@@ -46,6 +47,17 @@ def test_concurrent_callers_share_decode_steps_and_answer_as_alone(engine, decod
     assert max(rows) == len(QUERIES)
 
 
+def test_a_shared_batch_decodes_at_most_max_active_at_once(engine, decode_rows):
+    want = [engine.generate(DOCS, q, max_new_tokens=12) for q in QUERIES]
+    rows = decode_rows(engine)
+    batch = SharedBatch(max_active=2)
+    with ThreadPoolExecutor(len(QUERIES)) as pool:
+        futures = [pool.submit(batch.run, partial(engine.start, DOCS, q, max_new_tokens=12)) for q in QUERIES]
+        got = [f.result(60) for f in futures]
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    assert max(rows) <= 2
+
+
 def test_a_driver_returns_with_its_own_answer_and_a_waiting_caller_drives_on(engine, decode_rows):
     want = engine.generate(DOCS, QUERIES[1], max_new_tokens=40)
     steps = decode_rows(engine)
@@ -53,12 +65,12 @@ def test_a_driver_returns_with_its_own_answer_and_a_waiting_caller_drives_on(eng
     with ThreadPoolExecutor(1) as pool:
         late: list = []
 
-        def short():  # the driver's own request; a long one is handed in before it starts
-            late.append(pool.submit(batch.run, lambda: engine.start(DOCS, QUERIES[1], max_new_tokens=40)))
+        def short(prefill_chunk):  # the driver's own request; a long one is handed in before it starts
+            late.append(pool.submit(batch.run, partial(engine.start, DOCS, QUERIES[1], max_new_tokens=40)))
             deadline = time.monotonic() + 30
             while not batch._waiting and time.monotonic() < deadline:
                 time.sleep(0.005)
-            return engine.start(DOCS, QUERIES[0], max_new_tokens=2)
+            return engine.start(DOCS, QUERIES[0], max_new_tokens=2, prefill_chunk=prefill_chunk)
 
         assert len(batch.run(short).token_ids) <= 2
         at_return = len(steps)  # back with its own answer, not held until the long one ends:
@@ -71,8 +83,8 @@ def test_a_failing_request_fails_only_its_caller(engine):
     batch = shared_batch(engine)
     assert shared_batch(engine) is batch
     with ThreadPoolExecutor(2) as pool:
-        bad = pool.submit(batch.run, lambda: engine.start([Segment(token_ids=[10**9])], "q"))
-        good = pool.submit(batch.run, lambda: engine.start(DOCS, QUERIES[0], max_new_tokens=4))
+        bad = pool.submit(batch.run, partial(engine.start, [Segment(token_ids=[10**9])], "q"))
+        good = pool.submit(batch.run, partial(engine.start, DOCS, QUERIES[0], max_new_tokens=4))
         with pytest.raises(ValueError, match="outside the vocabulary"):
             bad.result(60)
         assert good.result(60).token_ids == engine.generate(DOCS, QUERIES[0], max_new_tokens=4).token_ids
@@ -132,3 +144,66 @@ def test_in_thread_works_in_a_child_forked_after_it_ran():
     child.start()
     child.join(30)
     assert child.exitcode == 0 and queue.get(timeout=5) == "ran"
+
+
+def test_d1_a_cancelled_await_takes_its_request_out_of_the_batch(engine):
+    import asyncio
+    import threading
+
+    from hypic_rag.concurrent import in_thread
+
+    want = engine.generate(DOCS, QUERIES[0], max_new_tokens=40)
+    batch = SharedBatch()
+    tokens: list[int] = []  # the abandoned request's
+    at_cancel: list[int] = []
+
+    class Flag(threading.Event):  # notes how far the abandoned request had decoded when its caller gave up
+        def set(self) -> None:
+            at_cancel.append(len(tokens))
+            super().set()
+
+    gave_up = Flag()
+    dropped = partial(engine.start, DOCS, QUERIES[1], max_new_tokens=200, on_token=lambda i, _d: tokens.append(i))
+
+    async def main():
+        kept = asyncio.ensure_future(in_thread(batch.run, partial(engine.start, DOCS, QUERIES[0], max_new_tokens=40)))
+        abandoned = asyncio.ensure_future(in_thread(batch.run, dropped, gave_up.is_set, cancel=gave_up))
+        while len(tokens) < 4:
+            await asyncio.sleep(0.002)
+        abandoned.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+        return await kept
+
+    assert asyncio.run(main()).token_ids == want.token_ids
+    deadline = time.monotonic() + 30
+    while (batch._driving or not batch.scheduler.idle) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert batch.scheduler.idle and not batch._driving
+    assert len(tokens) <= at_cancel[0] + 1  # at most the step already under way, not 200 tokens
+
+
+def test_d1_an_interrupted_caller_takes_its_request_out_of_the_batch(engine):
+    import signal
+    import threading
+
+    want = engine.generate(DOCS, QUERIES[0], max_new_tokens=80)
+    batch = SharedBatch()
+    tokens: list[int] = []  # the interrupted caller's request's
+    main = threading.main_thread().ident
+    assert threading.get_ident() == main  # a signal reaches the main thread
+
+    def interrupt(token: int, _delta) -> None:  # Ctrl-C while the main thread waits for its answer
+        tokens.append(token)
+        if len(tokens) == 4:
+            signal.pthread_kill(main, signal.SIGINT)
+
+    with ThreadPoolExecutor(1) as pool:
+        driver = pool.submit(batch.run, partial(engine.start, DOCS, QUERIES[0], max_new_tokens=80))
+        while not batch._driving:
+            time.sleep(0.001)
+        with pytest.raises(KeyboardInterrupt):
+            batch.run(partial(engine.start, DOCS, QUERIES[1], max_new_tokens=200, on_token=interrupt))
+        at_interrupt = len(tokens)
+        assert driver.result(60).token_ids == want.token_ids  # the others' answers go on, unchanged
+    assert len(tokens) <= at_interrupt + 1 and batch.scheduler.idle  # it left at the next step, not 80 later

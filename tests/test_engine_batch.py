@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from hypic_rag import Engine, Segment
+from hypic_rag.batch import BatchError
 from hypic_rag.decoding import step_together
 
 DOCS = [
@@ -142,3 +143,42 @@ def test_a_token_taken_early_goes_out_at_once_and_is_decoded_next(engine, alone)
     run.decoder.take_now()  # already held: takes nothing more
     assert seen == alone[0].token_ids[:1]
     _same(run.run(), alone[0])
+
+
+def test_d2_one_failing_chat_leaves_the_others_answers_unchanged(engine):
+    conversations = [
+        [{"role": "system", "content": DOCS[0].text}, {"role": "user", "content": "Where does Ana live?"}],
+        [{"role": "narrator", "content": "no such role"}],  # fails when its turn comes, after the first is in
+        [{"role": "user", "content": "Name a city."}],
+    ]
+    want = [engine.chat(conversations[i], max_new_tokens=TOKENS) for i in (0, 2)]
+    got = engine.chat_batch(conversations, max_new_tokens=TOKENS, return_exceptions=True)
+    assert isinstance(got[1], ValueError) and "narrator" in str(got[1])
+    _same(got[0], want[0])
+    _same(got[2], want[1])
+    with pytest.raises(BatchError, match=r"1 of 3 requests failed; request 1: ValueError: .*narrator") as caught:
+        engine.chat_batch(conversations, max_new_tokens=TOKENS)
+    assert caught.value.failed == [1] and isinstance(caught.value.__cause__, ValueError)
+    _same(caught.value.results[0], want[0])  # nothing the batch computed is lost
+    _same(caught.value.results[2], want[1])
+
+
+def test_d2_a_stream_that_fails_mid_decode_fails_only_its_request(engine, alone):
+    def broken(_id, _delta):
+        raise RuntimeError("the client's stream broke")
+
+    runs = [engine.start(s, q, max_new_tokens=TOKENS, **o) for s, q, o in REQUESTS[:3]]
+    runs.insert(1, engine.start(DOCS, "Who is a pilot?", max_new_tokens=TOKENS, on_token=broken))
+    got = engine.run_together(runs, return_exceptions=True)
+    assert isinstance(got[1], RuntimeError) and "stream broke" in str(got[1])
+    for out, want in zip([got[0], *got[2:]], alone[:3], strict=True):
+        _same(out, want)
+
+
+def test_batches_decode_at_most_max_active_at_once(engine, alone, decode_rows):
+    rows = decode_rows(engine)
+    outs = engine.generate_batch([r[:2] for r in REQUESTS[:4]], max_active=2, max_new_tokens=TOKENS, mode="hypic")
+    assert max(rows) == 2
+    want = [engine.generate(s, q, max_new_tokens=TOKENS, mode="hypic") for s, q, _ in REQUESTS[:4]]
+    for got, w in zip(outs, want, strict=True):
+        _same(got, w)

@@ -29,8 +29,8 @@ def engine() -> Engine:
 
 
 def _request(engine: Engine, query: str, flag: dict | None = None, **options) -> Request:
-    def begin(chunk: int):
-        return engine.start(DOCS, query, max_new_tokens=TOKENS, prefill_chunk=chunk, **options)
+    def begin(prefill_chunk: int):
+        return engine.start(DOCS, query, max_new_tokens=TOKENS, prefill_chunk=prefill_chunk, **options)
 
     cancelled = (lambda: flag["cancel"]) if flag is not None else (lambda: False)
     return Request(begin, cancelled, tag=query)
@@ -116,7 +116,9 @@ def test_a_failing_request_fails_alone(engine):
         raise RuntimeError("a streaming callback failed")
 
     bad_stream = Request(
-        lambda chunk: engine.start(DOCS, QUERIES[2], max_new_tokens=TOKENS, prefill_chunk=chunk, on_token=broken),
+        lambda prefill_chunk: engine.start(
+            DOCS, QUERIES[2], max_new_tokens=TOKENS, prefill_chunk=prefill_chunk, on_token=broken
+        ),
         tag="bad stream",
     )
     for request in (good[0], bad_start, bad_stream, good[1]):

@@ -208,10 +208,12 @@ class EngineWorker:
                 continue
             return Request(partial(self._begin, job), job.cancelled.is_set, tag=job)
 
-    def _begin(self, job: Job, chunk: int) -> Generation | Prefilling:
+    def _begin(self, job: Job, prefill_chunk: int) -> Generation | Prefilling:
         job.started = time.perf_counter()
         return getattr(self.engine, job.method)(  # its cancel flag is the scheduler's to apply, decoding too
-            **job.arguments, on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None, prefill_chunk=chunk
+            **job.arguments,
+            on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
+            prefill_chunk=prefill_chunk,
         )
 
     def _notify(self, kind: str, request: Request) -> None:

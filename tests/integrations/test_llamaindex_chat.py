@@ -80,6 +80,7 @@ def calls(qwen, monkeypatch) -> list[Call]:
             for s, p in zip(rendered.segments, plan.segments, strict=True)
             if p.key
         ]
+        kw.pop("prefill_chunk", None)  # the prompt whole, so that its finalize is here to wrap (the batch takes both)
         run = real(messages, options, **kw)
         call = Call(before, {})
         seen.append(call)
