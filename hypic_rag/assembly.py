@@ -106,6 +106,17 @@ def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached:
     return recomputed
 
 
+def fresh_tokens(plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> int:
+    """The tokens ``assemble`` (with the query) and ``fused_inputs`` run through the model for ``plan``: each cached
+    segment's seam, every segment run in context, and the query; a scheduler's cost of that forward, known before
+    it runs."""
+    seams = sum(
+        len(seg.ids) if found is None or seg.in_context else min(seg.seam, len(seg.ids))
+        for seg, found in zip(plan.segments, cached, strict=True)
+    )
+    return seams + len(plan.query)
+
+
 @dataclass
 class FusedInputs:
     """What one forward over a plan runs: the fresh token ids, each at its position, the jumps over cached

@@ -4,6 +4,7 @@ forward (``step_together``); each row's next token is its ``logits.Picker``'s.""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -195,34 +196,61 @@ def step_together(
     return [d.done for d in decoders]
 
 
+@dataclass(frozen=True)
+class Piece:
+    """One forward of a prompt's prefill, announced before it runs, so that a scheduler can keep a step within its
+    token budget: ``tokens`` it runs through the model (a cold segment's fill, a probe, the fused seam and query
+    forward, a deferred fill), or, ``splittable``, at most that many (a chunk of in-context tokens), cut to what the
+    scheduler allows."""
+
+    tokens: int
+    splittable: bool = False
+
+
+# A chunked prefill: yields each ``Piece`` before running it and is sent the tokens it may run (None: no bound).
+PieceSteps = Generator[Piece, "int | None", "Generation"]
+
+
 class Prefilling:
-    """A request whose prompt runs a chunk at a time (``Engine.start(..., prefill_chunk=n)``), so that a long cold
-    prompt holds the requests decoding beside it back by one chunk, not by its whole prefill. ``advance`` runs
-    the next chunk and returns the prompt tokens it ran; once the prompt is in, ``generation`` is the started
-    request, as ``Engine.start`` without chunks returns it."""
+    """A request whose prompt runs a piece at a time (``Engine.start(..., prefill_chunk=n)``), so that a long cold
+    prompt holds the requests decoding beside it back by one piece, not by its whole prefill. ``piece`` is what
+    the next ``advance`` runs; once the prompt is in, ``generation`` is the started request, as ``Engine.start``
+    without chunks returns it."""
 
     thinking_open: bool = False  # passed on to the generation (see ``Generation``)
     answer_prefix: str = ""
 
-    def __init__(self, steps: Generator[int, None, Generation]) -> None:
+    def __init__(self, steps: PieceSteps) -> None:
         self._steps = steps
-        self._ran = 0
+        self._piece: Piece | None = None
+        self._primed = False
         self.generation: Generation | None = None
 
-    def advance(self) -> int:
-        """Run the next chunk; the prompt tokens it ran through the model."""
-        if self.generation is not None:
+    @property
+    def piece(self) -> Piece | None:
+        """The piece the next ``advance`` runs (the prompt's planning runs on the first look); None once in."""
+        if not self._primed:
+            self._primed = True
+            self._resume(None)
+        return self._piece
+
+    def advance(self, limit: int | None = None) -> int:
+        """Run the next piece, a splittable one cut to ``limit`` tokens (None: whole); the tokens it ran."""
+        piece = self.piece
+        if piece is None:
             raise ValueError("the prompt is already in")
-        try:
-            ran = next(self._steps)
-        except StopIteration as stop:
-            self.generation = stop.value
-            self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
-            stats = self.generation.stats  # the last chunk's: what it ran less what the chunks before did
-            probed = (stats.probe_tokens or 0) + (stats.probe_cold_tokens or 0)
-            ran = max(0, stats.recomputed_tokens + probed - self._ran)
-        self._ran += ran
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be a positive number of tokens, got {limit}")
+        ran = min(piece.tokens, limit) if piece.splittable and limit is not None else piece.tokens
+        self._resume(limit)
         return ran
+
+    def _resume(self, limit: int | None) -> None:
+        try:
+            self._piece = self._steps.send(limit) if self._piece is not None else next(self._steps)
+        except StopIteration as stop:
+            self._piece, self.generation = None, stop.value
+            self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
 
 
 class Generation:
@@ -230,7 +258,9 @@ class Generation:
     one more token, so a server can interleave requests, and ``output`` sums it up once ``done``.
     ``finalize`` turns the raw output into the caller's (``Engine.chat`` parses tool calls there);
     ``thinking_open`` and ``answer_prefix`` say how the chat prompt ended, for a caller that splits the
-    streamed text as ``finalize`` will (``chat.streaming``)."""
+    streamed text as ``finalize`` will (``chat.streaming``). ``fill`` is cache work the prompt left for after
+    its first token is out (the exact cold policy's segments, ``fill_tokens`` of them): ``run`` and ``step`` do it
+    once that token has gone out, a scheduler as a piece of a later step, and ``output`` at the latest."""
 
     thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
     answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
@@ -242,26 +272,40 @@ class Generation:
         ttft_s: float,
         prompt_logits: torch.Tensor,
         finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
+        fill: Callable[[], object] | None = None,
+        fill_tokens: int = 0,
     ) -> None:
         self.decoder, self.stats, self.ttft_s = decoder, stats, ttft_s
         self.prompt_logits, self.finalize = prompt_logits, finalize
+        self.fill, self.fill_tokens = fill, fill_tokens
+
+    def run_fill(self) -> None:
+        """The deferred fill, if it has not run."""
+        fill, self.fill = self.fill, None
+        if fill is not None:
+            fill()
 
     @property
     def done(self) -> bool:
         return self.decoder.done
 
     def step(self) -> bool:
-        """Decode one token; True once finished."""
-        return self.decoder.step()
+        """Decode one token (the first one goes out before the deferred fill runs); True once finished."""
+        finished = self.decoder.step()
+        self.run_fill()
+        return finished
 
     def run(self) -> GenerationOutput:
-        """Decode to the end; the output."""
+        """Decode to the end, the first token out before the deferred fill runs; the output."""
+        self.decoder.take_now()
+        self.run_fill()
         self.decoder.run()
         return self.output()
 
     def output(self) -> GenerationOutput:
         if not self.decoder.done:
             raise ValueError("the generation has not finished; step() it until done")
+        self.run_fill()  # whatever drove it, the cache learns what the prompt left for later
         ids, finish = self.decoder.ids, self.decoder.finish
         assert finish is not None
         self.stats.generated_tokens = len(ids)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .assembly import FusedInputs, fused_inputs
+from .assembly import FusedInputs, fresh_tokens, fused_inputs
 from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, SegmentEntry
 from .kernels.algebra import rerotate
 from .kernels.indices import int64
@@ -113,12 +113,12 @@ def boundary_deviation(
     the ``mass`` signals are left out (0)."""
     state = model.new_state()
     layers = state.attention_layer_ids
-    bounds = [i for i in plan.boundaries if cached[i] is not None]
-    if not layers or not bounds or width < 1:
+    probe = _boundary_probe(model, plan, cached, width, query)
+    if probe is None:
         return Deviation({}, 0, 0)
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
     layer, last = layers[0], layers[-1] if deep else layers[0]
     query = query and bool(plan.query)  # no query, nothing reads: the mass signals are 0
-    probe = with_widths(replace(plan, variant="A", query=plan.query if query else ()), {i: width for i in bounds})
     inputs = fused_inputs(model, state, probe, cached, through_layer=last)
     state.queries = {} if query else None
     model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps, through_layer=last)
@@ -163,16 +163,54 @@ def reading_shares(model: HybridModel, plan: RequestPlan, cached: Sequence[Cache
     the answer. Entries must reach every layer (the engine fills a cold segment first)."""
     state = model.new_state()
     layers = state.attention_layer_ids
-    bounds = [i for i in plan.boundaries if cached[i] is not None]
-    if not layers or not plan.query:
+    probe = _reading_probe(model, plan, cached)
+    if probe is None:
         return Reading({}, 0)
-    probe = with_widths(replace(plan, variant="A"), dict.fromkeys(bounds, 0))
     inputs = fused_inputs(model, state, probe, cached)
     state.queries = {}
     model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps)
     lengths = [len(seg.ids) for seg in plan.segments]
     shares = _query_mass(model, state, layers[-1], len(plan.query), 1, inputs, lengths)
     return Reading(dict(enumerate(shares)), inputs.ids.shape[1])
+
+
+def _boundary_probe(
+    model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None], width: int, query: bool
+) -> RequestPlan | None:
+    """The plan ``boundary_deviation`` runs: a ``width``-token seam at each boundary ``cached`` holds; None when
+    there is nothing to probe."""
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
+    if not model.new_state().attention_layer_ids or not bounds or width < 1:
+        return None
+    query = query and bool(plan.query)
+    return with_widths(replace(plan, variant="A", query=plan.query if query else ()), {i: width for i in bounds})
+
+
+def _reading_probe(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> RequestPlan | None:
+    """The plan ``reading_shares`` runs: every cached segment composed whole; None without a query to read."""
+    if not model.new_state().attention_layer_ids or not plan.query:
+        return None
+    bounds = [i for i in plan.boundaries if cached[i] is not None]
+    return with_widths(replace(plan, variant="A"), dict.fromkeys(bounds, 0))
+
+
+def _token_probes(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> bool:
+    return bool(model.new_state().attention_layer_ids) and any(cached[i] is not None for i in plan.boundaries)
+
+
+def deviation_tokens(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None], blend: bool) -> int:
+    """The tokens the guard's deviation probe runs (``token_deviation`` for ``blend``, else ``boundary_deviation``
+    without the query), known before it runs: a scheduler's cost of that piece."""
+    if blend:
+        return sum(len(seg.ids) for seg in plan.segments) if _token_probes(model, plan, cached) else 0
+    probe = _boundary_probe(model, plan, cached, PROBE_WIDTH, query=False)
+    return fresh_tokens(probe, cached) if probe is not None else 0
+
+
+def reading_tokens(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> int:
+    """The tokens ``reading_shares`` runs, known before it runs."""
+    probe = _reading_probe(model, plan, cached)
+    return fresh_tokens(probe, cached) if probe is not None else 0
 
 
 @torch.inference_mode()
@@ -182,7 +220,7 @@ def token_deviation(model: HybridModel, plan: RequestPlan, cached: Sequence[Cach
     state = model.new_state()
     layers = state.attention_layer_ids
     bounds = [i for i in plan.boundaries if cached[i] is not None]
-    if not layers or not bounds:
+    if not _token_probes(model, plan, cached):
         return Deviation({}, 0, 0)
     layer = layers[0]
     ids = [t for seg in plan.segments for t in seg.ids]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .assembly import assemble, assemble_fused, run_in_context
+from .assembly import assemble, assemble_fused, fresh_tokens, run_in_context
 from .batch import run_batch, started
 from .cache import (
     CachedSegment,
@@ -50,8 +50,16 @@ from .chat.grammar import (
 from .chat.segmentation import RenderedPrompt, segment_prompt
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
-from .decoding import Decoder, Generation, Prefilling, TokenCallback
-from .deviation import boundary_deviation, isolated_through, probe_layer, reading_shares, token_deviation
+from .decoding import Decoder, Generation, Piece, Prefilling, TokenCallback
+from .deviation import (
+    boundary_deviation,
+    deviation_tokens,
+    isolated_through,
+    probe_layer,
+    reading_shares,
+    reading_tokens,
+    token_deviation,
+)
 from .entries import prefill_isolated
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import SPACED, GrammarMask, GrammarTokenizer, json_lark, response_lark
@@ -145,6 +153,11 @@ def _compile(tokenizer: GrammarTokenizer, lark: str, where: str) -> None:
         raise _refused(where, exc) from None
 
 
+def _allowed(sent: int | None, tokens: int) -> int:
+    """How many of a splittable piece's ``tokens`` run: what the scheduler sent, if it sent a bound."""
+    return tokens if sent is None else max(1, min(sent, tokens))
+
+
 def _chunk(tokens: int | None) -> int | None:
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise ValueError(f"prefill_chunk must be a positive number of tokens, got {tokens!r}")
@@ -159,8 +172,8 @@ def _missing(seg: SegmentPlan, found: CachedSegment | None) -> bool:
 T = TypeVar("T")
 
 
-def drain(steps: Generator[int, None, T]) -> T:
-    """Run a prefill that pauses between chunks to its end; its result."""
+def drain(steps: Generator[Piece, int | None, T]) -> T:
+    """Run a prefill that pauses before each piece to its end, every piece whole; its result."""
     while True:
         try:
             next(steps)
@@ -399,10 +412,11 @@ class Engine:
         seam: int | float | str | None,
         chunk: int | None,
         options: RequestOptions | None = None,
-    ) -> Generator[int, None, Prefilled]:
-        """The prompt's prefill, run whole (``chunk`` None) or pausing after each forward of at most ``chunk``
-        tokens (yielding how many it ran): a prompt run in context (``full``, ``prefix``'s uncached segments) in
-        chunks of ``chunk`` tokens, a composed one a cold segment at a time, then its fused forward."""
+    ) -> Generator[Piece, int | None, Prefilled]:
+        """The prompt's prefill, run whole (``chunk`` None) or a piece at a time: before each forward it yields
+        the ``Piece`` it is (its tokens) and is sent how many tokens it may run. A prompt run in context
+        (``full``, ``prefix``'s uncached segments) goes in chunks of at most ``chunk`` tokens, cut to what it is
+        sent; a composed one a cold segment, a probe, then its fused forward at a time."""
         before = dict(self.segment_store.counters)
         done = yield from self._prefill_mode(prompt, mode, seam, chunk, options or RequestOptions())
         after = self.segment_store.counters
@@ -412,7 +426,7 @@ class Engine:
 
     def _prefill_mode(
         self, prompt: Prompt, mode: str, seam: int | float | str | None, chunk: int | None, options: RequestOptions
-    ) -> Generator[int, None, Prefilled]:
+    ) -> Generator[Piece, int | None, Prefilled]:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in ("pic", "hypic"):
@@ -433,13 +447,16 @@ class Engine:
 
     def _in_context(
         self, ids: Sequence[int], state: RequestState, chunk: int | None
-    ) -> Generator[int, None, torch.Tensor]:
-        """Run ``ids`` after ``state`` in chunks of ``chunk`` tokens (None: whole); the next-token logits."""
+    ) -> Generator[Piece, int | None, torch.Tensor]:
+        """Run ``ids`` after ``state`` in chunks of at most ``chunk`` tokens, each cut to what it is sent (None:
+        whole); the next-token logits."""
         last = list(ids)
-        while chunk is not None and len(last) > chunk:
-            run_in_context(self.model, state, last[:chunk])
-            yield chunk
-            last = last[chunk:]
+        while chunk is not None:
+            take = _allowed((yield Piece(min(len(last), chunk), splittable=True)), min(len(last), chunk))
+            if take >= len(last):
+                break  # the last chunk: run with the logits below
+            run_in_context(self.model, state, last[:take])
+            last = last[take:]
         return self._last_logits(last, state)
 
     def _last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
@@ -449,18 +466,19 @@ class Engine:
 
     def _prefill_prefix(
         self, prompt: Prompt, state: RequestState, stats: RequestStats, chunk: int | None
-    ) -> Generator[int, None, None]:
+    ) -> Generator[Piece, int | None, None]:
         keys = self.prefix_store.chain_keys(prompt.segments)
         depth = self.prefix_store.longest(keys)
         if depth:
             self.prefix_store.restore(keys[:depth], state)
         for key, ids in zip(keys[depth:], prompt.segments[depth:], strict=True):
-            start = state.seq_len
-            step = chunk or max(1, len(ids))
-            for at in range(0, len(ids), step):
-                run_in_context(self.model, state, ids[at : at + step])
+            start, at = state.seq_len, 0
+            while at < len(ids):
+                take = len(ids) - at
                 if chunk is not None:
-                    yield len(ids[at : at + step])
+                    take = _allowed((yield Piece(min(take, chunk), splittable=True)), min(take, chunk))
+                run_in_context(self.model, state, ids[at : at + take])
+                at += take
             self.prefix_store.snapshot(key, state, start)
         stats.hit_segments, stats.miss_segments = depth, len(keys) - depth
         stats.recomputed_tokens = len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth])
@@ -474,7 +492,7 @@ class Engine:
         chunk: int | None,
         options: RequestOptions,
         kinds: Sequence[str] | None = None,
-    ) -> Generator[int, None, tuple[torch.Tensor | None, list[tuple[SegmentPlan, CachedSegment | None]]]]:
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor | None, list[tuple[SegmentPlan, CachedSegment | None]]]]:
         """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
         the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
         fidelity budget probes the boundaries first (``_guard``); logits None: the guard wants it computed
@@ -509,6 +527,8 @@ class Engine:
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
+        if chunk is not None:
+            yield Piece(fresh_tokens(plan, found))  # the seams, what runs in context and the query, one forward
         if self.fuse_forwards:
             logits, ran = assemble_fused(self.model, state, plan, found)
         else:
@@ -529,27 +549,29 @@ class Engine:
         fidelity_budget: float | None,
         chunk: int | None,
         prefilled: list[int],
-    ) -> Generator[int, None, RequestPlan | None]:
+    ) -> Generator[Piece, int | None, RequestPlan | None]:
         """Probe the boundaries (``deviation``) and let ``plan.choose_widths`` set an ``auto`` plan's widths and
         check the estimate against ``fidelity_budget``; ``found`` gets the remainders the new plan composes (and
         the entries it filled, whose indices go to ``prefilled``). The plan, or None to compute the request
         exactly. ``pic`` (no seams by definition) is never widened: over the budget it runs exactly. With
-        ``chunk``, each cold segment and then each probe's forward is a step."""
+        ``chunk``, each cold segment and then each probe's forward is a piece."""
         layer, blend, auto = probe_layer(self.model), plan.seam == BLEND, plan.seam == AUTO
         probed, isolated = yield from self._probe_cold(plan, found, chunk, prefilled)
+        if chunk is not None and (cost := deviation_tokens(self.model, plan, probed, blend)):
+            yield Piece(cost)
         if blend:
             dev = token_deviation(self.model, plan, probed)
         else:
             dev = boundary_deviation(self.model, plan, probed, query=False)
-        if chunk is not None and dev.probe_tokens:
-            yield dev.probe_tokens
         bounds = sorted(dev.per_boundary)
         # where the answer reads: only ``auto`` spends by it, and not where its budget recomputes every segment
         lengths = [len(plan.segments[i].ids) for i in bounds]
         whole = recomputes_every_segment(seam_budget, lengths)
-        reading = reading_shares(self.model, plan, found) if auto and bounds and not whole else None
-        if chunk is not None and reading is not None and reading.probe_tokens:
-            yield reading.probe_tokens
+        reading = None
+        if auto and bounds and not whole:
+            if chunk is not None and (cost := reading_tokens(self.model, plan, found)):
+                yield Piece(cost)
+            reading = reading_shares(self.model, plan, found)
         widths, estimate, action = choose_widths(
             [dev.profiles[i] for i in bounds],
             lengths,
@@ -580,7 +602,7 @@ class Engine:
         found: list[CachedSegment | None],
         chunk: int | None,
         prefilled: list[int],
-    ) -> Generator[int, None, tuple[list[CachedSegment | None], int]]:
+    ) -> Generator[Piece, int | None, tuple[list[CachedSegment | None], int]]:
         """What the probes read for the cold segments (parallel policy), and the tokens run for it alone. A cold
         segment is probed from its run alone through the probed layers only (``deviation.isolated_through``)
         and filled once afterwards, with the remainder of the width the guard chose. Under ``auto``, whose
@@ -600,10 +622,10 @@ class Engine:
             prefilled += cold
             return probed, isolated
         for i in cold:
+            if chunk is not None:
+                yield Piece(len(plan.segments[i].ids))
             probed[i] = isolated_through(self.model, plan.segments[i].ids, layer)
             isolated += len(plan.segments[i].ids)
-            if chunk is not None:
-                yield len(plan.segments[i].ids)
         return probed, isolated
 
     def _find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None:
@@ -633,14 +655,14 @@ class Engine:
 
     def _fill_steps(
         self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]], chunk: int | None
-    ) -> Generator[int, None, list[CachedSegment]]:
-        """``_fill`` all at once, or under ``chunk`` (continuous batching) one segment a step."""
+    ) -> Generator[Piece, int | None, list[CachedSegment]]:
+        """``_fill`` all at once, or under ``chunk`` (continuous batching) one segment a piece."""
         if chunk is None:
             return self._fill(misses)
         made: list[CachedSegment] = []
         for miss in misses:
+            yield Piece(len(miss[0].ids))
             made += self._fill([miss])
-            yield len(miss[0].ids)
         return made
 
     def _fill(self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]]) -> list[CachedSegment]:
@@ -755,8 +777,9 @@ class Engine:
     ) -> Generation | Prefilling:
         """``generate`` up to its first token: the rest is decoded by ``step``/``run`` on the result, so
         that a server can interleave requests; ``cancelled()`` is asked before each further token. With
-        ``prefill_chunk``, a ``Prefilling`` that runs the prompt at most that many tokens a step (a cold
-        segment a step, for the composed modes) and then holds the ``Generation``."""
+        ``prefill_chunk``, a ``Prefilling`` that runs the prompt a ``Piece`` at a time (in-context tokens at most
+        that many a piece; for the composed modes a cold segment, a probe, then the fused forward) and then holds
+        the ``Generation``."""
         options = RequestOptions.from_mapping(overrides, base=options)
         chat_only = options.chat_only()
         if chat_only:
@@ -821,12 +844,13 @@ class Engine:
         assert options.max_new_tokens is not None  # with_defaults filled it
         max_new_tokens = options.max_new_tokens
 
-        def steps() -> Generator[int, None, Generation]:
+        def steps() -> Generator[Piece, int | None, Generation]:
             begin = time.perf_counter()
             done = yield from self._prefill_chunks(prompt, options.mode, options.seam, chunk, options)
             first = picker.pick(done.logits)
             ttft = time.perf_counter() - begin
-            self._fill(done.deferred)
+            # the exact policy's misses are filled once the first token is out (``Generation.fill``)
+            fill = functools.partial(self._fill, done.deferred) if done.deferred else None
             decoder = Decoder(
                 self.model,
                 done.state,
@@ -841,7 +865,8 @@ class Engine:
                 cancelled=cancelled,
                 picker=picker,
             )
-            return Generation(decoder, done.stats, ttft, done.logits, finalize)
+            filling = sum(len(seg.ids) for seg, _ in done.deferred)
+            return Generation(decoder, done.stats, ttft, done.logits, finalize, fill, filling)
 
         return drain(steps()) if chunk is None else Prefilling(steps())
 

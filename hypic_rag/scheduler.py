@@ -1,13 +1,17 @@
 """Continuous batching, written once: which requests run, how much of their prompts a step may run, and one token of
 every running request per step.
 
-Each ``step`` first runs prompts, first come first served, a piece at a time (``Engine.start(prefill_chunk=N)``:
-in-context tokens cut at ``max_num_batched_tokens``, a composed prompt's cold segments one a piece), while the
-step's budget lasts: ``max_num_batched_tokens`` less a token for each running request's decode, and always one
-piece, so a long cold prompt holds the others' next token back by one piece, not by its whole prefill. A request
-whose prompt is in joins the running batch, up to ``max_active``, and its first token goes out at once. Then every
-running request decodes one token in one forward (``decoding.step_together``); a request leaves the batch at the
-step it finishes, fails or is cancelled.
+Each ``step`` first runs prompt pieces (``decoding.Piece``: an in-context chunk, a cold segment's fill, a probe,
+the fused seam and query forward, a deferred fill), each announced with its token cost before it runs, under one
+token budget: ``max_num_batched_tokens`` less a token for each running request's decode (and one for the prompt's
+own, should the piece finish it). The running requests' deferred fills go first, then the prompt running and the
+ones waiting, first come first served. A splittable piece is cut to what is left; an atomic piece runs when it
+fits, or alone when nothing else has run in the step, so a step passes the budget only by one atomic piece
+(``StepReport`` says what ran). A long cold prompt thus holds the others' next token back by one piece, not by its
+whole prefill. A request whose prompt is in joins the running batch, up to ``max_active``, and its first token
+goes out at once; the cache work its prompt left for later (the ``exact`` cold policy's fill) runs as a piece of a
+later step, after that token. Then every running request decodes one token in one forward
+(``decoding.step_together``); a request leaves the batch at the step it finishes, fails or is cancelled.
 
 Requests come from ``add`` or, when there is room, from ``source`` (a queue's head, pulled only then, so that a
 bounded queue in front keeps its meaning); a request begun whole (a ``Generation``, ``Engine.run_together``'s)
@@ -25,9 +29,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .decoding import Decoder, Generation, step_together
+from .decoding import Decoder, Generation, Piece, step_together
 from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request, either
 
 STARTED, DONE, ERROR, DROPPED = "started", "done", "error", "dropped"
@@ -38,10 +42,12 @@ Source = Callable[[bool], "Request | None"]
 
 @dataclass
 class StepReport:
-    """What a step ran: the prompt tokens (every piece's), and how many requests it decoded a token of."""
+    """What a step ran: the prompt tokens (every piece's), how many requests it decoded a token of, and the
+    pieces, each as it was announced."""
 
     prefilled: int = 0
     decoded: int = 0
+    pieces: list[Piece] = field(default_factory=list)
 
 
 class Scheduler:
@@ -65,6 +71,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.prefilling: Request | None = None  # the one request whose prompt is running, a piece a step
         self.running: list[Request] = []
+        self.fills: deque[Request] = deque()  # running requests whose deferred fill waits for a step with room
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -72,7 +79,7 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         """Nothing waiting here, no prompt running, nothing decoding."""
-        return not self.waiting and self.prefilling is None and not self.running
+        return not self.waiting and self.prefilling is None and not self.running and not self.fills
 
     def in_hand(self) -> list[Request]:
         """The requests begun and not ended: the one prefilling and the running ones."""
@@ -81,7 +88,8 @@ class Scheduler:
     def step(self, wait: bool = True) -> StepReport:
         """Prompts, then one token of every running request. ``wait``: with nothing running, ``source`` may block
         briefly for a request."""
-        report = StepReport(prefilled=self._admit(wait))
+        report = StepReport()
+        self._admit(wait, report)
         if self.running:
             report.decoded = len(self.running)
             self._decode()
@@ -97,22 +105,62 @@ class Scheduler:
         for request in self.in_hand():
             self._fail(request, exc)
         self.running.clear()
+        self.fills.clear()
         self.prefilling = None
 
     # -- prompts --------------------------------------------------------------------------------------------------
 
-    def _admit(self, wait: bool) -> int:
-        budget = self.max_num_batched_tokens - len(self.running)
-        used = 0
-        while len(self.running) < self.max_active and (used == 0 or used < budget):
+    def _admit(self, wait: bool, report: StepReport) -> None:
+        """Prompt pieces while the budget lasts: the running requests' deferred fills first, then the prompt
+        running and the ones waiting, in turn. A splittable piece is cut to what is left, an atomic one waits
+        for a step with room, unless nothing else has run in this one; a token of each running request's
+        decode, and of the prompt's own should this piece finish it, is kept back."""
+        while self.fills:
+            request = self.fills[0]
+            run = request.run
+            if run is None or run.fill is None or request not in self.running:
+                self.fills.popleft()  # ended or filled meanwhile (its output fills what is left)
+                continue
+            if not self._fits(Piece(run.fill_tokens), report, 0):
+                return
+            self.fills.popleft()
+            self._ran(report, Piece(run.fill_tokens), run.fill_tokens)
+            try:
+                run.run_fill()
+            except Exception as exc:
+                self.running.remove(request)
+                self._fail(request, exc)
+        while len(self.running) < self.max_active:
             if self.prefilling is None:
-                request = self._next(wait and not self.running and used == 0)
+                if report.pieces and self._left(report) <= 1:
+                    return  # spent: the next prompt begins in the next step
+                request = self._next(wait and not self.running and not report.pieces)
                 if request is None:
-                    break
+                    return
                 if not self._begin(request):
                     continue
-            used += self._advance()
-        return used
+            piece = self._piece()
+            if piece is None:
+                continue
+            if not self._fits(piece, report, 1):
+                return
+            limit = max(1, self._left(report) - 1) if piece.splittable else None
+            self._advance(report, piece, limit)
+
+    def _left(self, report: StepReport) -> int:
+        return self.max_num_batched_tokens - len(self.running) - report.prefilled
+
+    def _fits(self, piece: Piece, report: StepReport, own: int) -> bool:
+        """Whether ``piece`` runs in this step (``own``: decode tokens it adds when it is done)."""
+        if not report.pieces:
+            return True  # something always runs: alone, an atomic piece may pass the budget
+        left = self._left(report) - own
+        return left >= 1 if piece.splittable else piece.tokens <= left
+
+    @staticmethod
+    def _ran(report: StepReport, piece: Piece, tokens: int) -> None:
+        report.pieces.append(piece)
+        report.prefilled += tokens
 
     def _next(self, wait: bool) -> Request | None:
         """The next request still wanted, or None."""
@@ -145,25 +193,44 @@ class Scheduler:
         self.prefilling = request
         return True
 
-    def _advance(self) -> int:
-        """One piece of the prompt running; the tokens it ran. A cancelled request's prompt stops here."""
+    def _piece(self) -> Piece | None:
+        """The next piece of the running prompt (its first look plans it); None when the prompt ended there: it
+        failed, or it was in already."""
+        request = self.prefilling
+        assert request is not None and request.pending is not None
+        try:
+            piece = request.pending.piece
+        except Exception as exc:
+            self.prefilling = None
+            self._fail(request, exc)
+            return None
+        if piece is None:
+            self._prompt_in(request)
+        return piece
+
+    def _advance(self, report: StepReport, piece: Piece, limit: int | None) -> None:
+        """Run ``piece`` of the running prompt (cut to ``limit``). A cancelled request's prompt stops here."""
         request = self.prefilling
         assert request is not None and request.pending is not None
         if request.cancelled():
             self.prefilling = None
             self._end(request, CANCELLED, DROPPED)
-            return 0
+            return
         try:
-            ran = request.pending.advance()
+            ran = request.pending.advance(limit)
         except Exception as exc:
             self.prefilling = None
             self._fail(request, exc)
-            return 0
+            return
+        self._ran(report, piece, ran)
         request.prefilled_tokens += ran
         if request.pending.generation is not None:
-            self.prefilling = None
-            self._running(request, request.pending.generation)
-        return ran
+            self._prompt_in(request)
+
+    def _prompt_in(self, request: Request) -> None:
+        assert request.pending is not None and request.pending.generation is not None
+        self.prefilling = None
+        self._running(request, request.pending.generation)
 
     def _running(self, request: Request, run: Generation) -> None:
         """``request``'s prompt is in: it joins the decoding batch, and its first token goes out at once, not after
@@ -178,6 +245,8 @@ class Scheduler:
             self._fail(request, exc)
             return
         self.running.append(request)
+        if run.fill is not None:  # after its first token, as a piece of a step with room
+            self.fills.append(request)
 
     # -- decoding -------------------------------------------------------------------------------------------------
 

@@ -136,3 +136,76 @@ def test_the_step_budget_is_checked():
         Scheduler(max_active=8, max_num_batched_tokens=4)
     with pytest.raises(ValueError, match="max_active must be"):
         Scheduler(max_active=0)
+
+
+def _words(n: int, seed: int) -> str:
+    names = ["Ana", "Bo", "Oslo", "Rome", "river", "school", "pilot", "museum", "opens", "closes", "nine", "five"]
+    return " ".join(names[(seed * 7 + i * 5) % len(names)] for i in range(n)) + "."
+
+
+def test_d3_no_step_runs_more_than_the_budget_but_a_lone_atomic_piece(engine):
+    budget = 40
+    cold = [Segment(_words(60, s)) for s in range(3)]  # a cold fill of about 60 tokens: atomic, over the budget
+    loads = [
+        (DOCS, QUERIES[0], {}),  # warm: the fused seam+query forward alone
+        (cold[:2], QUERIES[1], {}),  # cold segments, one fill a piece
+        (DOCS + cold[2:], QUERIES[2], {"mode": "full"}),  # in context: splittable
+        (cold[::-1], QUERIES[3], {"mode": "prefix"}),
+        (DOCS + cold[:1], QUERIES[0], {"seam": "auto"}),  # probes: the guard's pieces
+        (cold[1:], QUERIES[1], {"fidelity_budget": 0.0}),  # over any budget: exact, in context after its probes
+    ]
+    alone = [engine.generate(s, q, max_new_tokens=TOKENS, **o) for s, q, o in loads]
+    engine.clear_cache()
+    for query in QUERIES:  # DOCS warm again, the cold ones cold
+        engine.generate(DOCS, query, max_new_tokens=2)
+    scheduler = Scheduler(max_active=4, max_num_batched_tokens=budget)
+    requests = [
+        Request(partial(engine.start, s, q, max_new_tokens=TOKENS, **o), tag=i) for i, (s, q, o) in enumerate(loads)
+    ]
+    for request in requests:
+        scheduler.add(request)
+    reports = []
+    while not scheduler.idle:
+        reports.append(scheduler.step(wait=False))
+        assert len(reports) < 500
+    for report in reports:
+        lone_atomic = len(report.pieces) == 1 and not report.pieces[0].splittable
+        assert report.prefilled + report.decoded <= budget or lone_atomic, report
+    assert any(len(r.pieces) > 1 for r in reports)  # the budget was shared, not one piece a step
+    assert any(r.prefilled + r.decoded > budget for r in reports)  # and a fill over it ran, alone
+    for request, want in zip(requests, alone, strict=True):
+        assert request.status == FINISHED, request.error
+        assert request.output.token_ids == want.token_ids
+        stats = request.output.stats  # each piece said what it ran: together, what the prompt ran
+        probed = (stats.get("probe_tokens") or 0) + (stats.get("probe_cold_tokens") or 0)
+        assert request.prefilled_tokens == stats["recomputed_tokens"] + probed
+
+
+def test_d4_under_the_exact_policy_the_first_token_goes_out_before_the_deferred_fill(monkeypatch):
+    engine = Engine.from_pretrained(cold_policy="exact", min_cached_tokens=0)
+    log: list[str] = []
+    fill = engine._fill
+
+    def logged_fill(misses):
+        log.append("fill")
+        return fill(misses)
+
+    monkeypatch.setattr(engine, "_fill", logged_fill)
+
+    def request(query: str) -> Request:
+        on_token = lambda _id, _delta: log.append("token")  # noqa: E731
+        return Request(partial(engine.start, DOCS, query, max_new_tokens=TOKENS, on_token=on_token))
+
+    scheduler = Scheduler(max_active=2, max_num_batched_tokens=64)
+    first = request(QUERIES[0])
+    scheduler.add(first)
+    scheduler.run()
+    assert log[0] == "token" and log.count("fill") == 1  # handed out, then the fill, once
+    assert first.output.stats["cold_policy"] == "exact" and first.output.stats["miss_segments"] == len(DOCS)
+    log.clear()  # alone, through generate: the same order
+    engine.clear_cache()
+    out = engine.generate(DOCS, QUERIES[1], max_new_tokens=TOKENS, on_token=lambda _i, _d: log.append("token"))
+    assert log[0] == "token" and log.count("fill") == 1
+    assert out.ttft_s > 0
+    warm = engine.generate(DOCS, QUERIES[2], max_new_tokens=2)
+    assert warm.stats["hit_segments"] == len(DOCS)  # the cache learned them after the first token
