@@ -128,7 +128,7 @@ class SharedBatch:
                     self._cond.notify_all()
 
     def _drive(self, done: threading.Event) -> None:
-        while not done.is_set():
+        while not done.is_set() or self._fills_alone():
             with self.lock:
                 try:
                     self.scheduler.step(wait=False)
@@ -139,6 +139,13 @@ class SharedBatch:
                     raise
             with self._cond:
                 self._cond.notify_all()  # callers whose answers are done return
+
+    def _fills_alone(self) -> bool:
+        """Only deferred fills are left, and no caller to drive them: the last one runs them before it returns."""
+        scheduler = self.scheduler
+        with self._cond:
+            nobody = not scheduler.running and scheduler.prefilling is None and not self._waiting
+            return nobody and bool(scheduler.fills)
 
     def _take(self, wait: bool) -> Request | None:
         """The scheduler's source: the oldest request handed in, pulled only when it has room."""

@@ -260,7 +260,7 @@ class Generation:
     ``thinking_open`` and ``answer_prefix`` say how the chat prompt ended, for a caller that splits the
     streamed text as ``finalize`` will (``chat.streaming``). ``fill`` is cache work the prompt left for after
     its first token is out (the exact cold policy's segments, ``fill_tokens`` of them): ``run`` and ``step`` do it
-    once that token has gone out, a scheduler as a piece of a later step, and ``output`` at the latest."""
+    once that token has gone out, a scheduler takes it to run as a piece of a later step."""
 
     thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
     answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
@@ -305,7 +305,6 @@ class Generation:
     def output(self) -> GenerationOutput:
         if not self.decoder.done:
             raise ValueError("the generation has not finished; step() it until done")
-        self.run_fill()  # whatever drove it, the cache learns what the prompt left for later
         ids, finish = self.decoder.ids, self.decoder.finish
         assert finish is not None
         self.stats.generated_tokens = len(ids)

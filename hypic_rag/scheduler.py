@@ -27,6 +27,7 @@ drive it.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request, 
 
 STARTED, DONE, ERROR, DROPPED = "started", "done", "error", "dropped"
 MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS = 16, 2048  # the defaults every driver starts from
+log = logging.getLogger(__name__)
 Notify = Callable[[str, Request], None]
 Source = Callable[[bool], "Request | None"]
 
@@ -71,7 +73,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.prefilling: Request | None = None  # the one request whose prompt is running, a piece a step
         self.running: list[Request] = []
-        self.fills: deque[Request] = deque()  # running requests whose deferred fill waits for a step with room
+        # deferred fills (the request, its fill, the tokens it runs), each waiting for a step with room
+        self.fills: deque[tuple[Request, Callable[[], object], int]] = deque()
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -116,20 +119,19 @@ class Scheduler:
         for a step with room, unless nothing else has run in this one; a token of each running request's
         decode, and of the prompt's own should this piece finish it, is kept back."""
         while self.fills:
-            request = self.fills[0]
-            run = request.run
-            if run is None or run.fill is None or request not in self.running:
-                self.fills.popleft()  # ended or filled meanwhile (its output fills what is left)
-                continue
-            if not self._fits(Piece(run.fill_tokens), report, 0):
+            request, fill, tokens = self.fills[0]
+            if not self._fits(Piece(tokens), report, 0):
                 return
             self.fills.popleft()
-            self._ran(report, Piece(run.fill_tokens), run.fill_tokens)
+            self._ran(report, Piece(tokens), tokens)
             try:
-                run.run_fill()
+                fill()
             except Exception as exc:
-                self.running.remove(request)
-                self._fail(request, exc)
+                if request in self.running:
+                    self.running.remove(request)
+                    self._fail(request, exc)
+                else:  # its answer is out already: only the cache missed what the fill would have stored
+                    log.exception("a deferred fill failed after its request ended")
         while len(self.running) < self.max_active:
             if self.prefilling is None:
                 if report.pieces and self._left(report) <= 1:
@@ -245,8 +247,9 @@ class Scheduler:
             self._fail(request, exc)
             return
         self.running.append(request)
-        if run.fill is not None:  # after its first token, as a piece of a step with room
-            self.fills.append(request)
+        if run.fill is not None:  # after its first token, as a piece of a step with room, whenever the request ends
+            self.fills.append((request, run.fill, run.fill_tokens))
+            run.fill = None
 
     # -- decoding -------------------------------------------------------------------------------------------------
 

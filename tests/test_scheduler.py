@@ -9,6 +9,7 @@ from functools import partial
 import pytest
 
 from hypic_rag import Engine, Segment
+from hypic_rag.concurrent import SharedBatch
 from hypic_rag.request import CANCELLED, FAILED, FINISHED, Request
 from hypic_rag.scheduler import DONE, DROPPED, ERROR, STARTED, Scheduler
 
@@ -209,3 +210,8 @@ def test_d4_under_the_exact_policy_the_first_token_goes_out_before_the_deferred_
     assert out.ttft_s > 0
     warm = engine.generate(DOCS, QUERIES[2], max_new_tokens=2)
     assert warm.stats["hit_segments"] == len(DOCS)  # the cache learned them after the first token
+    log.clear()  # a shared batch's last caller runs the fill before it returns
+    engine.clear_cache()
+    batch = SharedBatch()
+    batch.run(partial(engine.start, DOCS, QUERIES[3], max_new_tokens=2))
+    assert log == ["fill"] and batch.scheduler.idle
