@@ -186,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="keep no packed copy of the LM head (saves its size in memory; batched decode on CPU is slower)",
     )
+    srv.add_argument(
+        "--no-pack-weights",
+        dest="pack_weights",
+        action="store_false",
+        help="keep no packed copy of the decoder's projections (saves their size in memory; CPU decode is slower)",
+    )
     srv.add_argument("--log-level", default="info")
     srv.add_argument(
         "--api-key", default=None, help="the Bearer token /v1 routes ask for (default: $HYPIC_API_KEY, else none)"
@@ -356,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry_dtype=args.entry_dtype,
                 device=args.device,
                 pack_head=args.pack_head,
+                pack_weights=args.pack_weights,
                 prefill_workers=args.prefill_workers,
                 api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
                 allowed_origins=args.allowed_origins,

@@ -293,12 +293,14 @@ class Engine:
         revision: str | None = None,
         prefill_workers: int = 0,
         pack_head: bool = True,
+        pack_weights: bool = True,
         **options: Any,
     ) -> Engine:
         """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
         through the local Hugging Face cache), or, for ``None``, the bundled default model.
-        ``pack_head=False``: no packed copy of the LM head (``model.linear.LMHead``; it costs the head's size
-        again in memory and makes a decode batch on CPU cheaper).
+        ``pack_head=False``: no packed copy of the LM head, ``pack_weights=False`` none of the decoder's
+        projections (``model.linear.Linear``: a copy costs the weight's size again in memory and makes CPU fp32
+        decode and prefill faster).
 
         ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
         one that replicas on several machines use together; ``prefill_workers=N`` prefills cold segments on N
@@ -309,7 +311,7 @@ class Engine:
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
         model = load_model(root, device=device, dtype=resolve_dtype(dtype))
-        model.lm_head.pack = pack_head
+        model.pack_weights(pack_weights, head=pack_head)
         eos = eos_token_ids(root, model.config.eos_token_ids)
         if "generation_defaults" not in options:
             options["generation_defaults"] = read_generation_defaults(root)

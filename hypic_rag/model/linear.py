@@ -1,27 +1,24 @@
-"""Linear layers laid out for decode batches on CPU: the LM head's weight pre-packed for oneDNN, and the
-other projections run as ``W @ h.T`` for a batch's rows.
+"""Linear layers whose CPU fp32 inference runs on weights packed once for oneDNN.
 
-Decode on CPU is bound by reading weights, and the LM head is the largest one (a 248k-token vocabulary at
-hidden 1,024 is 1 GB in fp32). ``F.linear`` hands a few rows to BLAS, which packs the weight into its own
-blocked layout on every call: for one row that is a plain matrix-vector pass, but for a batch of rows the
-weight is read twice (once to pack, once to multiply), so a batched decode step costs far more than one row
-though the weight is the same. oneDNN can pack the weight once, ahead of time
-(``torch.ops.mkldnn._reorder_linear_weight``); its matmul then streams the packed copy once per call, for one
-row or many. PyTorch has no public API for this, so the head holds the packed copy itself, rebuilt when the
-weight changes, and falls back to ``F.linear`` wherever oneDNN is missing (other devices, other dtypes,
-training). The same kernel serves one row and a batch, so a row's head logits are the same alone and batched.
+Decode on CPU is bound by reading weights. ``F.linear`` hands a few rows to BLAS, which on this path streams the
+weight at a fraction of the memory bandwidth, and for a batch of rows packs the weight into its own blocked layout
+on every call (the weight read twice). oneDNN can pack the weight once, ahead of time
+(``torch.ops.mkldnn._reorder_linear_weight``); its matmul then streams the packed copy once per call, for one row,
+a decode batch or a prompt, at several times the plain product's speed on every projection shape a hybrid model
+has. PyTorch has no public API for this, so each layer holds its packed copy itself, built on first use and rebuilt
+when the weight changes, and falls back to ``F.linear`` wherever oneDNN is missing (other devices, other dtypes,
+training). The same kernel serves one row and a batch, so a row's outputs are the same alone and batched.
 
-The packed copy is extra memory, the size of the head's weight; ``pack = False`` on the module frees it and
-turns packing off (``hypic-rag serve --no-pack-head``, ``Engine.from_pretrained(pack_head=False)``).
-The decoder layers' projections are smaller and many, so they keep one copy: a decode batch's rows ``[B, 1, H]``
-go through ``W @ h.T``, a GEMM with the weight's long side first, which streams the weight once where
-``h @ W.T`` (``F.linear``) re-reads it; one row and prefill keep ``F.linear``, so there a row alone and in a
-batch differ by a matmul's rounding.
+The packed copy is extra memory, the size of the weight; ``pack = False`` on a layer frees it and turns packing
+off (``HybridModel.pack_weights``; ``Engine.from_pretrained(pack_weights=False, pack_head=False)``,
+``hypic-rag serve --no-pack-weights --no-pack-head``). Unpacked, a decode batch's rows ``[B, 1, H]`` go through
+``W @ h.T``, a GEMM with the weight's long side first, which streams the weight once where ``h @ W.T`` re-reads it.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,24 +34,15 @@ _ROWS = range(3, 65)
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` whose decode batch on CPU runs weight-first (module docstring)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in _ROWS and x.device.type == "cpu":
-            out = (self.weight @ x[:, 0].t()).t()[:, None]
-            return out if self.bias is None else out + self.bias
-        return F.linear(x, self.weight, self.bias)
-
-
-class LMHead(nn.Linear):
-    """``nn.Linear`` without bias whose CPU fp32 inference runs on a weight packed once (module docstring).
+    """``nn.Linear`` whose CPU fp32 inference runs on a weight packed once (module docstring), and whose decode
+    batch runs weight-first where packing is off.
 
     The copy is rebuilt when the weight is replaced, moved, cast, loaded or written in place through the
     parameter; a write through ``.data`` (or into a weight made under ``torch.inference_mode``) is not seen:
     call ``invalidate()`` after one."""
 
-    def __init__(self, hidden_size: int, vocab_size: int) -> None:
-        super().__init__(hidden_size, vocab_size, bias=False)
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs: Any) -> None:
+        super().__init__(in_features, out_features, bias=bias, **kwargs)
         self._packed = _PackedCopy()
 
     @property
@@ -80,28 +68,40 @@ class LMHead(nn.Linear):
         self.invalidate()
         super()._load_from_state_dict(*args, **kwargs)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        packed = self.packed_weight(h)
-        if packed is None:
-            return F.linear(h, self.weight)
-        return torch.ops.mkldnn._linear_pointwise(h.contiguous(), packed, None, "none", [], "")
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self.packed_weight(x)
+        if packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, self.bias, "none", [], "")
+        if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in _ROWS and x.device.type == "cpu":
+            out = (self.weight @ x[:, 0].t()).t()[:, None]
+            return out if self.bias is None else out + self.bias
+        return F.linear(x, self.weight, self.bias)
 
-    def packed_weight(self, h: torch.Tensor) -> torch.Tensor | None:
+    def packed_weight(self, x: torch.Tensor) -> torch.Tensor | None:
         """The packed weight for this input, or ``None`` where the plain product must run."""
         w = self.weight
         if not self.pack or w.device.type != "cpu" or w.dtype != torch.float32:
             self.invalidate()  # the weight itself cannot use it: hold no copy
             return None
-        if h.dtype != torch.float32 or (torch.is_grad_enabled() and (w.requires_grad or h.requires_grad)):
+        if x.dtype != torch.float32 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)):
+            return None
+        if self.bias is not None and self.bias.dtype != torch.float32:
             return None
         if not torch.backends.mkldnn.is_available():
             return None
         return self._packed.of(w)
 
 
+class LMHead(Linear):
+    """The output projection: a ``Linear`` without bias, the largest weight a decode step reads."""
+
+    def __init__(self, hidden_size: int, vocab_size: int) -> None:
+        super().__init__(hidden_size, vocab_size, bias=False)
+
+
 class _PackedCopy:
-    """The head's packed weight, which a copy of the model rebuilds rather than copies (an opaque oneDNN
-    tensor has no storage to copy or serialize). One lock, so threads meeting an unpacked head build one copy."""
+    """A layer's packed weight, which a copy of the model rebuilds rather than copies (an opaque oneDNN
+    tensor has no storage to copy or serialize). One lock, so threads meeting an unpacked layer build one copy."""
 
     def __init__(self) -> None:
         self.enabled = True

@@ -13,7 +13,7 @@ from .batch import BatchState
 from .config import HybridConfig
 from .families import family_of
 from .family import Family
-from .linear import LMHead
+from .linear import Linear, LMHead
 from .state import RequestState, SegmentJumps, TransitionCapture
 
 
@@ -73,6 +73,14 @@ class HybridModel(nn.Module):
 
     def new_state(self) -> RequestState:
         return RequestState(self.config)
+
+    def pack_weights(self, on: bool = True, head: bool | None = None) -> None:
+        """Whether the decoder's projections (and the LM head: ``head``, the same unless given) run CPU fp32
+        inference on packed weight copies (``linear.Linear``); off frees the copies."""
+        for module in self.modules():
+            if isinstance(module, Linear) and module is not self.lm_head:
+                module.pack = on
+        self.lm_head.pack = on if head is None else head
 
     def check_input_ids(self, input_ids: torch.Tensor, start: int = 0) -> None:
         """Raise ``ValueError`` for ids the model cannot embed or positions past its context."""

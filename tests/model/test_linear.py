@@ -1,4 +1,4 @@
-"""The decode-batch layouts of ``model/linear.py`` compute the same products as ``nn.Linear``."""
+"""The packed and decode-batch layouts of ``model/linear.py`` compute the same products as ``nn.Linear``."""
 
 from __future__ import annotations
 
@@ -53,11 +53,13 @@ def test_head_falls_back_off_cpu_fp32_and_under_autograd():
     assert h.grad is not None and head.weight.grad is not None
 
 
+@pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 64, 65])
 @torch.inference_mode()
-def test_linear_decode_rows_match_f_linear(rows: int, bias: bool):
+def test_linear_decode_rows_match_f_linear(rows: int, bias: bool, pack: bool):
     layer = Linear(48, 96, bias=bias)
+    layer.pack = pack
     x = torch.randn(rows, 1, 48)
     out = layer(x)
     assert out.shape == (rows, 1, 96)
@@ -96,6 +98,31 @@ def test_head_drops_its_copy_when_the_weight_is_cast_loaded_or_packing_turned_of
         assert head._packed.held
         head.invalidate()
         assert not head._packed.held
+
+
+@torch.inference_mode()
+def test_a_packed_projection_gives_a_row_the_same_output_alone_and_in_a_batch():
+    layer = Linear(64, 160, bias=True)
+    x = torch.randn(8, 1, 64)
+    out = layer(x)
+    assert layer._packed.held
+    for i in range(8):
+        torch.testing.assert_close(layer(x[i : i + 1]), out[i : i + 1], rtol=0, atol=1e-6)
+    prompt = torch.randn(1, 37, 64)  # a prompt's rows run on the same packed weight
+    torch.testing.assert_close(layer(prompt), F.linear(prompt, layer.weight, layer.bias), rtol=0, atol=1e-5)
+
+
+def test_engine_loads_without_packed_projections_when_asked():
+    from hypic_rag import Engine
+    from hypic_rag.model.linear import Linear as Projection
+
+    engine = Engine.from_pretrained(pack_weights=False)
+    layers = [m for m in engine.model.modules() if isinstance(m, Projection) and m is not engine.model.lm_head]
+    assert layers and not any(m.pack for m in layers) and engine.model.lm_head.pack
+    packed = Engine.from_pretrained()
+    assert engine.generate([], "Hi", max_new_tokens=4).text == packed.generate([], "Hi", max_new_tokens=4).text
+    assert not any(m._packed.held for m in layers)
+    assert any(m._packed.held for m in packed.model.modules() if isinstance(m, Projection))
 
 
 def test_engine_loads_without_a_packed_head_when_asked():
