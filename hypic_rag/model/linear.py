@@ -7,7 +7,10 @@ on every call (the weight read twice). oneDNN can pack the weight once, ahead of
 a decode batch or a prompt, at several times the plain product's speed on every projection shape a hybrid model
 has. PyTorch has no public API for this, so each layer holds its packed copy itself, built on first use and rebuilt
 when the weight changes, and falls back to ``F.linear`` wherever oneDNN is missing (other devices, other dtypes,
-training). The same kernel serves one row and a batch, so a row's outputs are the same alone and batched.
+training). Its kernels for one to three rows stream the weight slower than for four (for two, by a fifth or
+more), so fewer than four rows run as four, the rest zeros: the weight is read once either way, the extra rows
+cost arithmetic a memory-bound step has spare, and a decode row alone runs the same kernel as in a batch of up
+to four, so its outputs are the same alone and batched.
 
 The packed copy is extra memory, the size of the weight; ``pack = False`` on a layer frees it and turns packing
 off (``HybridModel.pack_weights``; ``Engine.from_pretrained(pack_weights=False, pack_head=False)``,
@@ -27,6 +30,8 @@ from torch.nn import functional as F
 
 # The batch size oneDNN tunes the packed layout for; one row runs as fast as with the plain weight.
 _PACK_ROWS = 16
+# Fewer rows than this run padded to it: oneDNN streams a packed weight fastest from four rows on.
+_MIN_ROWS = 4
 
 
 # A decode batch's rows past which ``F.linear``'s layout is as good (the weight is read once either way).
@@ -70,6 +75,11 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed_weight(x)
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if packed is not None and 0 < rows < _MIN_ROWS:  # run as four rows (module docstring)
+            padded = torch.cat((x.reshape(rows, -1), x.new_zeros(_MIN_ROWS - rows, x.shape[-1])))
+            out = torch.ops.mkldnn._linear_pointwise(padded, packed, self.bias, "none", [], "")[:rows]
+            return out.reshape(*x.shape[:-1], -1)
         if packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, self.bias, "none", [], "")
         if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in _ROWS and x.device.type == "cpu":
