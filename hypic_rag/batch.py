@@ -59,8 +59,8 @@ def run_batch(
             assert request.error is not None  # nothing cancels a batch's request but its own decoder's flag
             results.append(request.error)
     if not return_exceptions and any(isinstance(r, BaseException) for r in results):
-        first = next(r for r in results if isinstance(r, BaseException))
-        raise BatchError(results) from first
+        error = BatchError(results)
+        raise error from results[error.failed[0]]
     return results
 
 

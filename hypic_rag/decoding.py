@@ -206,6 +206,10 @@ class Piece:
     tokens: int
     splittable: bool = False
 
+    def runs(self, limit: int | None) -> int:
+        """The tokens it runs when allowed ``limit`` (None: no bound): all of them, unless it is splittable."""
+        return min(self.tokens, limit) if self.splittable and limit is not None else self.tokens
+
 
 # A chunked prefill: yields each ``Piece`` before running it and is sent the tokens it may run (None: no bound).
 PieceSteps = Generator[Piece, "int | None", "Generation"]
@@ -241,9 +245,8 @@ class Prefilling:
             raise ValueError("the prompt is already in")
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be a positive number of tokens, got {limit}")
-        ran = min(piece.tokens, limit) if piece.splittable and limit is not None else piece.tokens
         self._resume(limit)
-        return ran
+        return piece.runs(limit)
 
     def _resume(self, limit: int | None) -> None:
         try:

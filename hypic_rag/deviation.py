@@ -180,7 +180,7 @@ def _boundary_probe(
     """The plan ``boundary_deviation`` runs: a ``width``-token seam at each boundary ``cached`` holds; None when
     there is nothing to probe."""
     bounds = [i for i in plan.boundaries if cached[i] is not None]
-    if not model.new_state().attention_layer_ids or not bounds or width < 1:
+    if probe_layer(model) is None or not bounds or width < 1:
         return None
     query = query and bool(plan.query)
     return with_widths(replace(plan, variant="A", query=plan.query if query else ()), {i: width for i in bounds})
@@ -188,14 +188,14 @@ def _boundary_probe(
 
 def _reading_probe(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> RequestPlan | None:
     """The plan ``reading_shares`` runs: every cached segment composed whole; None without a query to read."""
-    if not model.new_state().attention_layer_ids or not plan.query:
+    if probe_layer(model) is None or not plan.query:
         return None
     bounds = [i for i in plan.boundaries if cached[i] is not None]
     return with_widths(replace(plan, variant="A"), dict.fromkeys(bounds, 0))
 
 
 def _token_probes(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> bool:
-    return bool(model.new_state().attention_layer_ids) and any(cached[i] is not None for i in plan.boundaries)
+    return probe_layer(model) is not None and any(cached[i] is not None for i in plan.boundaries)
 
 
 def deviation_tokens(model: HybridModel, plan: RequestPlan, cached: Sequence[CachedSegment | None], blend: bool) -> int:

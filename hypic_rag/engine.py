@@ -153,11 +153,6 @@ def _compile(tokenizer: GrammarTokenizer, lark: str, where: str) -> None:
         raise _refused(where, exc) from None
 
 
-def _allowed(sent: int | None, tokens: int) -> int:
-    """How many of a splittable piece's ``tokens`` run: what the scheduler sent, if it sent a bound."""
-    return tokens if sent is None else max(1, min(sent, tokens))
-
-
 def _chunk(tokens: int | None) -> int | None:
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise ValueError(f"prefill_chunk must be a positive number of tokens, got {tokens!r}")
@@ -454,7 +449,8 @@ class Engine:
         whole); the next-token logits."""
         last = list(ids)
         while chunk is not None:
-            take = _allowed((yield Piece(min(len(last), chunk), splittable=True)), min(len(last), chunk))
+            piece = Piece(min(len(last), chunk), splittable=True)
+            take = piece.runs((yield piece))
             if take >= len(last):
                 break  # the last chunk: run with the logits below
             run_in_context(self.model, state, last[:take])
@@ -478,7 +474,8 @@ class Engine:
             while at < len(ids):
                 take = len(ids) - at
                 if chunk is not None:
-                    take = _allowed((yield Piece(min(take, chunk), splittable=True)), min(take, chunk))
+                    piece = Piece(min(take, chunk), splittable=True)
+                    take = piece.runs((yield piece))
                 run_in_context(self.model, state, ids[at : at + take])
                 at += take
             self.prefix_store.snapshot(key, state, start)

@@ -73,8 +73,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.prefilling: Request | None = None  # the one request whose prompt is running, a piece a step
         self.running: list[Request] = []
-        # deferred fills (the request, its fill, the tokens it runs), each waiting for a step with room
-        self.fills: deque[tuple[Request, Callable[[], object], int]] = deque()
+        # deferred fills (the request, its fill, the piece it is), each waiting for a step with room
+        self.fills: deque[tuple[Request, Callable[[], object], Piece]] = deque()
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -119,11 +119,11 @@ class Scheduler:
         for a step with room, unless nothing else has run in this one; a token of each running request's
         decode, and of the prompt's own should this piece finish it, is kept back."""
         while self.fills:
-            request, fill, tokens = self.fills[0]
-            if not self._fits(Piece(tokens), report, 0):
+            request, fill, piece = self.fills[0]
+            if not self._fits(piece, report, 0):
                 return
             self.fills.popleft()
-            self._ran(report, Piece(tokens), tokens)
+            self._ran(report, piece, piece.tokens)
             try:
                 fill()
             except Exception as exc:
@@ -248,7 +248,7 @@ class Scheduler:
             return
         self.running.append(request)
         if run.fill is not None:  # after its first token, as a piece of a step with room, whenever the request ends
-            self.fills.append((request, run.fill, run.fill_tokens))
+            self.fills.append((request, run.fill, Piece(run.fill_tokens)))
             run.fill = None
 
     # -- decoding -------------------------------------------------------------------------------------------------

@@ -75,13 +75,13 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed_weight(x)
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if packed is not None and 0 < rows < _MIN_ROWS:  # run as four rows (module docstring)
-            padded = torch.cat((x.reshape(rows, -1), x.new_zeros(_MIN_ROWS - rows, x.shape[-1])))
-            out = torch.ops.mkldnn._linear_pointwise(padded, packed, self.bias, "none", [], "")[:rows]
-            return out.reshape(*x.shape[:-1], -1)
         if packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, self.bias, "none", [], "")
+            rows = x.reshape(-1, x.shape[-1])
+            n = rows.shape[0]
+            if 0 < n < _MIN_ROWS:  # run as four rows (module docstring)
+                rows = torch.cat((rows, rows.new_zeros(_MIN_ROWS - n, rows.shape[1])))
+            out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), packed, self.bias, "none", [], "")
+            return out[:n].reshape(*x.shape[:-1], -1)
         if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in _ROWS and x.device.type == "cpu":
             out = (self.weight @ x[:, 0].t()).t()[:, None]
             return out if self.bias is None else out + self.bias
