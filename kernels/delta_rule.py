@@ -180,27 +180,32 @@ def recurrent_gated_delta_rule(
     g: torch.Tensor,
     beta: torch.Tensor,
     initial_state: torch.Tensor | None = None,
+    overwrite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The token-by-token recurrence: the decode step, and the reference the chunked path must match."""
+    """The token-by-token recurrence: the decode step, and the reference the chunked path must match.
+    ``overwrite``: the initial state is the caller's scratch copy, updated in place (outside autograd)."""
     b, h, t, dk = k.shape
     dv = v.shape[-1]
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(q)
     out = q.new_empty(b, h, t, dv)
-    # One pass over the state reads both k^T S and q^T S; the output and the recall are then taken through the
-    # decay and the update algebraically (q^T S' = a q^T S + (q.k) delta), and the new state is one decaying copy
-    # plus a rank-1 update into it: three passes over [dk, dv] a token. The caller's initial state is never
-    # written; under autograd the update is out of place.
+    # The state decays first, as the reference writes it, so that the one pass reading both k^T S and q^T S finds
+    # it in cache; the output is then taken through the update algebraically (q^T S' = q^T aS + (q.k) delta),
+    # and the update is a rank-1 add into the decayed state: three passes over [dk, dv] a token. The caller's
+    # initial state is written only when it says so (a fresh decayed copy costs more than the rest of the step
+    # at a batch's sizes); under autograd every update is out of place.
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, g, beta, state))
+    owned = not grad and (overwrite or state is not initial_state)  # a state this call may write
     for i in range(t):
         decay = g[:, :, i].exp().reshape(b * h, 1, 1)
         flat = state.reshape(b * h, dk, dv)
+        flat = flat.mul_(decay) if owned else flat * decay
         kq = torch.stack((k[:, :, i], q[:, :, i]), dim=2).reshape(b * h, 2, dk)
-        read = torch.bmm(kq, flat)  # [BH, 2, dv]: k^T S, q^T S
-        delta = (v[:, :, i].reshape(b * h, 1, dv) - decay * read[:, :1]) * beta[:, :, i].reshape(b * h, 1, 1)
+        read = torch.bmm(kq, flat)  # [BH, 2, dv]: k^T aS, q^T aS
+        delta = (v[:, :, i].reshape(b * h, 1, dv) - read[:, :1]) * beta[:, :, i].reshape(b * h, 1, 1)
         qk = (kq[:, 1:] * kq[:, :1]).sum(-1, keepdim=True)
-        out[:, :, i] = (decay * read[:, 1:] + qk * delta).view(b, h, dv)
+        out[:, :, i] = (read[:, 1:] + qk * delta).view(b, h, dv)
         kcol = kq[:, :1].transpose(1, 2)
-        flat = flat * decay
         flat = torch.baddbmm(flat, kcol, delta) if grad else flat.baddbmm_(kcol, delta)
+        owned = not grad
         state = flat.view(b, h, dk, dv)
     return out, state

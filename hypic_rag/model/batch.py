@@ -6,9 +6,10 @@ buffers rather than a paged pool, because HYPIC places a cached segment's keys a
 owed (``AttentionLayerKV.shift``), so a request's KV is not a run of shared prefix pages; the buffers already
 grow geometrically, and a row joining or leaving the batch is a list operation, no copy. What the rows share
 is where decode spends its time on a memory-bound device: every weight matrix is read once for all of them.
-Linear layers' states are stacked ``[B, ...]`` for their step and split back after (a few MB against the
-weights' hundreds); attention runs each row over its own KV by the single-request code, so a row's
-arithmetic is the one it has alone up to the rounding of a matmul over more rows.
+Linear layers' states are stacked ``[B, ...]`` for their step and split back after as views of the stack, so
+while the same rows step in the same order the next step updates the stack in place, with no copy (``stacked``);
+attention runs each row over its own KV by the single-request code, so a row's arithmetic is the one it has
+alone up to the rounding of a matmul over more rows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,24 @@ from .state import LinearLayerState, RequestState
 
 # One row's attention: (layer, q, k, v, positions, inv_freq, state, pad_mask, scale) -> [1, Hq, 1, D].
 RowAttention = Callable[..., torch.Tensor]
+
+
+def stacked(rows: Sequence[torch.Tensor], in_place: bool) -> torch.Tensor:
+    """``rows`` (each ``[1, ...]``) as one ``[B, ...]`` tensor: where they are consecutive rows of one tensor
+    already (the previous step's stack, the batch unchanged) and ``in_place``, a view of it; else a copy."""
+    first = rows[0]
+    size = first.numel()
+    offset, storage = first.storage_offset(), first.untyped_storage().data_ptr()
+    if in_place and all(
+        row.is_contiguous()
+        and row.shape == first.shape
+        and row.dtype == first.dtype
+        and row.untyped_storage().data_ptr() == storage
+        and row.storage_offset() == offset + i * size
+        for i, row in enumerate(rows)
+    ):
+        return first.as_strided((len(rows), *first.shape[1:]), (size, *first.stride()[1:]), offset)
+    return torch.cat(list(rows))
 
 
 class BatchState:
@@ -41,14 +60,16 @@ class BatchState:
         layers = [s.linear(idx) for s in self.rows]
         if any(layer is None for layer in layers):
             raise ValueError(f"layer {idx}: every row of a batched step needs a prefilled state")
+        owned = all(layer.scratch for layer in layers)  # type: ignore[union-attr]
         return LinearLayerState(
-            conv=torch.cat([layer.conv for layer in layers]),  # type: ignore[union-attr]
-            recurrent=torch.cat([layer.recurrent for layer in layers]),  # type: ignore[union-attr]
+            conv=stacked([layer.conv for layer in layers], owned),  # type: ignore[union-attr]
+            recurrent=stacked([layer.recurrent for layer in layers], owned),  # type: ignore[union-attr]
+            scratch=True,
         )
 
     def set_linear(self, idx: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
         for i, row in enumerate(self.rows):
-            row.set_linear(idx, conv[i : i + 1], recurrent[i : i + 1])
+            row.set_linear(idx, conv[i : i + 1], recurrent[i : i + 1], scratch=True)
 
     def attend_rows(
         self,

@@ -26,6 +26,9 @@ from .config import FULL, HYBRID, LINEAR, HybridConfig
 class LinearLayerState:
     conv: torch.Tensor  # [B, conv_dim, kernel - 1]
     recurrent: torch.Tensor  # [B, H_v, d_k, d_v], fp32
+    # Memory only this state holds (a batched step's stacked rows): the next step may update it in place,
+    # sparing a fresh [B, H, d_k, d_v] copy a token. False for anything restored or placed from a cache.
+    scratch: bool = False
 
 
 @dataclass
@@ -111,7 +114,10 @@ class _KVBuffer:
 
 
 class RequestState:
-    """Per-layer state for incremental prefill and decode; ``seq_len`` counts the tokens it holds."""
+    """Per-layer state for incremental prefill and decode; ``seq_len`` counts the tokens it holds.
+
+    Like the KV buffers, a linear layer's state left by a batched decode step is written in place by the next
+    one; whoever keeps a state's tensors past a step clones them (as the prefix cache does)."""
 
     def __init__(self, config: HybridConfig) -> None:
         self.config = config
@@ -144,8 +150,9 @@ class RequestState:
 
     # -- written by the model's layers ------------------------------------------------------------
 
-    def set_linear(self, idx: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
-        self._linear[idx] = LinearLayerState(conv=conv, recurrent=recurrent)
+    def set_linear(self, idx: int, conv: torch.Tensor, recurrent: torch.Tensor, scratch: bool = False) -> None:
+        """``scratch``: the tensors are this state's own (``LinearLayerState.scratch``)."""
+        self._linear[idx] = LinearLayerState(conv=conv, recurrent=recurrent, scratch=scratch)
 
     def append_kv(
         self,

@@ -49,6 +49,20 @@ def test_recurrence_is_the_documented_update():
     assert (state[:, 0].double() - s).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("t", [1, 4])
+def test_the_recurrence_writes_the_initial_state_only_when_told(t):
+    """A decode batch's scratch state is updated in place, with the result of the out-of-place update; any
+    other caller's state is left as it was handed in."""
+    q, k, v, g, beta, s0 = _inputs(t)
+    kept = s0.clone()
+    out, state = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
+    assert torch.equal(s0, kept) and state.data_ptr() != s0.data_ptr()
+    scratch = s0.clone()
+    out_w, state_w = recurrent_gated_delta_rule(q, k, v, g, beta, scratch, overwrite=True)
+    assert state_w.data_ptr() == scratch.data_ptr()
+    assert torch.equal(out_w, out) and torch.equal(state_w, state)
+
+
 def test_the_chunk_fits_the_piece():
     """min(64, T) rounded up to a multiple of 16; an explicit chunk is kept."""
     lengths = (0, 1, 7, 8, 16, 17, 33, 48, 49, 64, 100, 4096)

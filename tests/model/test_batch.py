@@ -62,6 +62,57 @@ def test_rows_that_join_and_leave_equal_each_request_alone(kind, checkpoint):
 
 
 @torch.inference_mode()
+def test_an_unchanged_batch_steps_its_linear_state_in_place(checkpoint):
+    """While the same rows step in the same order, each linear layer's state stays in the one stack the first
+    step made (no copy a token); reordered rows are stacked afresh; every row still equals its request alone."""
+    model = load_model(checkpoint("qwen3_5_text"))
+    prompts = _prompts([6, 9])
+    bound = max(1e-4, rounding_bound(model, prompts[1][None]))
+    expected = [_alone(model, p, 4)[1] for p in prompts]
+    states = [model.new_state() for _ in prompts]
+    tokens = [int(model(p[None], state=s)[0, -1].argmax()) for p, s in zip(prompts, states, strict=True)]
+    layer = states[0].linear_layer_ids[0]
+    where = []
+    for step, order in enumerate(([0, 1], [0, 1], [1, 0], [1, 0])):
+        out = model.decode_batch([tokens[i] for i in order], [states[i] for i in order])
+        for row, i in enumerate(order):
+            assert float((out[row] - expected[i][step + 1]).abs().max()) < bound, (step, i)
+            tokens[i] = int(out[row].argmax())
+        where.append([states[i].linear(layer).recurrent.data_ptr() for i in order])
+    assert where[1] == where[0] and where[3] == where[2] and where[2] != where[1][::-1]
+
+
+@torch.inference_mode()
+def test_a_batch_step_never_writes_state_it_was_handed(checkpoint):
+    """States placed from elsewhere (a cache's tensors, here rows of one stack as a batched prefill leaves them)
+    are read, not written, even when they sit as a batch's rows would."""
+    model = load_model(checkpoint("qwen3_5_text"))
+    prompts = _prompts([7, 7])
+    prefilled = model.new_state()
+    model(torch.stack(prompts), state=prefilled)
+    before = {i: prefilled.linear(i).recurrent.clone() for i in prefilled.linear_layer_ids}
+    states = [model.new_state() for _ in prompts]
+    for row, state in enumerate(states):
+        state.extend(
+            len(prompts[row]),
+            {
+                i: (prefilled.linear(i).conv[row : row + 1], prefilled.linear(i).recurrent[row : row + 1])
+                for i in before
+            },
+            {
+                i: (kv.keys[row : row + 1], kv.values[row : row + 1])
+                for i in prefilled.attention_layer_ids
+                if (kv := prefilled.attention(i))
+            },
+            shift=0,
+        )
+    model.decode_batch([5, 6], states)
+    for i, kept in before.items():
+        assert torch.equal(prefilled.linear(i).recurrent, kept), i
+        assert not torch.equal(states[0].linear(i).recurrent[0], kept[0]), i
+
+
+@torch.inference_mode()
 def test_a_batch_step_checks_its_rows(checkpoint):
     model = load_model(checkpoint("qwen3_5_text"))
     state = model.new_state()

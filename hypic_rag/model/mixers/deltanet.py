@@ -117,7 +117,7 @@ class GatedDeltaNet(nn.Module):
         else:
             q, k, v, g, beta = (y.transpose(1, 2) for y in (q, k, v, g, beta))
             if s0 is not None and t == 1:
-                out, s_end = recurrent_gated_delta_rule(q, k, v, g, beta, s0)
+                out, s_end = recurrent_gated_delta_rule(q, k, v, g, beta, s0, overwrite=layer.scratch)
             else:
                 out, s_end = chunk_gated_delta_rule(q, k, v, g, beta, s0)
             out = out.transpose(1, 2)
