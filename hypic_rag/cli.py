@@ -211,6 +211,28 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument(
         "--shadow-rate", type=float, default=0.0, help="share of requests also run in full when idle, KL exported"
     )
+    fleet = srv.add_argument_group("fleet", "N engine replicas on Ray Serve behind one ingress (needs the ray extra)")
+    fleet.add_argument(
+        "--replicas", type=int, default=None, help="run a fleet of this many replicas (the most, with --autoscale)"
+    )
+    fleet.add_argument(
+        "--autoscale", action="store_true", help="let Ray Serve scale between --min-replicas and --replicas"
+    )
+    fleet.add_argument("--min-replicas", type=int, default=1)
+    fleet.add_argument(
+        "--target-ongoing-requests",
+        type=float,
+        default=None,
+        help="requests in flight per replica Ray Serve scales toward (default: half of --max-active)",
+    )
+    fleet.add_argument(
+        "--routing",
+        choices=["affinity", "round_robin", "random"],
+        default="affinity",
+        help="affinity: to the replica holding most of a request's segments, within a bounded load",
+    )
+    fleet.add_argument("--routing-epsilon", type=float, default=0.25, help="the load bound's slack over the mean")
+    fleet.add_argument("--threads-per-replica", type=int, default=None, help="default: the cores / --replicas")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
     cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
@@ -340,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--max-queue and --max-active must be >= 1, --port in 1..65535")
         if args.max_num_batched_tokens < args.max_active:
             parser.error("--max-num-batched-tokens must be at least --max-active")
+        if args.replicas is not None:
+            return _serve_fleet(parser, args)
         try:
             from hypic_rag.server import serve
         except ImportError as exc:
@@ -401,6 +425,55 @@ def main(argv: list[str] | None = None) -> int:
             tier.close()
         return 0
     return 2
+
+
+def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``serve --replicas N``: the same server options, on a Ray Serve fleet."""
+    if args.replicas < 1 or not 1 <= args.min_replicas <= args.replicas:
+        parser.error("--replicas must be >= 1 and --min-replicas in 1..--replicas")
+    if args.prefill_workers:
+        parser.error("--prefill-workers and --replicas do not mix: each replica prefills its own cold segments")
+    try:
+        from hypic_rag.fleet.deployment import default_autoscaling
+        from hypic_rag.fleet.launch import serve_fleet
+    except ImportError as exc:
+        parser.error(f"the fleet needs its extras: pip install 'hypic-rag[server,ray]' ({exc})")
+    autoscaling = None
+    if args.autoscale:
+        autoscaling = default_autoscaling(args.replicas, args.max_active)
+        autoscaling["min_replicas"] = args.min_replicas
+        if args.target_ongoing_requests is not None:
+            autoscaling["target_ongoing_requests"] = args.target_ongoing_requests
+    try:
+        serve_fleet(
+            args.model,
+            replicas=args.replicas,
+            host=args.host,
+            port=args.port,
+            autoscaling=autoscaling,
+            threads=args.threads_per_replica,
+            policy=args.routing,
+            epsilon=args.routing_epsilon,
+            name=args.served_model_name,
+            default_mode=args.mode,
+            max_queue=args.max_queue,
+            max_active=args.max_active,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            queue_timeout_s=args.queue_timeout,
+            api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
+            allowed_origins=args.allowed_origins,
+            shadow_rate=args.shadow_rate,
+            cache_dir=args.cache_dir,
+            cache_url=args.cache_url,
+            dtype=args.dtype,
+            entry_dtype=args.entry_dtype,
+            device=args.device,
+            pack_head=args.pack_head,
+            fidelity_budget=args.fidelity_budget,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
 
 
 if __name__ == "__main__":

@@ -496,6 +496,7 @@ class Engine:
         the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
         fidelity budget probes the boundaries first (``_guard``); logits None: the guard wants it computed
         exactly, and the misses are still filled after its first token, so the cache learns them."""
+        stats.memory_segments = sum(seg.key is not None and seg.key in self.segment_store for seg in plan.segments)
         found = self._lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.fidelity_budget
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)

@@ -27,6 +27,9 @@ class RequestStats:
     segments: int
     hit_segments: int = 0
     miss_segments: int = 0
+    # of hit_segments' lookups, the segments the memory tier held when the request looked them up (the others
+    # came from a persistent tier or were made): what a fleet's routing is for
+    memory_segments: int = 0
     recomputed_tokens: int = 0
     cached_tokens: int = 0
     cache_bytes: int = 0

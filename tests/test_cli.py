@@ -68,6 +68,28 @@ def test_bad_serve_arguments_are_refused(capsys):
     assert "cache_url must be redis://" in capsys.readouterr().err
 
 
+def test_serve_replicas_checks_its_arguments_then_runs_the_fleet(capsys, monkeypatch):
+    for argv, message in (
+        (["--replicas", "0"], "--replicas must be >= 1"),
+        (["--replicas", "2", "--min-replicas", "3", "--autoscale"], "--min-replicas in 1..--replicas"),
+        (["--replicas", "2", "--prefill-workers", "2"], "--prefill-workers and --replicas do not mix"),
+        (["--replicas", "2", "--routing", "nearest"], "invalid choice: 'nearest'"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["serve", *argv])
+        assert message in capsys.readouterr().err, argv
+    import hypic_rag.fleet.launch as launch
+
+    seen: list[tuple] = []
+    monkeypatch.setattr(launch, "serve_fleet", lambda model, **kwargs: seen.append((model, kwargs)))
+    monkeypatch.setenv("HYPIC_API_KEY", "sk-env")
+    assert main(["serve", "--replicas", "3", "--port", "8199", "--max-active", "8", "--autoscale"]) == 0
+    ((model, kwargs),) = seen
+    assert model is None and kwargs["replicas"] == 3 and kwargs["port"] == 8199 and kwargs["api_key"] == "sk-env"
+    assert kwargs["policy"] == "affinity" and kwargs["max_active"] == 8
+    assert kwargs["autoscaling"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 4}
+
+
 def test_demo_runs_with_the_seed_it_is_given(monkeypatch):
     import hypic_rag.integrations.demo as demo
 

@@ -219,6 +219,10 @@ class ByteLRU(Generic[V]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def items_under(self, prefix: str) -> list[tuple[str, V]]:
+        """The keys under ``prefix`` (without it) and their values, least recently used first."""
+        return [(k[len(prefix) :], v) for k, (v, _) in self._items.items() if k.startswith(prefix)]
+
 
 class Space(Generic[V]):
     """One cache's share of a ``ByteLRU``: the same operations, on its own keys."""
@@ -243,6 +247,9 @@ class Space(Generic[V]):
 
     def __contains__(self, key: str) -> bool:
         return self.prefix + key in self.lru
+
+    def items(self) -> list[tuple[str, V]]:
+        return self.lru.items_under(self.prefix)
 
     @property
     def counts_lookups(self) -> bool:

@@ -275,6 +275,11 @@ class SegmentStore:
     def __contains__(self, key: str) -> bool:
         return key in self._memory
 
+    def memory_keys(self) -> list[str]:
+        """The segment keys the memory tier holds (remainders aside), least recently used first: what a fleet's
+        router learns a replica holds."""
+        return [k for k, entry in self._memory.items() if isinstance(entry, SegmentEntry)]
+
     def hit_ratio_by_kind(self) -> dict[str, float]:
         """Per segment kind, the share of its entry lookups that some tier answered."""
         kinds = {kind for kind, _ in self.lookups}

@@ -10,6 +10,13 @@ from contextlib import contextmanager
 from typing import Any
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at this moment (for a server this process does not bind itself)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 @contextmanager
 def serve_in_thread(app: Any, host: str = "127.0.0.1", timeout_s: float = 30.0) -> Iterator[str]:
     """Serve ``app`` until the block ends; yields its base URL (``http://127.0.0.1:PORT``)."""

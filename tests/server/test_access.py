@@ -9,15 +9,20 @@ import pytest
 from hypic_rag.server import create_app
 from hypic_rag.testing.server import serve_in_thread
 
-from .conftest import MODEL
+from .conftest import MODEL, fleet
 
 KEY = "sk-test-0123456789"
 ORIGIN = "http://localhost:5173"
 
 
-@pytest.fixture(scope="module")
-def guarded(engine) -> str:
-    with serve_in_thread(create_app(engine, model_names=[MODEL], api_key=KEY, allowed_origins=[ORIGIN])) as url:
+@pytest.fixture(scope="module", params=["process", "fleet"])
+def guarded(request) -> str:
+    """The bundled model behind ``--api-key`` and ``--allowed-origins``: one process, or a fleet."""
+    if request.param == "fleet":
+        yield from fleet(request.getfixturevalue("proxy"), "guarded", api_key=KEY, allowed_origins=[ORIGIN])
+        return
+    app = create_app(request.getfixturevalue("engine"), model_names=[MODEL], api_key=KEY, allowed_origins=[ORIGIN])
+    with serve_in_thread(app) as url:
         yield url
 
 

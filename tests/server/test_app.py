@@ -35,13 +35,16 @@ def _ask(docs=DOCS, question="Where does Ana Lee live?"):
     return [{"role": "user", "content": _parts(docs, question)}]
 
 
+@pytest.mark.fleet
 def test_models_health_and_metrics(server, client):
     assert [m.id for m in client.models.list().data][0] == MODEL
     health = httpx.get(server + "/health").json()
     assert health["status"] == "ok" and health["model"] == MODEL
-    text = httpx.get(server + "/metrics").text
     client.chat.completions.create(model=MODEL, messages=_ask(), max_tokens=2)
-    text = httpx.get(server + "/metrics").text
+    deadline = time.monotonic() + 10  # a fleet's replicas report their metrics every second
+    while 'route="/v1/chat/completions",status="200"' not in (text := httpx.get(server + "/metrics").text):
+        assert time.monotonic() < deadline, text
+        time.sleep(0.2)
     for name in (
         'hypic_requests_total{route="/v1/chat/completions",status="200"}',
         'hypic_ttft_seconds_bucket{le="0.25",mode="hypic"}',
@@ -62,6 +65,7 @@ def test_models_health_and_metrics(server, client):
         assert name in text, name
 
 
+@pytest.mark.fleet
 def test_plain_completion_is_the_engines_answer(client, reference):
     out = client.chat.completions.create(model=MODEL, messages=_ask(), max_tokens=16, temperature=0)
     expected = reference.chat(_ask(), max_new_tokens=16, temperature=0.0)
@@ -73,6 +77,7 @@ def test_plain_completion_is_the_engines_answer(client, reference):
     assert out.model_extra["hypic"]["mode"] == "hypic"
 
 
+@pytest.mark.fleet
 def test_streaming_gives_the_same_text_in_openai_chunks(client):
     messages = _ask(question="What does Bo Ek do?")
     whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16)
@@ -88,6 +93,7 @@ def test_streaming_gives_the_same_text_in_openai_chunks(client):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+@pytest.mark.fleet
 def test_tool_calls_come_back_parsed_plain_and_streamed(client):
     messages = [{"role": "user", "content": "Look up Stithgo Dithgaith in the employee records."}]
     out = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=48)
@@ -114,6 +120,7 @@ def test_tool_calls_come_back_parsed_plain_and_streamed(client):
     assert nxt.choices[0].message.content or nxt.choices[0].message.tool_calls
 
 
+@pytest.mark.fleet
 def test_a_required_tool_choice_makes_the_answer_a_call(client):
     messages = [{"role": "user", "content": "Look up Ana Lee in the employee records."}]
     out = client.chat.completions.create(
@@ -124,6 +131,7 @@ def test_a_required_tool_choice_makes_the_answer_a_call(client):
     assert not none.choices[0].message.tool_calls
 
 
+@pytest.mark.fleet
 def test_reordered_documents_are_cached_tokens_on_the_second_request(client):
     docs = [d.replace("works", "has worked") for d in DOCS]  # fresh documents: nothing cached yet
     first = client.chat.completions.create(model=MODEL, messages=_ask(docs), max_tokens=4)
@@ -139,6 +147,7 @@ def test_reordered_documents_are_cached_tokens_on_the_second_request(client):
     assert prefix.usage.prompt_tokens_details.cached_tokens == 0 and prefix.model_extra["hypic"]["mode"] == "full"
 
 
+@pytest.mark.fleet
 def test_a_flat_context_string_is_cut_at_its_paragraphs_and_found_again_reordered(client):
     """No parts, no kinds: one user string with a "Context:" header, as a client writes it. The bundled model's
     format cuts it as ``/v1/completions`` cuts a flat prompt, so a reordered repeat is cached tokens."""
@@ -204,6 +213,7 @@ BAD = [
 ]
 
 
+@pytest.mark.fleet
 @pytest.mark.parametrize(("body", "status", "message"), BAD)
 def test_bad_requests_get_a_4xx_with_the_openai_error_body(server, body, status, message):
     response = httpx.post(server + "/v1/chat/completions", json=body)
@@ -212,6 +222,7 @@ def test_bad_requests_get_a_4xx_with_the_openai_error_body(server, body, status,
     assert message in error["message"] and set(error) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.fleet
 def test_malformed_oversized_and_too_long_requests(server, client, engine):
     response = httpx.post(
         server + "/v1/chat/completions", content=b'{"model": ', headers={"content-type": "application/json"}
@@ -293,6 +304,7 @@ def test_a_client_that_leaves_cancels_its_generation(engine, monkeypatch):
         assert generated < 20 and app.state.worker.active == []
 
 
+@pytest.mark.fleet
 def test_stop_strings_cut_plain_and_streamed_answers(client):
     messages = _ask(question="What does Bo Ek do?")
     whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16).choices[0].message.content
@@ -305,6 +317,7 @@ def test_stop_strings_cut_plain_and_streamed_answers(client):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut.choices[0].message.content
 
 
+@pytest.mark.fleet
 def test_cache_control_marks_a_part_as_a_document_and_the_seam_is_the_bodys(client):
     docs = [d.replace("lives", "has lived") for d in DOCS]
 

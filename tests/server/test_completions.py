@@ -29,6 +29,7 @@ def test_a_flat_prompt_is_cut_at_its_paragraphs():
     assert query.text == "Question: where does Bo Ek live?\nAnswer:"
 
 
+@pytest.mark.fleet
 def test_completions_answer_as_generate_does(client, reference):
     prompt = _prompt(DOCS)
     out = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
@@ -41,6 +42,7 @@ def test_completions_answer_as_generate_does(client, reference):
     assert streamed[-1].choices[0].finish_reason == out.choices[0].finish_reason
 
 
+@pytest.mark.fleet
 def test_a_reordered_repeat_is_cached_tokens(client):
     docs = [d.replace("lives", "has lived") for d in DOCS]  # fresh documents
     first = client.completions.create(model=MODEL, prompt=_prompt(docs), max_tokens=2)
@@ -49,6 +51,7 @@ def test_a_reordered_repeat_is_cached_tokens(client):
     assert 0 < second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
 
 
+@pytest.mark.fleet
 def test_a_list_of_prompts_and_token_ids(client, engine):
     prompts = [_prompt(DOCS), _prompt(DOCS[:2])]
     out = client.completions.create(model=MODEL, prompt=prompts, max_tokens=4)
@@ -63,6 +66,7 @@ def test_a_list_of_prompts_and_token_ids(client, engine):
     assert texts == singles
 
 
+@pytest.mark.fleet
 def test_legacy_logprobs_usage_chunk_and_errors(client, server):
     out = client.completions.create(model=MODEL, prompt=_prompt(DOCS), max_tokens=4, logprobs=2)
     lp = out.choices[0].logprobs
@@ -79,6 +83,7 @@ def test_legacy_logprobs_usage_chunk_and_errors(client, server):
         client.completions.create(model="gpt-3.5-turbo-instruct", prompt="hi", max_tokens=2)
 
 
+@pytest.mark.fleet
 def test_a_model_by_its_id(client):
     assert client.models.retrieve(MODEL).id == MODEL
     with pytest.raises(openai.NotFoundError):

@@ -181,6 +181,7 @@ def test_the_openai_client_gets_the_bare_value_of_a_root_that_is_not_an_object(c
     jsonschema.validate(json.loads(choice.message.content), schema)
 
 
+@pytest.mark.fleet
 def test_an_array_root_never_leaks_the_wrapper(server):
     """Arrays too are held as one argument; the bundled model may repeat items until ``max_tokens`` (no grammar
     ends that), and what it finishes is exactly one valid array."""
@@ -244,6 +245,7 @@ def test_a_named_choice_that_does_not_fit_still_gives_a_valid_call(server):
         jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
 
 
+@pytest.mark.fleet
 def test_no_tool_offered_no_call_streamed_or_not(server):
     """After a turn that called a tool, the bundled model begins another call even with none offered now; the
     first token may not open one, so neither the answer nor its stream holds call syntax."""
@@ -266,6 +268,7 @@ def test_no_tool_offered_no_call_streamed_or_not(server):
         assert finish != "tool_calls" and not calls and not content.lstrip().startswith("{"), content
 
 
+@pytest.mark.fleet
 def test_small_misuses_are_each_a_clear_4xx(server):
     def error_of(response: httpx.Response, status: int) -> dict:
         assert response.status_code == status, response.text

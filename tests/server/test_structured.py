@@ -110,6 +110,7 @@ def test_no_call_to_a_tool_that_was_not_offered_in_fifty_prompts(client):
     assert calls  # it did call, only never what was not there
 
 
+@pytest.mark.fleet
 def test_json_object_and_vllm_aliases(server, client):
     ask = EXAMPLES[0].messages
     out = client.chat.completions.create(
@@ -149,6 +150,7 @@ def test_json_object_and_vllm_aliases(server, client):
         assert caught.value.body["param"] == field, extra
 
 
+@pytest.mark.fleet
 def test_unknown_fields_are_ignored_and_named_known_neutral_ones_accepted(server):
     body = {"model": MODEL, "messages": EXAMPLES[0].messages, "max_tokens": 4}
     response = httpx.post(server + "/v1/chat/completions", json={**body, "frobnicate": 1, "zeta": None, "user": "u"})
@@ -160,6 +162,7 @@ def test_unknown_fields_are_ignored_and_named_known_neutral_ones_accepted(server
     assert response.status_code == 200 and "x-hypic-ignored-fields" not in response.headers
 
 
+@pytest.mark.fleet
 def test_logprobs_plain_and_streamed(client):
     ask = EXAMPLES[1].messages
     out = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=6, logprobs=True, top_logprobs=2)
@@ -174,6 +177,7 @@ def test_logprobs_plain_and_streamed(client):
         client.chat.completions.create(model=MODEL, messages=ask, max_tokens=2, top_logprobs=2)
 
 
+@pytest.mark.fleet
 def test_penalties_and_min_p_are_options(client):
     ask = EXAMPLES[2].messages
     plain = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=12)
@@ -189,6 +193,7 @@ def test_penalties_and_min_p_are_options(client):
             client.chat.completions.create(model=MODEL, messages=ask, max_tokens=2, **bad)
 
 
+@pytest.mark.fleet
 def test_parallel_tool_calls_false_is_one_call(client):
     example = EXAMPLES[3]
     out = client.chat.completions.create(

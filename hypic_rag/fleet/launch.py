@@ -1,0 +1,125 @@
+"""``hypic-rag serve --replicas N``: a local Ray cluster, Ray Serve's HTTP proxy on ``host:port``, the fleet
+application on it, until interrupted. On a Ray cluster of your own, ``serve.run(build_app(...))`` instead."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "hypic"
+
+
+def start_ray(cpus: int) -> bool:
+    """Connect to the Ray cluster this process already has, else start a local one asked to keep to
+    loopback; whether it was started here."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
+    return True
+
+
+def warn_exposed() -> None:
+    """Ray listens beyond loopback whatever it is asked (``ray_prefill.py`` says how): name the ports."""
+    from ..ray_prefill import exposed_listeners
+
+    where = exposed_listeners()
+    if where:
+        ports = ", ".join(f"{name} on {ip}:{port}" for name, ip, port in where)
+        log.warning(
+            "the fleet's Ray cluster listens beyond loopback: %s. Anyone who can reach this machine can reach "
+            "these ports; firewall them or use a trusted network",
+            ports,
+        )
+
+
+@contextmanager
+def serve_proxy(host: str = "127.0.0.1", port: int = 8000, cpus: int | None = None) -> Iterator[str]:
+    """Ray Serve's HTTP proxy on ``host:port`` while the block runs, for applications ``deployed`` on it; yields
+    its base URL. Ray is started here (``cpus`` logical CPUs; default: the cores) and stopped after, unless this
+    process is already connected to a cluster."""
+    import ray
+    from ray import serve
+
+    started = start_ray(cpus or os.cpu_count() or 1)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        yield f"http://{host}:{port}"
+    finally:
+        serve.shutdown()
+        if started:
+            ray.shutdown()
+
+
+@contextmanager
+def deployed(app: Any, name: str = APP_NAME, route_prefix: str = "/") -> Iterator[None]:
+    """``app`` (``deployment.build_app``) running under ``route_prefix`` of the proxy while the block runs."""
+    from ray import serve
+
+    serve.run(app, name=name, route_prefix=route_prefix)
+    try:
+        yield
+    finally:
+        serve.delete(name)
+
+
+def replica_threads(replicas: int, autoscaling: Mapping[str, Any] | None, threads: int | None) -> int:
+    """Each replica's torch threads: given, or the cores shared among the most replicas there may be."""
+    most = int(autoscaling["max_replicas"]) if autoscaling else replicas
+    return threads or max(1, (os.cpu_count() or 1) // most)
+
+
+@contextmanager
+def running_fleet(
+    model: str | None,
+    *,
+    replicas: int,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    autoscaling: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    **options: Any,
+) -> Iterator[str]:
+    """The fleet (``deployment.build_app``) served on ``host:port`` while the block runs; yields its base URL."""
+    from .deployment import build_app
+
+    threads = replica_threads(replicas, autoscaling, threads)
+    app = build_app(model, replicas=replicas, autoscaling=autoscaling, threads=threads, **options)
+    most = int(autoscaling["max_replicas"]) if autoscaling else replicas
+    with serve_proxy(host, port, max(os.cpu_count() or 1, most)) as url, deployed(app):
+        yield url
+
+
+def serve_fleet(
+    model: str | None,
+    *,
+    replicas: int,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    autoscaling: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> None:
+    """Run the fleet until Ctrl-C, then stop what was started here."""
+    most = int(autoscaling["max_replicas"]) if autoscaling else replicas
+    print(f"hypic-rag: starting {most if not autoscaling else f'1..{most}'} replicas ...", flush=True)
+    try:
+        with running_fleet(model, replicas=replicas, host=host, port=port, autoscaling=autoscaling, **options) as url:
+            warn_exposed()
+            print(f"hypic-rag: fleet serving on {url}/v1 (Ctrl-C stops it)", flush=True)
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
