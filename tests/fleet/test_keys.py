@@ -54,10 +54,8 @@ def body(order: list[int], mode: str | None = "hypic", **extra) -> dict:
     return out
 
 
-def planned_keys(engine: Engine, monkeypatch, request: dict) -> list[str]:
-    """The keys of the segments the engine's plan looks up for ``request``, as the server would run it."""
-    from hypic_rag.server.protocol import engine_arguments, parse_request
-
+def recorded_keys(engine: Engine, monkeypatch, run) -> list[str]:
+    """The keys of the segments the engine's plans look up while ``run()`` runs."""
     seen: list[str] = []
     real = engine.plan
 
@@ -67,9 +65,17 @@ def planned_keys(engine: Engine, monkeypatch, request: dict) -> list[str]:
         return plan
 
     monkeypatch.setattr(engine, "plan", recording)
-    engine.chat(**engine_arguments(parse_request(request | {"max_tokens": 1}), "hypic", engine.chat_setup.format))
+    run()
     monkeypatch.undo()
     return sorted(set(seen))
+
+
+def planned_keys(engine: Engine, monkeypatch, request: dict) -> list[str]:
+    """The keys of the segments the engine's plan looks up for ``request``, as the server would run it."""
+    from hypic_rag.server.protocol import engine_arguments, parse_request
+
+    arguments = engine_arguments(parse_request(request | {"max_tokens": 1}), "hypic", engine.chat_setup.format)
+    return recorded_keys(engine, monkeypatch, lambda: engine.chat(**arguments))
 
 
 @pytest.mark.parametrize(
@@ -101,19 +107,13 @@ def test_completion_keys_are_the_plans_keys_in_any_order(engine, keys, monkeypat
 
     request = {"model": "hypic-default", "prompt": [prompt([0, 1, 2]), prompt([1, 2])], "max_tokens": 1}
     ours = keys.of_completion_body(request)
-    seen: list[str] = []
-    real = engine.plan
-
-    def recording(*args, **kwargs):
-        plan = real(*args, **kwargs)
-        seen.extend(s.key for s in plan.segments if s.key is not None)
-        return plan
-
-    monkeypatch.setattr(engine, "plan", recording)
     parsed = parse_completion_request(request)
-    for one in request["prompt"]:
-        engine.generate(**completion_arguments(parsed, one, "hypic"), max_new_tokens=1)
-    assert len(ours) == 3 and ours == sorted(set(seen))
+
+    def run():
+        for one in request["prompt"]:
+            engine.generate(**completion_arguments(parsed, one, "hypic"), max_new_tokens=1)
+
+    assert len(ours) == 3 and ours == recorded_keys(engine, monkeypatch, run)
     assert keys.of_completion_body(request | {"prompt": prompt([2, 1, 0])}) == ours
     assert keys.of_completion_body(request | {"hypic": {"mode": "full"}}) == []
     assert keys.of_completion_body({"prompt": 7}) == [] and keys.of_completion_body({"model": "x"}) == []
