@@ -231,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         default="affinity",
         help="affinity: to the replica holding most of a request's segments, within a bounded load",
     )
-    fleet.add_argument("--routing-epsilon", type=float, default=0.25, help="the load bound's slack over the mean")
+    fleet.add_argument(
+        "--routing-epsilon", type=float, default=0.5, help="the load bound's slack over the mean in-flight count"
+    )
     fleet.add_argument("--threads-per-replica", type=int, default=None, help="default: the cores / --replicas")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])

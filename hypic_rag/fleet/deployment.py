@@ -27,6 +27,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -63,9 +64,23 @@ APP_OPTIONS = (
     "allowed_origins",
     "shadow_rate",
 )
+# Ray Serve's own routers, for comparison (``eval.bench.fleet``): its default, and ``ray.serve.llm``'s prefix router
+# (imported by its module path: the public ``ray.serve.llm`` also imports what only its LLM servers need).
+RAY_ROUTERS = {
+    "power_of_two": "ray.serve._private.request_router.PowerOfTwoChoicesRequestRouter",
+    "prefix": "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router.PrefixCacheAffinityRouter",
+}
 KEYED = ("/v1/chat/completions", "/v1/completions")  # the routes whose requests carry segments
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 HOP_BY_HOP = {"content-length", "transfer-encoding", "connection"}
+
+
+@dataclass(frozen=True)
+class RequestText:
+    """A request's messages or prompt, as Ray's prefix router reads them from a routed call's arguments."""
+
+    messages: Any = None
+    prompt: Any = None
 
 
 def default_autoscaling(max_replicas: int, max_active: int = 16) -> dict[str, Any]:
@@ -103,9 +118,17 @@ class EngineReplica:
         self.reports = 0
 
     async def handle(
-        self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes, keys: Any = ()
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        text: RequestText | None = None,
+        keys: Any = (),
     ) -> AsyncIterator[Head | bytes]:
-        """The app's response to one request: its head (with this replica's id added), then its body."""
+        """The app's response to one request: its head (with this replica's id added), then its body. ``text`` and
+        ``keys`` are for the router, which reads them from the call."""
         async for part in call(self.app, method, path, query, headers, body):
             if isinstance(part, dict):
                 part["headers"].append(("x-hypic-replica", self.replica))
@@ -153,9 +176,10 @@ class Ingress:
         default_mode: str = "hypic",
         max_body_bytes: int = 8 << 20,
         api_key: str | None = None,
+        send_text: bool = False,
     ) -> None:
         self.replicas, self.checkpoint, self.default_mode = replicas, checkpoint, default_mode
-        self.max_body_bytes, self.api_key = max_body_bytes, api_key
+        self.max_body_bytes, self.api_key, self.send_text = max_body_bytes, api_key, send_text
         self.keys: RequestKeys | None = None
         self.keys_ready = asyncio.Lock()
         self.registry = CollectorRegistry()
@@ -186,6 +210,18 @@ class Ingress:
         except (ValueError, UnicodeDecodeError):
             return []
         return self.keys.of_body(parsed) if path == "/v1/chat/completions" else self.keys.of_completion_body(parsed)
+
+    def _text(self, body: bytes) -> RequestText | None:
+        """The request's messages or prompt for a router that reads text (Ray's prefix router), else None."""
+        if not self.send_text:
+            return None
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return RequestText(prompt="")
+        if not isinstance(parsed, dict):
+            return RequestText(prompt="")
+        return RequestText(messages=parsed.get("messages"), prompt=parsed.get("prompt", ""))
 
     def _authorised(self, headers: Mapping[str, str]) -> bool:
         if self.api_key is None:
@@ -247,7 +283,7 @@ class Ingress:
         body = await self._body(request)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         keys = await self._request_keys("/" + path, request.headers, body)
-        args = (request.method, "/" + path, request.url.query, headers, body)
+        args = (request.method, "/" + path, request.url.query, headers, body, self._text(body))
         for attempt in range(2):
             stream = self.replicas.options(stream=True).handle.remote(*args, keys=keys)
             try:
@@ -318,13 +354,16 @@ def build_app(
 ) -> serve.Application:
     """The fleet as a ``serve.run``-able application: ``replicas`` engines of ``model`` (None: the bundled
     model), or as many as ``autoscaling`` (Ray Serve's ``AutoscalingConfig`` fields; ``default_autoscaling``
-    gives ours) asks for. ``policy``: ``affinity`` (``routing.py``), ``round_robin`` or ``random``; ``threads``:
+    gives ours) asks for. ``policy``: ``affinity`` (``routing.py``), ``round_robin`` or ``random``, or one of Ray
+    Serve's routers to compare with (``power_of_two``, its default; ``prefix``, ``ray.serve.llm``'s prefix-cache
+    affinity; ``/metrics`` and ``/fleet`` then lack what only ours reports); ``threads``:
     each replica's torch threads; ``options``: the server's (``create_app``) and the engine's
     (``Engine.from_pretrained``: ``cache_url`` for the shared Redis tier the fleet falls back on, ...)."""
     from ..hub import resolve_checkpoint
 
-    if policy not in POLICIES:
-        raise ValueError(f"unknown routing policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if policy not in POLICIES and policy not in RAY_ROUTERS:
+        known = ", ".join((*POLICIES, *RAY_ROUTERS))
+        raise ValueError(f"unknown routing policy {policy!r}; expected one of {known}")
     if replicas < 1 and autoscaling is None:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if not stats_period_s > 0 or not math.isfinite(stats_period_s):
@@ -340,10 +379,11 @@ def build_app(
         scaling["autoscaling_config"] = AutoscalingConfig(**autoscaling)
     else:
         scaling["num_replicas"] = replicas
+    ours = f"{SegmentAffinityRouter.__module__}.{SegmentAffinityRouter.__qualname__}"
     router = RequestRouterConfig(
         # by import path, so the router is this module's class (and registers where the ingress can read it)
-        request_router_class=f"{SegmentAffinityRouter.__module__}.{SegmentAffinityRouter.__qualname__}",
-        request_router_kwargs={"policy": policy, "epsilon": epsilon},
+        request_router_class=RAY_ROUTERS.get(policy, ours),
+        request_router_kwargs={"policy": policy, "epsilon": epsilon} if policy not in RAY_ROUTERS else {},
         request_routing_stats_period_s=stats_period_s,
         request_routing_stats_timeout_s=max(30.0, 10 * stats_period_s),
     )
@@ -364,6 +404,7 @@ def build_app(
         default_mode,
         app_options.get("max_body_bytes", 8 << 20),
         api_key,
+        policy == "prefix",
     )
 
 
