@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _csv(cast: type, minimum: float, what: str):
@@ -67,7 +68,17 @@ def _write_json(data: dict, path: Path | None) -> None:
         print(f"wrote {path}")
 
 
+# Benchmarks run by name with their own flags (``hypic-rag bench fleet --help``): module under hypic_rag.eval.bench.
+NAMED_BENCHES = {"fleet": "fleet", "fleet-sim": "fleet_sim"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) >= 2 and argv[0] == "bench" and argv[1] in NAMED_BENCHES:
+        import importlib
+
+        module = importlib.import_module(f"hypic_rag.eval.bench.{NAMED_BENCHES[argv[1]]}")
+        return int(module.main(argv[2:]) or 0)
     parser = argparse.ArgumentParser(prog="hypic-rag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the main job on the bundled default model, offline")
@@ -77,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench = sub.add_parser(
         "bench",
-        help="TTFT of each mode and of transformers on one checkpoint, side by side",
+        help="TTFT of each mode and of transformers on one checkpoint, side by side "
+        f"(or a benchmark by name, with its own flags: {', '.join(NAMED_BENCHES)})",
         description="Without --runtime: TTFT of the modes on a warm, reordered prompt (the standard case). "
         "With --runtime: our plain prefill against transformers' forward at --lengths.",
     )
@@ -373,27 +385,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             serve(
                 args.model,
-                name=args.served_model_name,
-                host=args.host,
-                port=args.port,
-                cache_dir=args.cache_dir,
-                cache_url=args.cache_url,
                 mode=args.mode,
-                max_queue=args.max_queue,
-                max_active=args.max_active,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                queue_timeout_s=args.queue_timeout,
                 log_level=args.log_level,
-                dtype=args.dtype,
-                entry_dtype=args.entry_dtype,
-                device=args.device,
-                pack_head=args.pack_head,
-                pack_weights=args.pack_weights,
                 prefill_workers=args.prefill_workers,
-                api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
-                allowed_origins=args.allowed_origins,
-                shadow_rate=args.shadow_rate,
-                fidelity_budget=args.fidelity_budget,
+                **_server_options(args),
             )
         except ValueError as exc:
             parser.error(str(exc))
@@ -429,6 +424,30 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``serve`` and ``serve --replicas`` both take from the command line: the server's and the engine's."""
+    return {
+        "name": args.served_model_name,
+        "host": args.host,
+        "port": args.port,
+        "max_queue": args.max_queue,
+        "max_active": args.max_active,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "queue_timeout_s": args.queue_timeout,
+        "api_key": args.api_key or os.environ.get("HYPIC_API_KEY") or None,
+        "allowed_origins": args.allowed_origins,
+        "shadow_rate": args.shadow_rate,
+        "cache_dir": args.cache_dir,
+        "cache_url": args.cache_url,
+        "dtype": args.dtype,
+        "entry_dtype": args.entry_dtype,
+        "device": args.device,
+        "pack_head": args.pack_head,
+        "pack_weights": args.pack_weights,
+        "fidelity_budget": args.fidelity_budget,
+    }
+
+
 def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``serve --replicas N``: the same server options, on a Ray Serve fleet."""
     if args.replicas < 1 or not 1 <= args.min_replicas <= args.replicas:
@@ -450,28 +469,12 @@ def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         serve_fleet(
             args.model,
             replicas=args.replicas,
-            host=args.host,
-            port=args.port,
             autoscaling=autoscaling,
             threads=args.threads_per_replica,
             policy=args.routing,
             epsilon=args.routing_epsilon,
-            name=args.served_model_name,
             default_mode=args.mode,
-            max_queue=args.max_queue,
-            max_active=args.max_active,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            queue_timeout_s=args.queue_timeout,
-            api_key=args.api_key or os.environ.get("HYPIC_API_KEY") or None,
-            allowed_origins=args.allowed_origins,
-            shadow_rate=args.shadow_rate,
-            cache_dir=args.cache_dir,
-            cache_url=args.cache_url,
-            dtype=args.dtype,
-            entry_dtype=args.entry_dtype,
-            device=args.device,
-            pack_head=args.pack_head,
-            fidelity_budget=args.fidelity_budget,
+            **_server_options(args),
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hypic_rag.cli import main
@@ -86,8 +88,19 @@ def test_serve_replicas_checks_its_arguments_then_runs_the_fleet(capsys, monkeyp
     assert main(["serve", "--replicas", "3", "--port", "8199", "--max-active", "8", "--autoscale"]) == 0
     ((model, kwargs),) = seen
     assert model is None and kwargs["replicas"] == 3 and kwargs["port"] == 8199 and kwargs["api_key"] == "sk-env"
-    assert kwargs["policy"] == "affinity" and kwargs["max_active"] == 8
+    assert kwargs["policy"] == "affinity" and kwargs["max_active"] == 8 and kwargs["pack_weights"] is True
     assert kwargs["autoscaling"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 4}
+
+
+def test_a_benchmark_runs_by_name_with_its_own_flags(capsys, tmp_path):
+    out = tmp_path / "sim.json"
+    argv = ["bench", "fleet-sim", "--replicas", "2", "--documents", "160", "--requests", "400", "--warmup", "100"]
+    assert main([*argv, "--tier-share", "0.1", "--json", str(out)]) == 0
+    assert "clustered      2 replicas: oracle" in capsys.readouterr().out
+    assert set(json.loads(out.read_text())["runs"]) == {"independent/2", "clustered/2", "fixed_order/2"}
+    with pytest.raises(SystemExit):
+        main(["bench", "fleet", "--replicas", "0"])
+    assert "--replicas, --clients and --layers must be >= 1" in capsys.readouterr().err
 
 
 def test_demo_runs_with_the_seed_it_is_given(monkeypatch):

@@ -92,11 +92,11 @@ def p90(values: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
 
-def routing_run(url: str, bodies: list, warmup: int, clients: int) -> dict[str, Any]:
+def routing_run(url: str, bodies: list, warmup: int, clients: int, k: int) -> dict[str, Any]:
     send(url, bodies[:warmup], clients, 1)
     answers, wall = send(url, bodies[warmup:], clients, 1)
-    hits = sum(a["hypic"]["memory_segments"] for _, a in answers)
-    asked = sum(a["hypic"]["segments"] for _, a in answers)
+    hits = sum(a["hypic"]["memory_segments"] for _, a in answers)  # of the request's cached pieces: its documents
+    asked = k * len(answers)  # ``segments`` counts the template's pieces and the query too
     served: dict[str, int] = {}
     for _, a in answers:
         served[a["replica"]] = served.get(a["replica"], 0) + 1
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                     flush()
                     name = f"{kind.replace('_', '-')}-{router.replace('_', '-')}"
                     with fleet(proxy, name, checkpoint, args.replicas, log, policy=router, **common) as url:
-                        row[router] = routing_run(url, bodies, args.warmup, args.clients)
+                        row[router] = routing_run(url, bodies, args.warmup, args.clients, args.k)
                     log(
                         f"  {kind} {router}: memory hit ratio {row[router]['memory_hit_ratio']:.3f} "
                         f"(oracle {row['oracle_bound']:.3f}), mean TTFT {row[router]['mean_ttft_s'] * 1e3:.0f} ms, "
