@@ -76,11 +76,29 @@ HOP_BY_HOP = {"content-length", "transfer-encoding", "connection"}
 
 
 @dataclass(frozen=True)
-class RequestText:
-    """A request's messages or prompt, as Ray's prefix router reads them from a routed call's arguments."""
+class ChatText:
+    """A chat request's messages, as Ray's prefix router reads them from a routed call's arguments."""
 
-    messages: Any = None
-    prompt: Any = None
+    messages: Any
+
+
+@dataclass(frozen=True)
+class PromptText:
+    """A completion request's prompt (or "" for a body that is not one), read the same way. A class of its own:
+    Ray's router takes ``messages`` whenever the argument has that attribute, even None."""
+
+    prompt: Any
+
+
+def request_text(body: bytes) -> ChatText | PromptText:
+    """What Ray's prefix router matches of a request body: a chat's messages, or a completion's prompt."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return PromptText("")
+    if isinstance(parsed, dict) and parsed.get("messages") is not None:
+        return ChatText(parsed["messages"])
+    return PromptText(parsed.get("prompt", "") if isinstance(parsed, dict) else "")
 
 
 def default_autoscaling(max_replicas: int, max_active: int = 16) -> dict[str, Any]:
@@ -124,7 +142,7 @@ class EngineReplica:
         query: str,
         headers: list[tuple[str, str]],
         body: bytes,
-        text: RequestText | None = None,
+        text: ChatText | PromptText | None = None,
         keys: Any = (),
     ) -> AsyncIterator[Head | bytes]:
         """The app's response to one request: its head (with this replica's id added), then its body. ``text`` and
@@ -211,17 +229,11 @@ class Ingress:
             return []
         return self.keys.of_body(parsed) if path == "/v1/chat/completions" else self.keys.of_completion_body(parsed)
 
-    def _text(self, body: bytes) -> RequestText | None:
+    def _text(self, body: bytes) -> ChatText | PromptText | None:
         """The request's messages or prompt for a router that reads text (Ray's prefix router), else None."""
         if not self.send_text:
             return None
-        try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return RequestText(prompt="")
-        if not isinstance(parsed, dict):
-            return RequestText(prompt="")
-        return RequestText(messages=parsed.get("messages"), prompt=parsed.get("prompt", ""))
+        return request_text(body)
 
     def _authorised(self, headers: Mapping[str, str]) -> bool:
         if self.api_key is None:

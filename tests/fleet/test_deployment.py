@@ -42,3 +42,29 @@ def test_bad_fleet_arguments_are_refused_before_anything_starts(args, message):
 
     with pytest.raises(ValueError, match=message):
         app_builder(args)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        (b'{"messages": [{"role": "user", "content": "Where does Bo Ek live?"}]}', "Where does Bo Ek live?"),
+        (b'{"prompt": "Bo Ek lives in Rome.", "max_tokens": 2}', "Bo Ek lives in Rome."),
+        (b'{"prompt": ["Bo Ek ", "lives."]}', "Bo Ek lives."),
+        (b"[1, 2]", ""),
+        (b"\xff", ""),
+    ],
+)
+def test_rays_prefix_router_reads_the_text_the_ingress_hands_it(body, text):
+    """Ray's router takes ``messages`` from any argument that has the attribute, so a completion's text must
+    come without one (it raised "No request with message or prompt attribute" when both were there)."""
+    from types import SimpleNamespace
+
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (
+        PrefixCacheAffinityRouter,
+    )
+
+    from hypic_rag.fleet.deployment import request_text
+
+    router = object.__new__(PrefixCacheAffinityRouter)  # its text extraction reads no routing state
+    pending = SimpleNamespace(args=("POST", "/v1/x", "", [], body, request_text(body)))
+    assert router._extract_text_from_request(pending) == text
