@@ -76,10 +76,9 @@ def deployed(app: Any, name: str = APP_NAME, route_prefix: str = "/") -> Iterato
         serve.delete(name)
 
 
-def replica_threads(replicas: int, autoscaling: Mapping[str, Any] | None, threads: int | None) -> int:
-    """Each replica's torch threads: given, or the cores shared among the most replicas there may be."""
-    most = int(autoscaling["max_replicas"]) if autoscaling else replicas
-    return threads or max(1, (os.cpu_count() or 1) // most)
+def most_replicas(replicas: int, autoscaling: Mapping[str, Any] | None) -> int:
+    """The most replicas the fleet may run: ``replicas``, or autoscaling's ceiling."""
+    return int(autoscaling["max_replicas"]) if autoscaling else replicas
 
 
 @contextmanager
@@ -96,10 +95,10 @@ def running_fleet(
     """The fleet (``deployment.build_app``) served on ``host:port`` while the block runs; yields its base URL."""
     from .deployment import build_app
 
-    threads = replica_threads(replicas, autoscaling, threads)
+    most, cores = most_replicas(replicas, autoscaling), os.cpu_count() or 1
+    threads = threads or max(1, cores // most)  # the cores shared among the most replicas there may be
     app = build_app(model, replicas=replicas, autoscaling=autoscaling, threads=threads, **options)
-    most = int(autoscaling["max_replicas"]) if autoscaling else replicas
-    with serve_proxy(host, port, max(os.cpu_count() or 1, most)) as url, deployed(app):
+    with serve_proxy(host, port, max(cores, most)) as url, deployed(app):
         yield url
 
 
@@ -113,8 +112,9 @@ def serve_fleet(
     **options: Any,
 ) -> None:
     """Run the fleet until Ctrl-C, then stop what was started here."""
-    most = int(autoscaling["max_replicas"]) if autoscaling else replicas
-    print(f"hypic-rag: starting {most if not autoscaling else f'1..{most}'} replicas ...", flush=True)
+    most = most_replicas(replicas, autoscaling)
+    least = int(autoscaling.get("min_replicas", 1)) if autoscaling else most
+    print(f"hypic-rag: starting {most if least == most else f'{least}..{most}'} replicas ...", flush=True)
     try:
         with running_fleet(model, replicas=replicas, host=host, port=port, autoscaling=autoscaling, **options) as url:
             warn_exposed()
