@@ -37,7 +37,7 @@ import httpx
 
 from .fleet_sim import TRAFFIC, make_traffic, oracle_bound
 from .server import MODEL, Corpus, build_checkpoint
-from .slo import Traffic
+from .slo import Traffic, percentile
 
 ROUTERS = ("affinity", "prefix", "power_of_two", "round_robin")
 
@@ -87,11 +87,6 @@ def send(url: str, bodies: Sequence[list[dict]], clients: int, max_tokens: int) 
         return out, time.perf_counter() - start
 
 
-def p90(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-
-
 def routing_run(url: str, bodies: list, warmup: int, clients: int, k: int) -> dict[str, Any]:
     send(url, bodies[:warmup], clients, 1)
     answers, wall = send(url, bodies[warmup:], clients, 1)
@@ -107,7 +102,7 @@ def routing_run(url: str, bodies: list, warmup: int, clients: int, k: int) -> di
         "remote_hits": sum(a["hypic"].get("remote_hits", 0) for _, a in answers),
         "documents": asked,
         "mean_ttft_s": statistics.mean(seconds),
-        "p90_ttft_s": p90(seconds),
+        "p90_ttft_s": percentile(seconds, 90),
         "largest_share": max(served.values()) / len(answers),
         "answered_by": served,
         "wall_s": wall,

@@ -27,6 +27,7 @@ Hit ratios count the requests after the first ``warmup``; the load bound is chec
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -70,11 +71,12 @@ def make_traffic(kind: str, documents: int, topic_size: int, k: int, zipf: float
     if kind == "independent":
         weights = zipf_weights(documents, zipf)
         total = sum(weights)
+        cumulative = list(itertools.accumulate(weights))  # what ``choices`` would sum again on every draw
         requests = []
         for _ in range(n):
             picked: list[int] = []
             while len(picked) < k:
-                d = rng.choices(range(documents), weights)[0]
+                d = rng.choices(range(documents), cum_weights=cumulative)[0]
                 if d not in picked:
                     picked.append(d)
             requests.append(tuple(picked))
@@ -82,9 +84,10 @@ def make_traffic(kind: str, documents: int, topic_size: int, k: int, zipf: float
     topics = documents // topic_size
     weights = zipf_weights(topics, zipf)
     total = sum(weights)
+    cumulative = list(itertools.accumulate(weights))
     requests = []
     for _ in range(n):
-        t = rng.choices(range(topics), weights)[0]
+        t = rng.choices(range(topics), cum_weights=cumulative)[0]
         docs = rng.sample(range(t * topic_size, (t + 1) * topic_size), k)
         requests.append(tuple(sorted(docs)) if kind == "fixed_order" else tuple(docs))
     mass = [weights[d // topic_size] / total * k / topic_size for d in range(topics * topic_size)]

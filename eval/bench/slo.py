@@ -20,6 +20,7 @@ library would add a dependency for a loop of a few lines.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 from collections import OrderedDict
@@ -51,11 +52,12 @@ class Traffic:
         """``n`` requests, each k distinct document ids (Zipf popularity) in random order."""
         rng = random.Random(seed)
         weights = [1.0 / (i + 1) ** self.zipf for i in range(self.corpus)]
+        cumulative = list(itertools.accumulate(weights))  # what ``choices`` would sum again on every draw
         out = []
         for _ in range(n):
             chosen: list[int] = []
             while len(chosen) < self.k:
-                d = rng.choices(range(self.corpus), weights)[0]
+                d = rng.choices(range(self.corpus), cum_weights=cumulative)[0]
                 if d not in chosen:
                     chosen.append(d)
             rng.shuffle(chosen)
