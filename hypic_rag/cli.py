@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"hypic_rag.eval.bench.{NAMED_BENCHES[argv[1]]}")
         return int(module.main(argv[2:]) or 0)
     parser = argparse.ArgumentParser(prog="hypic-rag", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('hypic-rag')}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the main job on the bundled default model, offline")
     demo.add_argument("--seed", type=int, default=0, help="the corpus and the questions (printed, to repeat a run)")

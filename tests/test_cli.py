@@ -103,6 +103,14 @@ def test_a_benchmark_runs_by_name_with_its_own_flags(capsys, tmp_path):
     assert "--replicas, --clients and --layers must be >= 1" in capsys.readouterr().err
 
 
+def test_version_is_the_packages(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"hypic-rag {version('hypic-rag')}\n"
+
+
 def test_demo_runs_with_the_seed_it_is_given(monkeypatch):
     import hypic_rag.integrations.demo as demo
 
