@@ -1,6 +1,7 @@
 """A Ray Serve fleet (``hypic_rag.fleet``) under four routers, on the same streams, beside an oracle's bound.
 
     python -m hypic_rag.eval.bench.fleet --json bench-fleet.json
+    python -m hypic_rag.eval.bench.fleet --traffic clustered --routers affinity,power_of_two   # a part of it
 
 1. **Model and corpus.** A random-weight checkpoint (Qwen3.5-0.8B layer shapes, ``layers`` layers, as
    ``bench.server`` builds it) and ``documents`` documents of ``doc_tokens`` tokens.
@@ -13,8 +14,8 @@
    router falls back on): ``affinity`` (ours, ``fleet/routing.py``), ``prefix`` (Ray's
    ``PrefixCacheAffinityRouter``, its defaults), ``power_of_two`` (Ray Serve's default) and ``round_robin``.
 4. **Per router:** the memory-tier hit ratio (the replicas' ``memory_segments`` over the documents asked for),
-   mean and P90 time to the one-token answer as a client sees it, and the busiest replica's share of requests;
-   beside them the oracle's bound (``fleet_sim.oracle_bound``: the replicas' tiers holding the most requested
+   mean and P90 time to the one-token answer as a client sees it, the busiest replica's share of requests, and
+   (ours) why each request went where it did; beside them the oracle's bound (``fleet_sim.oracle_bound``: the replicas' tiers holding the most requested
    documents between them).
 5. **Throughput.** The clustered stream with ``decode_tokens``-token answers through a fleet of one replica and
    of ``replicas`` (ours): generated tokens per second of wall time.
@@ -109,6 +110,19 @@ def routing_run(url: str, bodies: list, warmup: int, clients: int, k: int) -> di
     }
 
 
+def decisions(url: str) -> dict[str, float]:
+    """Why the ingress's router sent each request where it did (its ``hypic_fleet_routed`` series, summed over
+    replicas; empty under Ray's own routers, which do not say)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=60).text):
+        if family.name == "hypic_fleet_routed":
+            for sample in family.samples:
+                out[sample.labels["reason"]] = out.get(sample.labels["reason"], 0) + sample.value
+    return out
+
+
 def throughput_run(url: str, bodies: list, clients: int, decode_tokens: int) -> dict[str, Any]:
     send(url, bodies[: clients * 2], clients, decode_tokens)  # warm the code paths
     answers, wall = send(url, bodies, clients, decode_tokens)
@@ -125,8 +139,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
 
     shape = Traffic(args.documents, args.k, args.zipf, args.doc_tokens, args.query_tokens)
     n = args.warmup + args.requests
+    kinds = sorted(set(args.traffic) | {"clustered"}, key=TRAFFIC.index)  # the throughput run's stream too
     streams = {
-        kind: make_traffic(kind, args.documents, args.topic_size, args.k, args.zipf, n, args.seed) for kind in TRAFFIC
+        kind: make_traffic(kind, args.documents, args.topic_size, args.k, args.zipf, n, args.seed) for kind in kinds
     }
     report: dict[str, Any] = {"benchmark": "fleet", "args": {k: str(v) for k, v in vars(args).items()}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,22 +159,27 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             flush = redis_py.Redis.from_url(redis.url).flushall
             common = {"memory_bytes": memory, "cache_url": redis.url}
             report["routing"] = {}
-            for kind, traffic in streams.items():
+            for kind in args.traffic:
+                traffic = streams[kind]
                 bodies = [corpus.messages(docs) for docs in traffic.requests]
                 row: dict[str, Any] = {"oracle_bound": oracle_bound(traffic, args.replicas * tier_documents)}
-                for router in ROUTERS:
+                for router in args.routers:
                     flush()
                     name = f"{kind.replace('_', '-')}-{router.replace('_', '-')}"
                     with fleet(proxy, name, checkpoint, args.replicas, log, policy=router, **common) as url:
                         row[router] = routing_run(url, bodies, args.warmup, args.clients, args.k)
+                        row[router]["decisions"] = decisions(url)
                     log(
                         f"  {kind} {router}: memory hit ratio {row[router]['memory_hit_ratio']:.3f} "
                         f"(oracle {row['oracle_bound']:.3f}), mean TTFT {row[router]['mean_ttft_s'] * 1e3:.0f} ms, "
                         f"busiest replica {row[router]['largest_share']:.0%}"
                     )
+                if "affinity" not in row:
+                    report["routing"][kind] = row
+                    continue
                 ours = row["affinity"]
                 row["affinity_over_oracle"] = ours["memory_hit_ratio"] / row["oracle_bound"]
-                for other in ROUTERS[1:]:
+                for other in [r for r in args.routers if r != "affinity"]:
                     row[f"affinity_over_{other}"] = {
                         "memory_hit_ratio": ours["memory_hit_ratio"] / max(1e-9, row[other]["memory_hit_ratio"]),
                         "mean_ttft": row[other]["mean_ttft_s"] / ours["mean_ttft_s"],
@@ -181,6 +201,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     return report
 
 
+def _choices(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"expected some of {', '.join(allowed)}, got {text!r}")
+        return names
+
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=2)
@@ -198,6 +229,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-tokens", type=int, default=16)
     p.add_argument("--throughput-requests", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--routers", type=_choices(ROUTERS), default=ROUTERS, help="comma-separated, of " + ",".join(ROUTERS)
+    )
+    p.add_argument(
+        "--traffic", type=_choices(TRAFFIC), default=TRAFFIC, help="comma-separated, of " + ",".join(TRAFFIC)
+    )
     p.add_argument("--json", type=Path, default=None)
     return p
 
