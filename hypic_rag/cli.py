@@ -246,7 +246,16 @@ def main(argv: list[str] | None = None) -> int:
         help="affinity: to the replica holding most of a request's segments, within a bounded load",
     )
     fleet.add_argument(
-        "--routing-epsilon", type=float, default=0.5, help="the load bound's slack over the mean in-flight count"
+        "--routing-epsilon",
+        type=float,
+        default=0.5,
+        help="the load bound's slack: over a replica's fair share of recent requests, and then over the mean in flight",
+    )
+    fleet.add_argument(
+        "--routing-burst",
+        type=float,
+        default=1.0,
+        help="the slack over the mean in flight of a replica within its share (--routing-epsilon: every replica's)",
     )
     fleet.add_argument("--threads-per-replica", type=int, default=None, help="default: the cores / --replicas")
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
@@ -461,6 +470,12 @@ def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         from hypic_rag.fleet.launch import serve_fleet
     except ImportError as exc:
         parser.error(f"the fleet needs its extras: pip install 'hypic-rag[server,ray]' ({exc})")
+    from hypic_rag.fleet.routing import make_policy
+
+    try:  # the router's slacks, refused before anything starts
+        make_policy(args.routing, args.routing_epsilon, burst=args.routing_burst)
+    except ValueError as exc:
+        parser.error(str(exc))
     autoscaling = None
     if args.autoscale:
         autoscaling = default_autoscaling(args.replicas, args.max_active)
@@ -475,6 +490,7 @@ def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
             threads=args.threads_per_replica,
             policy=args.routing,
             epsilon=args.routing_epsilon,
+            burst=args.routing_burst,
             default_mode=args.mode,
             **_server_options(args),
         )

@@ -76,6 +76,8 @@ def test_serve_replicas_checks_its_arguments_then_runs_the_fleet(capsys, monkeyp
         (["--replicas", "2", "--min-replicas", "3", "--autoscale"], "--min-replicas in 1..--replicas"),
         (["--replicas", "2", "--prefill-workers", "2"], "--prefill-workers and --replicas do not mix"),
         (["--replicas", "2", "--routing", "nearest"], "invalid choice: 'nearest'"),
+        (["--replicas", "2", "--routing-epsilon", "0"], "epsilon must be a number > 0"),
+        (["--replicas", "2", "--routing-burst", "nan"], "burst must be a number > 0"),
     ):
         with pytest.raises(SystemExit):
             main(["serve", *argv])
@@ -89,15 +91,19 @@ def test_serve_replicas_checks_its_arguments_then_runs_the_fleet(capsys, monkeyp
     ((model, kwargs),) = seen
     assert model is None and kwargs["replicas"] == 3 and kwargs["port"] == 8199 and kwargs["api_key"] == "sk-env"
     assert kwargs["policy"] == "affinity" and kwargs["max_active"] == 8 and kwargs["pack_weights"] is True
+    assert (kwargs["epsilon"], kwargs["burst"]) == (0.5, 1.0)
     assert kwargs["autoscaling"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 4}
 
 
 def test_a_benchmark_runs_by_name_with_its_own_flags(capsys, tmp_path):
     out = tmp_path / "sim.json"
     argv = ["bench", "fleet-sim", "--replicas", "2", "--documents", "160", "--requests", "400", "--warmup", "100"]
+    argv += ["--closed-replicas", "2"]
     assert main([*argv, "--tier-share", "0.1", "--json", str(out)]) == 0
     assert "clustered      2 replicas: oracle" in capsys.readouterr().out
-    assert set(json.loads(out.read_text())["runs"]) == {"independent/2", "clustered/2", "fixed_order/2"}
+    report = json.loads(out.read_text())
+    assert set(report["runs"]) == {"independent/2", "clustered/2", "fixed_order/2"}
+    assert set(report["closed"]) == {"independent/2", "clustered/2", "one_topic/2"}
     with pytest.raises(SystemExit):
         main(["bench", "fleet", "--replicas", "0"])
     assert "--replicas, --clients and --layers must be >= 1" in capsys.readouterr().err

@@ -12,11 +12,12 @@
 3. **Routers.** Each run is a fresh fleet of ``replicas`` replicas (one torch thread each), each memory tier
    ``memory_share`` of the corpus's entry bytes, all on one Redis flushed between runs (the shared tier every
    router falls back on): ``affinity`` (ours, ``fleet/routing.py``), ``prefix`` (Ray's
-   ``PrefixCacheAffinityRouter``, its defaults), ``power_of_two`` (Ray Serve's default) and ``round_robin``.
+   ``PrefixCacheAffinityRouter``, its defaults), ``power_of_two`` (Ray Serve's default) and ``round_robin``;
+   when named, ``affinity_tight`` (ours, every replica held to the tight bound: ``burst = epsilon``).
 4. **Per router:** the memory-tier hit ratio (the replicas' ``memory_segments`` over the documents asked for),
    mean and P90 time to the one-token answer as a client sees it, the busiest replica's share of requests, and
-   (ours) why each request went where it did; beside them the oracle's bound (``fleet_sim.oracle_bound``: the replicas' tiers holding the most requested
-   documents between them).
+   (ours) why each request went where it did; beside them the oracle's bound (``fleet_sim.oracle_bound``: the
+   replicas' tiers holding the most requested documents between them).
 5. **Throughput.** The clustered stream with ``decode_tokens``-token answers through a fleet of one replica and
    of ``replicas`` (ours): generated tokens per second of wall time.
 """
@@ -36,11 +37,15 @@ from typing import Any
 
 import httpx
 
+from hypic_rag.fleet.routing import EPSILON
+
 from .fleet_sim import TRAFFIC, make_traffic, oracle_bound
 from .server import MODEL, Corpus, build_checkpoint
 from .slo import Traffic, percentile
 
 ROUTERS = ("affinity", "prefix", "power_of_two", "round_robin")
+# Not run unless named: ours with every replica held to the tight bound (``routing.AffinityPolicy``'s burst).
+VARIANTS = {"affinity_tight": {"policy": "affinity", "burst": EPSILON}}
 
 
 def entry_bytes(checkpoint: Path, corpus: Corpus) -> int:
@@ -166,7 +171,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                 for router in args.routers:
                     flush()
                     name = f"{kind.replace('_', '-')}-{router.replace('_', '-')}"
-                    with fleet(proxy, name, checkpoint, args.replicas, log, policy=router, **common) as url:
+                    how = VARIANTS.get(router, {"policy": router})
+                    with fleet(proxy, name, checkpoint, args.replicas, log, **how, **common) as url:
                         row[router] = routing_run(url, bodies, args.warmup, args.clients, args.k)
                         row[router]["decisions"] = decisions(url)
                     log(
@@ -230,7 +236,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--throughput-requests", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--routers", type=_choices(ROUTERS), default=ROUTERS, help="comma-separated, of " + ",".join(ROUTERS)
+        "--routers",
+        type=_choices((*ROUTERS, *VARIANTS)),
+        default=ROUTERS,
+        help="comma-separated, of " + ",".join((*ROUTERS, *VARIANTS)),
     )
     p.add_argument(
         "--traffic", type=_choices(TRAFFIC), default=TRAFFIC, help="comma-separated, of " + ",".join(TRAFFIC)

@@ -18,7 +18,12 @@ driven by a simulator of many replicas, beside the policies users have, and agai
    sequence, power-of-two when none was or when loads differ by more than ``imbalance``); ``round_robin``.
 4. **The oracle's bound.** Tiers that between them hold the ``replicas * tier`` most requested documents, each
    request sent where its documents are: the share of requested documents in that set. No policy can pass it.
-5. **Cost.** The affinity policy's time a decision and the memory its beliefs take (``tracemalloc``), at each
+5. **Closed loop.** Over fewer replicas (``closed_replicas``; 200 documents, the tiers holding half of them
+   between them, as the live benchmark's two do), clients twice the replicas that each send their next request
+   when the last is answered, replicas sharing their time among their requests, a miss costing more than a hit
+   (``simulate_closed``): hit ratio, the busiest replica's share and mean latency, also on *one topic* traffic
+   (every request from one topic, a hot spot).
+6. **Cost.** The affinity policy's time a decision and the memory its beliefs take (``tracemalloc``), at each
    replica count.
 
 Hit ratios count the requests after the first ``warmup``; the load bound is checked at every decision.
@@ -42,7 +47,9 @@ from hypic_rag.cache.lru import ByteLRU
 from hypic_rag.fleet.routing import EPSILON, AffinityPolicy, load_bound
 
 POLICIES = ("affinity", "power_of_two", "longest_prefix", "round_robin")
+CLOSED_DOCUMENTS, CLOSED_REQUESTS = 200, 2000  # the closed loop's pool and stream (the first half warms up)
 TRAFFIC = ("independent", "clustered", "fixed_order")
+ONE_TOPIC = "one_topic"  # every request from the first topic: a hot spot no replica can serve alone
 
 
 class _Document:
@@ -82,6 +89,9 @@ def make_traffic(kind: str, documents: int, topic_size: int, k: int, zipf: float
             requests.append(tuple(picked))
         return Traffic(requests, [k * w / total for w in weights])  # approximately: draws without repeats
     topics = documents // topic_size
+    if kind == ONE_TOPIC:
+        requests = [tuple(rng.sample(range(topic_size), k)) for _ in range(n)]
+        return Traffic(requests, [k / topic_size] * topic_size + [0.0] * (documents - topic_size))
     weights = zipf_weights(topics, zipf)
     total = sum(weights)
     cumulative = list(itertools.accumulate(weights))
@@ -132,6 +142,12 @@ class Router:
             self.decisions += 1
             self.seconds += time.perf_counter() - start
 
+    def bounds(self, load: dict[str, int]) -> dict[str, int]:
+        """The in-flight bound each replica is held to: the affinity policy's own, else the plain one."""
+        if self.affinity is not None:
+            return self.affinity.bounds(load, self.replicas)
+        return dict.fromkeys(self.replicas, load_bound(load, self.replicas, self.epsilon))
+
     def _match(self, replica: str, docs: tuple[int, ...]) -> int:
         held = self.prefixes[replica]
         n = 0
@@ -175,9 +191,9 @@ def simulate(
         if i % report_every == 0:
             for r in names:
                 router.report(r, [int(key) for key, _ in tiers[r].items_under("")])
-        bound = load_bound(load, names, epsilon)
+        bounds = router.bounds(load)
         chosen = router.choose(docs, load, f"q{i}")
-        over += load[chosen] >= bound
+        over += load[chosen] >= bounds[chosen]
         router.routed(chosen, docs)
         cache = tiers[chosen]
         found = [cache.get(str(d)) is not None for d in docs]
@@ -198,6 +214,83 @@ def simulate(
         "largest_share": max(share.values()) / counted,
         "over_bound_decisions": over,
         "us_per_decision": router.seconds / max(1, router.decisions) * 1e6,
+    }
+
+
+def simulate_closed(
+    policy: str,
+    traffic: Traffic,
+    replicas: int,
+    tier: int,
+    clients: int,
+    warmup: int,
+    epsilon: float = EPSILON,
+    imbalance: int = 10,
+    seed: int = 0,
+    miss_cost: float = 2.0,
+    report_every: float = 8.0,
+) -> dict[str, Any]:
+    """``clients`` that each send their next request when the last is answered, as the live benchmark's do. A
+    replica shares its time among its requests (processor sharing: one thread, requests batched); a request's
+    work is 1 plus ``miss_cost`` a document its tier missed (the live engine's prefill, in units of a hit's
+    answer). Replicas report every ``report_every`` units of time. Latency is in those units."""
+    names = [f"r{i}" for i in range(replicas)]
+    router = Router(policy, names, epsilon, imbalance, seed)
+    tiers = {r: ByteLRU(tier, "value") for r in names}
+    running: dict[str, list[list[float]]] = {r: [] for r in names}  # replica -> [work left, request, sent at]
+    now, sent, done, hits, asked, over = 0.0, 0, 0, 0, 0, 0
+    share: dict[str, int] = dict.fromkeys(names, 0)
+    latency: list[float] = []
+    next_report = report_every
+
+    def dispatch() -> None:
+        nonlocal sent, hits, asked, over
+        i, docs = sent, traffic.requests[sent]
+        sent += 1
+        load = {r: len(running[r]) for r in names}
+        bounds = router.bounds(load)
+        chosen = router.choose(docs, load, f"q{i}")
+        over += load[chosen] >= bounds[chosen]
+        router.routed(chosen, docs)
+        found = [tiers[chosen].get(str(d)) is not None for d in docs]
+        for d, hit in zip(docs, found, strict=True):
+            if not hit:
+                tiers[chosen].put(str(d), DOCUMENT)
+        if i >= warmup:
+            hits, asked = hits + sum(found), asked + len(docs)
+            share[chosen] += 1
+        running[chosen].append([1.0 + miss_cost * (len(docs) - sum(found)), float(i), now])
+
+    def advance(dt: float) -> None:
+        for jobs in running.values():
+            for job in jobs:
+                job[0] -= dt / len(jobs)
+
+    for _ in range(min(clients, len(traffic.requests))):
+        dispatch()
+    while done < len(traffic.requests):
+        r, job = min(((r, j) for r in names for j in running[r]), key=lambda rj: rj[1][0] * len(running[rj[0]]))
+        dt = job[0] * len(running[r])
+        if now + dt > next_report:
+            advance(next_report - now)
+            now, next_report = next_report, next_report + report_every
+            for name in names:
+                router.report(name, [int(key) for key, _ in tiers[name].items_under("")])
+            continue
+        advance(dt)
+        now += dt
+        running[r].remove(job)
+        done += 1
+        if job[1] >= warmup:
+            latency.append(now - job[2])
+        if sent < len(traffic.requests):
+            dispatch()
+    counted = max(1, len(traffic.requests) - warmup)
+    return {
+        "hit_ratio": hits / max(1, asked),
+        "largest_share": max(share.values()) / counted,
+        "mean_latency": statistics.mean(latency),
+        "over_bound_decisions": over,
     }
 
 
@@ -230,6 +323,7 @@ def run(
     imbalance: int = 10,
     seed: int = 0,
     cache_policy: str = "value",
+    closed_replicas: Sequence[int] = (2, 4),
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     tier = max(1, int(tier_share * documents))
@@ -266,6 +360,25 @@ def run(
                 f"{kind:12s} {n:3d} replicas: oracle {row['oracle_bound']:.3f}, "
                 + ", ".join(f"{p} {row[p]['hit_ratio']:.3f}" for p in POLICIES)
             )
+    out["closed"] = {}
+    for kind in ("independent", "clustered", ONE_TOPIC):
+        traffic = make_traffic(kind, CLOSED_DOCUMENTS, topic_size, k, zipf, CLOSED_REQUESTS, seed)
+        for n in closed_replicas:
+            held = CLOSED_DOCUMENTS // (2 * n)  # the tiers hold half the pool between them
+            row = {"oracle_bound": oracle_bound(traffic, n * held), "clients": 2 * n}
+            for policy in POLICIES:
+                row[policy] = simulate_closed(
+                    policy, traffic, n, held, 2 * n, CLOSED_REQUESTS // 2, epsilon, imbalance, seed
+                )
+            out["closed"][f"{kind}/{n}"] = row
+            progress(
+                f"closed {kind:12s} {n:2d} replicas: oracle {row['oracle_bound']:.3f}, "
+                + ", ".join(
+                    f"{p} {row[p]['hit_ratio']:.3f} (busiest {row[p]['largest_share']:.0%}, "
+                    f"latency {row[p]['mean_latency']:.1f})"
+                    for p in POLICIES
+                )
+            )
     out["cost"] = {
         str(n): {
             "belief_bytes": belief_bytes(n, documents, tier, epsilon),
@@ -285,14 +398,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=40_000)
     parser.add_argument("--warmup", type=int, default=10_000)
     parser.add_argument("--tier-share", type=float, default=0.02)
+    parser.add_argument("--closed-replicas", default="2,4", help="comma-separated replica counts of the closed loop")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.replicas.split(",")]
-    if any(n < 1 for n in counts) or args.documents < 8 or not 0 < args.tier_share <= 1:
+    closed = [int(x) for x in args.closed_replicas.split(",") if x.strip()]
+    if any(n < 1 for n in counts + closed) or args.documents < 8 or not 0 < args.tier_share <= 1:
         parser.error("replicas >= 1, documents >= 8 and tier-share in (0, 1]")
     if not 0 <= args.warmup < args.requests:
         parser.error("--warmup must be below --requests")
-    out = run(counts, args.documents, tier_share=args.tier_share, requests=args.requests, warmup=args.warmup)
+    out = run(
+        counts,
+        args.documents,
+        tier_share=args.tier_share,
+        requests=args.requests,
+        warmup=args.warmup,
+        closed_replicas=closed,
+    )
     for n, cost in out["cost"].items():
         print(f"{n} replicas: {cost['us_per_decision']:.0f} us a decision, beliefs {cost['belief_bytes'] / 1e6:.1f} MB")
     if args.json:

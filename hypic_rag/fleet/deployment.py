@@ -44,7 +44,7 @@ from .asgi import Head, call
 from .keys import KeySpec, RequestKeys
 from .metrics import render, texts_of
 from .router import SegmentAffinityRouter, routers
-from .routing import EPSILON, POLICIES
+from .routing import BURST, EPSILON, POLICIES, make_policy
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +354,7 @@ def build_app(
     autoscaling: Mapping[str, Any] | None = None,
     policy: str = "affinity",
     epsilon: float = EPSILON,
+    burst: float = BURST,
     threads: int | None = None,
     replica_cpus: float = 1.0,
     stats_period_s: float = STATS_PERIOD_S,
@@ -376,6 +377,8 @@ def build_app(
     if policy not in POLICIES and policy not in RAY_ROUTERS:
         known = ", ".join((*POLICIES, *RAY_ROUTERS))
         raise ValueError(f"unknown routing policy {policy!r}; expected one of {known}")
+    if policy in POLICIES:
+        make_policy(policy, epsilon, burst=burst)  # its slacks refused here, not in the router at the first request
     if replicas < 1 and autoscaling is None:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if not stats_period_s > 0 or not math.isfinite(stats_period_s):
@@ -395,7 +398,9 @@ def build_app(
     router = RequestRouterConfig(
         # by import path, so the router is this module's class (and registers where the ingress can read it)
         request_router_class=RAY_ROUTERS.get(policy, ours),
-        request_router_kwargs={"policy": policy, "epsilon": epsilon} if policy not in RAY_ROUTERS else {},
+        request_router_kwargs={"policy": policy, "epsilon": epsilon, "burst": burst}
+        if policy not in RAY_ROUTERS
+        else {},
         request_routing_stats_period_s=stats_period_s,
         request_routing_stats_timeout_s=max(30.0, 10 * stats_period_s),
     )

@@ -16,6 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 SUMMED = ("counter", "gauge", "histogram", "summary")  # the types whose samples add up across replicas
 UNSUMMED = ("process_start_time_seconds",)  # a gauge whose sum means nothing
+# A ratio is not summed: the fleet's is recomputed from the counters it is a ratio of, summed (name ->
+# (the counter's sample, the label it shares with the ratio, the outcome label's value that counts as a hit)).
+RATIOS = {"hypic_cache_hit_ratio": ("hypic_segment_lookups_total", "kind", "hit")}
 
 
 class _Replicas:
@@ -33,13 +36,35 @@ class _Replicas:
                 total = sums.setdefault(family.name, {})
                 for sample in family.samples:
                     merged.add_sample(sample.name, {**sample.labels, "replica": replica}, sample.value)
-                    if family.type in SUMMED and family.name not in UNSUMMED and not sample.name.endswith("_created"):
+                    summed = family.type in SUMMED and family.name not in UNSUMMED
+                    if summed and not sample.name.endswith("_created"):
                         at = (sample.name, tuple(sorted(sample.labels.items())))
                         total[at] = total.get(at, 0.0) + sample.value
         for name, merged in families.items():
+            if name in RATIOS:
+                for label, value in _ratios(sums, *RATIOS[name]).items():
+                    merged.add_sample(name, {RATIOS[name][1]: label}, value)
+                yield merged
+                continue
             for (sample, labels), value in sums[name].items():
                 merged.add_sample(sample, dict(labels), value)
             yield merged
+
+
+def _ratios(sums: Mapping[str, Mapping[tuple, float]], sample: str, label: str, hit: str) -> dict[str, float]:
+    """Per value of ``label``, the summed hits over the summed lookups of the counter ``sample``."""
+    hits: dict[str, float] = {}
+    total: dict[str, float] = {}
+    for family in sums.values():
+        for (name, labels), value in family.items():
+            if name != sample:
+                continue
+            named = dict(labels)
+            if label in named:
+                total[named[label]] = total.get(named[label], 0.0) + value
+                if named.get("outcome") == hit:
+                    hits[named[label]] = hits.get(named[label], 0.0) + value
+    return {k: hits.get(k, 0.0) / n for k, n in total.items() if n}
 
 
 def render(texts: Mapping[str, str], own: CollectorRegistry | None = None) -> bytes:

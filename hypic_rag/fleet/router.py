@@ -16,7 +16,7 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from .routing import EPSILON, Policy, make_policy
+from .routing import BURST, EPSILON, Policy, make_policy
 
 _ROUTERS: dict[str, SegmentAffinityRouter] = {}
 _LOCK = threading.Lock()
@@ -29,10 +29,13 @@ def routers() -> list[SegmentAffinityRouter]:
 
 
 class SegmentAffinityRouter(RequestRouter):
-    """Routes by ``routing.make_policy(policy)``; ``request_router_kwargs``: ``policy``, ``epsilon``, ``seed``."""
+    """Routes by ``routing.make_policy(policy)``; ``request_router_kwargs``: ``policy``, ``epsilon``, ``burst``,
+    ``seed``."""
 
-    def initialize_state(self, policy: str = "affinity", epsilon: float = EPSILON, seed: int = 0, **_: Any) -> None:
-        self.policy: Policy = make_policy(policy, epsilon, seed)
+    def initialize_state(
+        self, policy: str = "affinity", epsilon: float = EPSILON, seed: int = 0, burst: float = BURST, **_: Any
+    ) -> None:
+        self.policy: Policy = make_policy(policy, epsilon, seed, burst)
         self.inflight: Counter[str] = Counter()
         self.placed: dict[str, str] = {}  # internal request id -> replica, for the completion callback
         self.seen: dict[str, int] = {}  # replica -> the sequence number of the report last read

@@ -61,6 +61,14 @@ class _CacheBytes(Collector):
         )
         for kind, value in segments["hit_ratio_by_kind"].items():
             ratio.add_metric([kind], value)
+        lookups = CounterMetricFamily(
+            "hypic_segment_lookups",
+            "Segment entry lookups, by kind and outcome (hit: some tier had it)",
+            labels=["kind", "outcome"],
+        )
+        for (kind, outcome), n in sorted(self.engine.segment_store.lookups.items()):
+            lookups.add_metric([kind, outcome], n)
+        yield lookups
         yield refused
         yield disk_refused
         yield evicted

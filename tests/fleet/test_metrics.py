@@ -51,3 +51,29 @@ def test_replica_samples_are_labelled_and_summed():
 def test_only_reports_with_metrics_count():
     assert texts_of({"a": {"metrics": "x 1\n"}, "b": {"keys": []}, "c": {"metrics": None}}) == {"a": "x 1\n"}
     assert render({}) == b""
+
+
+def cache_text(hits: int, misses: int) -> str:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class Cache:
+        def collect(self):
+            ratio = GaugeMetricFamily("hypic_cache_hit_ratio", "Hit ratio.", labels=["kind"])
+            ratio.add_metric(["document"], hits / (hits + misses))
+            lookups = CounterMetricFamily("hypic_segment_lookups", "Lookups.", labels=["kind", "outcome"])
+            lookups.add_metric(["document", "hit"], hits)
+            lookups.add_metric(["document", "miss"], misses)
+            yield ratio
+            yield lookups
+
+    registry = CollectorRegistry()
+    registry.register(Cache())
+    return generate_latest(registry).decode()
+
+
+def test_the_fleets_hit_ratio_is_its_summed_hits_over_its_summed_lookups():
+    got = samples(render({"a": cache_text(9, 1), "b": cache_text(1, 9)}))
+    assert got[("hypic_cache_hit_ratio", (("kind", "document"), ("replica", "a")))] == 0.9
+    assert got[("hypic_cache_hit_ratio", (("kind", "document"), ("replica", "b")))] == 0.1
+    assert got[("hypic_segment_lookups_total", (("kind", "document"), ("outcome", "hit")))] == 10
+    assert got[("hypic_cache_hit_ratio", (("kind", "document"),))] == 0.5  # 10 of 20, not 0.9 + 0.1

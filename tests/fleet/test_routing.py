@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hypic_rag.fleet.routing import (
+    BURST,
     AffinityPolicy,
     RandomPolicy,
     RoundRobinPolicy,
     home,
-    load_bound,
     make_policy,
 )
 
@@ -25,16 +25,47 @@ epsilon_st = st.sampled_from([0.05, 0.25, 1.0])
 
 
 @given(replicas_st, keys_st, load_st, epsilon_st, st.lists(st.tuples(st.sampled_from(REPLICAS), keys_st)))
-def test_the_chosen_replica_is_always_under_the_bound(replicas, keys, load, epsilon, history):
+def test_the_chosen_replica_is_always_under_its_bound(replicas, keys, load, epsilon, history):
     policy = AffinityPolicy(epsilon)
-    for replica, routed in history:  # whatever it believes, the bound holds
+    for replica, routed in history:  # whatever it believes and whatever the shares, the bounds hold
         policy.routed(replica, routed)
-    bound = load_bound(load, replicas, epsilon)
+    bounds = policy.bounds(load, replicas)
     choice = policy.choose(replicas, keys, load, "request-1")
+    first = choice.ranked[0]
     assert sorted(choice.ranked) == sorted(replicas)
-    assert load.get(choice.ranked[0], 0) < bound
+    assert load.get(first, 0) < bounds[first]
     mean = (sum(load.get(r, 0) for r in replicas) + 1) / len(replicas)
-    assert load.get(choice.ranked[0], 0) + 1 <= math.ceil((1 + epsilon) * mean)  # after taking it
+    assert load.get(first, 0) + 1 <= math.ceil((1 + max(BURST, epsilon)) * mean)  # after taking it, never more
+    fair = (1 + epsilon) / len(replicas)
+    if policy.shares(replicas)[first] > fair:  # a replica above its share of recent requests: the tight bound
+        assert load.get(first, 0) + 1 <= math.ceil((1 + epsilon) * mean)
+
+
+def test_a_replica_within_its_share_bursts_and_one_above_it_does_not():
+    policy = AffinityPolicy(epsilon=0.5)
+    for i in range(40):  # alternate: each holds half of the recent requests
+        policy.routed(["r0", "r1"][i % 2], [f"t{i % 2}"])
+    # 4 in flight with this one, tight bound ceil(1.5 * 4 / 2) = 3, burst bound ceil(2 * 4 / 2) = 4
+    assert policy.bounds({"r0": 3}, ["r0", "r1"]) == {"r0": 4, "r1": 4}
+    assert policy.choose(["r0", "r1"], ["t0"], {"r0": 3}, "t").ranked[0] == "r0"  # its keys, a burst
+    for _ in range(40):  # now r0 took most of what was routed lately: a hot spot
+        policy.routed("r0", ["t0"])
+    assert policy.shares(["r0", "r1"])["r0"] > 0.75
+    assert policy.bounds({"r0": 3}, ["r0", "r1"]) == {"r0": 3, "r1": 4}
+    assert policy.choose(["r0", "r1"], ["t0"], {"r0": 3}, "t").ranked[0] == "r1"
+
+
+def test_a_share_fades_as_other_replicas_take_the_requests():
+    policy = AffinityPolicy()
+    for _ in range(20):
+        policy.routed("r0", ["a"])
+    policy.routed("r1", ["b"])
+    before = policy.shares(["r0", "r1"])["r0"]
+    for _ in range(200):
+        policy.routed("r1", ["b"])
+    assert policy.shares(["r0", "r1"])["r0"] < before / 4
+    policy.forget("r1")
+    assert policy.shares(["r0", "r1"]) == {"r0": 1.0, "r1": 0.0}
 
 
 @given(replicas_st, keys_st, load_st, st.randoms(use_true_random=False))
@@ -110,7 +141,7 @@ def test_baselines_and_bad_arguments():
     assert isinstance(make_policy("round_robin"), RoundRobinPolicy)
     with pytest.raises(ValueError, match="unknown routing policy 'nearest'"):
         make_policy("nearest")
-    with pytest.raises(ValueError, match="epsilon must be > 0"):
+    with pytest.raises(ValueError, match="epsilon must be a number > 0"):
         AffinityPolicy(epsilon=0)
     for policy in (AffinityPolicy(), rr, a):
         with pytest.raises(ValueError, match="no replicas"):

@@ -59,6 +59,7 @@ def test_models_health_and_metrics(server, client):
         "hypic_cache_disk_admissions_refused_total 0.0",
         'hypic_cache_evictions_total{reason="capacity"}',
         "hypic_cache_hit_ratio{kind=",
+        "hypic_segment_lookups_total{kind=",
         "hypic_queue_depth ",
         "hypic_active_requests ",
     ):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hypic_rag.eval.bench.fleet_sim import POLICIES, make_traffic, oracle_bound, simulate
+from hypic_rag.eval.bench.fleet_sim import ONE_TOPIC, POLICIES, make_traffic, oracle_bound, simulate, simulate_closed
+from hypic_rag.fleet.routing import EPSILON
 
 
 def test_the_traffic_is_what_it_says():
@@ -34,3 +35,15 @@ def test_affinity_keeps_the_load_bound_and_beats_the_blind_policies_on_clustered
     assert runs["affinity"]["hit_ratio"] > 1.2 * runs["power_of_two"]["hit_ratio"]
     assert runs["affinity"]["hit_ratio"] > 1.2 * runs["round_robin"]["hit_ratio"]
     assert all(0 <= r["hit_ratio"] <= 1 and 0 < r["largest_share"] <= 1 for r in runs.values())
+
+
+def test_in_a_closed_loop_affinity_keeps_its_documents_and_spreads_a_hot_topic():
+    clustered = make_traffic("clustered", 200, 8, 4, 0.9, 800, seed=0)
+    runs = {p: simulate_closed(p, clustered, 2, 50, 4, 400) for p in ("affinity", "power_of_two")}
+    assert runs["affinity"]["over_bound_decisions"] == 0
+    assert runs["affinity"]["hit_ratio"] > 1.2 * runs["power_of_two"]["hit_ratio"]
+    assert runs["affinity"]["mean_latency"] < runs["power_of_two"]["mean_latency"]  # hits answer sooner
+    hot = make_traffic(ONE_TOPIC, 200, 8, 4, 0.9, 800, seed=0)
+    assert all(set(r) <= set(range(8)) for r in hot.requests)
+    spread = simulate_closed("affinity", hot, 2, 50, 4, 400)
+    assert spread["hit_ratio"] == 1.0 and spread["largest_share"] <= (1 + EPSILON) / 2
