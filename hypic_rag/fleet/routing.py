@@ -82,7 +82,8 @@ class Choice:
     """A ranking of replicas, best first, and why the first was chosen."""
 
     ranked: list[str]
-    reason: str  # "affinity" (it holds some keys), "home", "least_loaded" (no key settles it), or a policy name
+    reason: str  # "affinity" (it holds most keys), "load_bound" (one holding more was over its bound), "home",
+    # "least_loaded" (no key settles it), or a policy name
     believed: int = 0  # of the request's keys, those the first is believed to hold
 
 
@@ -132,7 +133,10 @@ class AffinityPolicy:
         under = sorted((r for r in replicas if load.get(r, 0) < bound[r]), key=scored.__getitem__, reverse=True)
         over = sorted((r for r in replicas if load.get(r, 0) >= bound[r]), key=lambda r: (load.get(r, 0), r))
         best = scored[under[0]]
-        reason = "affinity" if best[0] else "home" if best[1] else "least_loaded"
+        if max(held for held, *_ in scored.values()) > best[0]:
+            reason = "load_bound"  # a replica holding more of them was over its bound
+        else:
+            reason = "affinity" if best[0] else "home" if best[1] else "least_loaded"
         return Choice(under + over, reason, best[0])
 
     def routed(self, replica: str, keys: Collection[str]) -> None:

@@ -89,7 +89,7 @@ def test_a_request_goes_where_its_keys_were_routed_until_that_replica_is_full():
     assert (choice.ranked[0], choice.reason, choice.believed) == ("r2", "affinity", 3)
     # r2 has 2 in flight, the others none: 3 in flight with this one, bound ceil(1.25 * 3 / 4) = 1
     busy = policy.choose(REPLICAS, ["a", "b", "c"], {"r2": 2}, "t")
-    assert busy.ranked[0] != "r2" and busy.ranked[-1] == "r2"
+    assert busy.ranked[0] != "r2" and busy.ranked[-1] == "r2" and busy.reason == "load_bound"
 
 
 def test_no_cached_keys_go_to_the_least_loaded():
