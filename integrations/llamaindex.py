@@ -21,7 +21,6 @@ what the LLM recorded into the response at ``SynthesizeEndEvent``; see ``HypicSt
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import threading
@@ -223,22 +222,6 @@ _ROLES = {
 }
 
 
-def tool_result_text(text: str) -> str:
-    """A tool result in ``format_tool_result``'s canonical form. LlamaIndex's ``FunctionTool`` writes a
-    returned dict or list with ``str()``, a Python literal rather than JSON; such a literal is read back
-    and written as canonical JSON, so the same result is the same tokens whichever way it arrived."""
-    stripped = text.strip()
-    if stripped.startswith(("{", "[")):
-        try:
-            json.loads(stripped)
-        except ValueError:
-            try:
-                return format_tool_result(ast.literal_eval(stripped))
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                return text
-    return format_tool_result(text)
-
-
 def _arguments(raw: Any) -> dict:
     if isinstance(raw, str):
         try:
@@ -283,8 +266,8 @@ def to_openai_messages(
       ``tool_calls``; ``CachePoint`` carries no content. Images, audio, video and files raise: the models
       read text.
     - In user and system text, texts registered in ``prompting.REGISTRY`` become ``document`` parts.
-    - A tool message's text goes through ``tool_result_text``; its ``tool_call_id`` (and ``name``) come
-      from ``additional_kwargs``.
+    - A tool message's text goes through ``format_tool_result`` (a Python literal read as JSON, as the server
+      does); its ``tool_call_id`` (and ``name``) come from ``additional_kwargs``.
     - ``chat_format`` (the engine's, ``prompting.format_of``) then writes them as its model reads them
       (``ChatFormat.prepare_messages``, with the request's ``segmentation``).
     """
@@ -328,7 +311,7 @@ def to_openai_messages(
         if role in ("user", "system"):
             parts = [p for text, kind in parts for p in (_registered(text) if kind is None else [(text, kind)])]
         if role == "tool":
-            text = tool_result_text("".join(t for t, _ in parts))
+            text = format_tool_result("".join(t for t, _ in parts))
             parts = [(text, None)]
         entry: dict[str, Any] = {"role": role}
         if any(kind for _, kind in parts):

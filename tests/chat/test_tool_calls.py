@@ -432,6 +432,16 @@ def test_plain_text_and_json_scalars_are_kept_as_written():
         assert format_tool_result(text) == text
 
 
+def test_python_literals_are_read_as_the_json_they_stand_for():
+    # what ``str()`` of a returned dict writes (LlamaIndex's FunctionTool), in process or over HTTP
+    assert (
+        format_tool_result("{'b': 2, 'a': [1, 'x'], 'c': None, 'd': True}") == '{"a":[1,"x"],"b":2,"c":null,"d":true}'
+    )
+    assert format_tool_result("[('x', 1)]") == '[["x",1]]'
+    for text in ["{1, 2}", "{'a': foo()}", "['unclosed'", "{" + "'k': 1, " * 20000 + "}"]:  # a set, code, junk, long
+        assert format_tool_result(text) == text
+
+
 def test_dicts_lists_and_scalars_are_dumped_the_same_way():
     assert format_tool_result({"b": 2, "a": [1, "x"]}) == '{"a":[1,"x"],"b":2}'
     assert format_tool_result([{"z": 1, "y": None}]) == '[{"y":null,"z":1}]'

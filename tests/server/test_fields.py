@@ -90,3 +90,7 @@ def test_tool_results_are_normalised_as_chat_hypic_normalises_them():
     )
     assert messages[-1]["content"] == theirs[-1]["content"]
     assert messages[1]["tool_calls"][0]["function"]["arguments"] == theirs[1]["tool_calls"][0]["function"]["arguments"]
+    # LlamaIndex's FunctionTool sends a returned dict as a Python literal: the same text reaches the model
+    literal = str({"name": "Bo Ek", "city": "Kothvenville"})
+    history[-1] = {**history[-1], "content": literal}
+    assert _messages("Where is Bo?", *history, fmt=BUNDLED)[-1]["content"] == messages[-1]["content"]

@@ -46,3 +46,39 @@ def test_openai_like_repeats_find_reordered_documents(server):
     first, second = ask(docs), ask(docs[::-1])
     assert first.raw.usage.prompt_tokens_details.cached_tokens == 0
     assert 0 < second.raw.usage.prompt_tokens_details.cached_tokens < second.raw.usage.prompt_tokens
+
+
+def test_function_agent_over_http_sees_the_prompt_it_sees_in_process(server):
+    """LlamaIndex sends a tool's returned dict as a Python literal; the server normalises it as ``HypicLLM``
+    does in process (``format_tool_result``), so the bundled model reads the result it was trained on."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    name, city, forecast = "Stithgo Dithgaith", "Kothvenville", "light rain, 12 degrees"
+
+    def lookup_employee(name: str) -> dict:
+        """Employee record by full name."""
+        return {"name": name, "city": city, "company": "Krudrel Labs", "role": "pilot"}
+
+    def get_weather(city: str) -> dict:
+        """Current weather in a city."""
+        return {"city": city, "forecast": forecast}
+
+    tools = [FunctionTool.from_defaults(fn=lookup_employee), FunctionTool.from_defaults(fn=get_weather)]
+    llm = _llm(server, is_chat_model=True, is_function_calling_model=True, temperature=0.0, max_tokens=64)
+    task = f"Look up {name} in the employee records, then get the weather in their home city."
+    for _ in range(2):
+        agent = FunctionAgent(tools=tools, llm=llm)
+
+        async def run(agent=agent):
+            from llama_index.core.agent.workflow import ToolCallResult
+
+            handler = agent.run(task, max_iterations=6)
+            calls = [
+                (e.tool_name, e.tool_kwargs) async for e in handler.stream_events() if isinstance(e, ToolCallResult)
+            ]
+            return calls, await handler
+
+        calls, answer = asyncio.run(run())
+        assert calls == [("lookup_employee", {"name": name}), ("get_weather", {"city": city})]
+        assert str(answer) == forecast

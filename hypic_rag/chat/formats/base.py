@@ -8,6 +8,7 @@ engine, the server's stream and the integrations ask the format, never branch on
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -59,12 +60,14 @@ NONE = ChatFormat()
 def format_tool_result(result: Any, *, ensure_ascii: bool = False) -> str:
     """A tool result as one canonical text, whatever JSON spacing the framework used.
 
-    JSON objects and arrays (given as such or as JSON text) become compact JSON with sorted keys, the form the
+    JSON objects and arrays (given as such, as JSON text, or as the Python literal that ``str()`` of a dict or
+    list writes, as LlamaIndex's ``FunctionTool`` sends it) become compact JSON with sorted keys, the form the
     bundled model was trained on (``bundled.format_call`` and ``tool_step``), so the same result is the same
-    tokens and its cache entry is found again. Other text is kept as written: a JSON scalar has no spacing to
-    normalise and re-dumping would rewrite numbers such as ``1e5``. None, booleans and numbers are written as JSON;
-    other objects via ``str()``. Pass ``ensure_ascii=True`` to escape non-ASCII as the bundled model's training
-    data did; real checkpoints read the characters themselves.
+    tokens whichever way and wherever it arrived (in process or over HTTP), and its cache entry is found again.
+    Other text is kept as written: a JSON scalar has no spacing to normalise and re-dumping would rewrite numbers
+    such as ``1e5``; a Python literal past ``LITERAL_CHARS`` stays text (reading one is not free). None, booleans
+    and numbers are written as JSON; other objects via ``str()``. Pass ``ensure_ascii=True`` to escape non-ASCII
+    as the bundled model's training data did; real checkpoints read the characters themselves.
     """
     if isinstance(result, str):
         stripped = result.strip()
@@ -73,11 +76,27 @@ def format_tool_result(result: Any, *, ensure_ascii: bool = False) -> str:
         try:
             value = json.loads(stripped)
         except ValueError:
-            return result
+            value = _literal(stripped)
+            if value is None:
+                return result
         return _dump(value, ensure_ascii)
     if result is None or isinstance(result, dict | list | tuple | bool | int | float):
         return _dump(result, ensure_ascii)
     return str(result)
+
+
+LITERAL_CHARS = 1 << 16  # the longest tool result read as a Python literal
+
+
+def _literal(text: str) -> dict | list | tuple | None:
+    """A dict, list or tuple written as a Python literal, or None for anything else."""
+    if len(text) > LITERAL_CHARS:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list | tuple) else None
 
 
 def _dump(value: Any, ensure_ascii: bool) -> str:
