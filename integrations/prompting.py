@@ -198,9 +198,16 @@ def text_part(text: str, kind: str | None = None) -> dict[str, Any]:
     return part
 
 
-def token_usage(stats: dict[str, Any]) -> dict[str, int]:
+def token_usage(stats: dict[str, Any]) -> dict[str, Any]:
+    """LangChain's ``UsageMetadata``, with the prompt tokens served from the cache as ``cache_read``, as
+    ``ChatOpenAI`` reads them from our server's ``prompt_tokens_details.cached_tokens``."""
     inp, out = int(stats.get("prompt_tokens", 0)), int(stats.get("generated_tokens", 0))
-    return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "total_tokens": inp + out,
+        "input_token_details": {"cache_read": int(stats.get("cached_tokens", 0))},
+    }
 
 
 def tool_names(tools: Sequence[dict]) -> list[str]:

@@ -253,6 +253,10 @@ def test_lcel_rag_chain_answers_from_retrieved_documents_and_reordered_ones_hit(
     assert again.content == qa[0][1]
     assert again.response_metadata["hypic"]["hit_segments"] == 3
     assert again.response_metadata["hypic"]["recomputed_tokens"] < again.response_metadata["hypic"]["prompt_tokens"]
+    assert (
+        again.usage_metadata["input_token_details"]["cache_read"] == again.response_metadata["hypic"]["cached_tokens"]
+    )
+    assert again.usage_metadata["input_token_details"]["cache_read"] > 0  # as ChatOpenAI reads it from our server
 
 
 def test_unchanged_chain_keeps_document_boundaries_through_the_retriever_wrapper(engine, world, fmt):

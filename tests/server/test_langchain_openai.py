@@ -34,6 +34,25 @@ def test_a_chain_through_chat_openai_gets_the_engines_answer(server, reference):
     assert streamed == answer
 
 
+def test_chat_openai_and_chat_hypic_report_the_same_cache_reads(server, reference):
+    from hypic_rag.integrations.langchain import ChatHypic
+
+    reference.clear_cache()
+    docs = ["Ivo Sten lives in Bergen and works as a welder.", "Una Pell lives in Porto and works as a judge."]
+
+    def ask(order: list[str]) -> list[dict]:
+        parts = [{"type": "text", "text": d + "\n\n", "hypic": {"kind": "document"}} for d in order]
+        return [{"role": "user", "content": [*parts, {"type": "text", "text": "Where does Ivo Sten live?"}]}]
+
+    theirs = _llm(server, temperature=0, max_tokens=2)
+    ours = ChatHypic(engine=reference, max_tokens=2)
+    for order in (docs, docs[::-1]):
+        over_http, in_process = theirs.invoke(ask(order)), ours.invoke(ask(order))
+        read = over_http.usage_metadata["input_token_details"]["cache_read"]
+        assert read == in_process.usage_metadata["input_token_details"]["cache_read"]
+    assert read > 0
+
+
 def test_chat_openai_tool_calls(server):
     llm = _llm(server, temperature=0, max_tokens=48).bind_tools(TOOLS)
     message = llm.invoke("Look up Stithgo Dithgaith in the employee records.")
