@@ -99,3 +99,15 @@ def test_react_agent_completes_the_two_tool_task(engine, graph, name, fmt):
     agent = ToolAgent([Tool(s, t.func) for s, t in zip(SCHEMAS, TOOLS, strict=True)], engine, max_steps=4)
     result = agent.run(_task(name))
     assert [step.call for step in result.trace[:-1]] == calls and result.answer == FORECAST
+
+
+@pytest.mark.parametrize("name", list(PEOPLE)[:2])
+def test_langchains_create_agent_completes_the_two_tool_task(engine, name):
+    """LangChain's current agent API (``langchain.agents.create_agent``, what ``create_react_agent`` moved to)."""
+    from langchain.agents import create_agent
+
+    agent = create_agent(ChatHypic(engine=engine), tools=TOOLS)
+    messages = agent.invoke({"messages": [HumanMessage(_task(name))]}, {"recursion_limit": 8})["messages"]
+    calls = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert calls == [("lookup_employee", {"name": name}), ("get_weather", {"city": PEOPLE[name]["city"]})]
+    assert messages[-1].content == FORECAST and not messages[-1].tool_calls

@@ -104,3 +104,17 @@ def test_langgraph_prebuilt_agent_over_the_server_completes_the_two_tool_task(se
         calls = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
         assert calls == [("lookup_employee", {"name": name}), ("get_weather", {"city": PEOPLE[name]["city"]})]
         assert messages[-1].content == FORECAST
+
+
+def test_langchains_create_agent_over_the_server_completes_the_two_tool_task(server):
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from tests.integrations.test_langgraph import FORECAST, PEOPLE, TOOLS, _task
+
+    agent = create_agent(_llm(server, temperature=0, max_tokens=48), tools=TOOLS)
+    for name in list(PEOPLE)[:2]:
+        messages = agent.invoke({"messages": [HumanMessage(_task(name))]}, {"recursion_limit": 8})["messages"]
+        calls = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+        assert calls == [("lookup_employee", {"name": name}), ("get_weather", {"city": PEOPLE[name]["city"]})]
+        assert messages[-1].content == FORECAST
