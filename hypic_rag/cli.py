@@ -110,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         help="TTFT of full, prefix and hypic on the bundled model with its defaults: reordered one-fact "
         "and few-sentence documents (--repeats rounds, default 20)",
     )
-    bench.add_argument("--modes", default="full,prefix,hypic,transformers", help="comma-separated; must include full")
+    bench.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated, full among them (default: full,prefix,hypic,transformers; with --bundled: "
+        "full,prefix,hypic); for the TTFT benchmarks only",
+    )
     bench.add_argument("--segments", type=int, default=8)
     bench.add_argument("--segment-tokens", type=int, default=1024)
     bench.add_argument("--query-tokens", type=int, default=64)
@@ -271,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
             parser.error("--layers and --repeats must be >= 1")
         layers = args.layers or (2 if args.slo or args.server else 4)
+        modes = args.modes.split(",") if args.modes is not None else None
+        if modes is not None and (args.server or args.slo or args.runtime or args.sweep == "flood"):
+            parser.error("--modes applies to the TTFT benchmarks (the default, --bundled and --sweep) only")
+        modes = modes or ["full", "prefix", "hypic", "transformers"]
         if args.server:
             from hypic_rag.eval.bench.server import run as run_server
 
@@ -279,7 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.bundled:
             from hypic_rag.eval.bench.bundled import run as run_bundled
 
-            _write_json(run_bundled(rounds=args.repeats or 20), args.json)
+            try:
+                chosen = {"modes": args.modes.split(",")} if args.modes is not None else {}
+                report = run_bundled(rounds=args.repeats or 20, **chosen)
+            except ValueError as exc:
+                parser.error(str(exc))
+            _write_json(report, args.json)
             return 0
         if args.slo:
             from hypic_rag.eval.bench.slo import run as run_slo
@@ -301,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 report = sweep(
                     args.sweep,
                     args.values,
-                    args.modes.split(","),
+                    modes,
                     args.total_tokens,
                     args.query_tokens,
                     layers,
@@ -325,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.segments,
                 args.segment_tokens,
                 args.query_tokens,
-                args.modes.split(","),
+                modes,
                 args.repeats or 2,
                 layers,
             )

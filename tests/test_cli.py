@@ -21,6 +21,13 @@ def test_bad_bench_arguments_are_refused(capsys):
     assert "comma-separated token counts" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "--layers", "0"])
+    for other in (["--slo"], ["--server"], ["--runtime"], ["--sweep", "flood"]):  # --modes is refused, not ignored
+        with pytest.raises(SystemExit):
+            main(["bench", *other, "--modes", "full,hypic"])
+        assert "--modes applies to the TTFT benchmarks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--bundled", "--modes", "full,transformers"])  # honoured: checked before the model loads
+    assert "modes come from full, prefix, pic, hypic" in capsys.readouterr().err
 
 
 def test_cache_stats_and_clear(tmp_path, capsys):

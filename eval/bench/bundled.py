@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from hypic_rag import Engine
+from hypic_rag.options import MODES
 
 from ..data.corpus import corpus
 from .common import speedup
@@ -53,8 +54,11 @@ def run(
     engine: Engine | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    if "full" not in modes or any(s not in SIZES for s in sizes):
-        raise ValueError(f"modes must include 'full' and sizes come from {', '.join(SIZES)}")
+    if "full" not in modes or any(m not in MODES for m in modes) or any(s not in SIZES for s in sizes):
+        raise ValueError(
+            f"modes come from {', '.join(MODES)} and include full (got {', '.join(modes)}); "
+            f"sizes come from {', '.join(SIZES)}"
+        )
     if min(docs_per_prompt, prompts, rounds) < 1:
         raise ValueError("docs_per_prompt, prompts and rounds must be >= 1")
     engine = engine or Engine.from_pretrained()

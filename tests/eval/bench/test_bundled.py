@@ -23,7 +23,14 @@ def test_every_document_hits_and_hypic_recomputes_only_seams_and_the_question():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="must include 'full'"):
+    with pytest.raises(ValueError, match="include full"):
         run(modes=("hypic",), log=lambda _: None)
+    with pytest.raises(ValueError, match="modes come from full, prefix, pic, hypic"):
+        run(modes=("full", "transformers"), log=lambda _: None)
     with pytest.raises(ValueError, match=">= 1"):
         run(rounds=0, log=lambda _: None)
+
+
+def test_the_modes_asked_for_are_the_modes_run(monkeypatch):
+    report = run(sizes=("fact",), prompts=1, rounds=1, modes=("full", "hypic"), log=lambda _: None)
+    assert set(report["results"][0]["ttft_s"]) == {"full", "hypic"}
