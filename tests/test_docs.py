@@ -152,3 +152,101 @@ def test_the_readme_quickstart_prints_what_the_readme_says():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert run.stdout == printed
+
+
+SHELL = ("bash", "sh", "shell", "console")
+
+
+def fences(page: Path) -> list[tuple[int, str, set[str], str]]:
+    """Each fenced block of ``page``: its first line, language, other info words (``notest``...) and code."""
+    from markdown_it import MarkdownIt
+
+    out = []
+    for token in MarkdownIt().parse(page.read_text()):
+        if token.type == "fence":
+            lang, *options = token.info.split() or [""]
+            out.append((token.map[0] + 1, lang, set(options), token.content))
+    return out
+
+
+RUNNABLE_SHELL = [
+    pytest.param(code, id=f"{page.relative_to(ROOT)}:{line}")
+    for page in PAGES
+    for line, lang, options, code in fences(page)
+    if lang in SHELL and "notest" not in options
+]
+
+
+def test_shell_examples_run_or_say_why_not():
+    """A shell example either runs here (below) or is marked ``notest`` with the reason in its first line
+    (README's two commands aside: they are what runs the suite)."""
+    marked = [
+        (page, line, code)
+        for page in PAGES
+        for line, lang, options, code in fences(page)
+        if lang in SHELL and "notest" in options
+    ]
+    assert RUNNABLE_SHELL and marked
+    for page, line, code in marked:
+        if page != README:
+            assert code.startswith("# not run by the tests"), f"{page.name}:{line} says why it does not run"
+
+
+@pytest.fixture(scope="module")
+def bundled_server() -> str:
+    """``hypic-rag serve`` as a newcomer starts it (no model: the bundled one), on a free port."""
+    import time
+
+    import httpx
+
+    from hypic_rag.testing.server import free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the server did not come up in 120 s"
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("code", RUNNABLE_SHELL)
+def test_a_shell_example_runs_as_written_against_the_bundled_server(code, bundled_server):
+    """``localhost:8000``, the docs' address of ``hypic-rag serve``, is the test server's."""
+    script = code.replace("localhost:8000", bundled_server.removeprefix("http://"))
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + done.stdout
+    if done.stdout.lstrip().startswith("{"):
+        import json
+
+        answer = json.loads(done.stdout)
+        assert answer["choices"][0]["message"]["content"], answer
+
+
+def test_every_python_example_runs_on_the_bundled_model():
+    """Each fenced Python block of README.md and docs/ runs, by pytest-markdown-docs in a pytest of its own (it
+    would import every test module again to read their docstrings). A block marked ``notest`` says why in its
+    first line; ``continuation`` goes on from the block before. pytest-recording (langchain-tests') is off there:
+    its module-scoped fixture cannot attach to a Markdown file."""
+    for _, lang, options, code in (f for page in PAGES for f in fences(page)):
+        if lang == "python" and "notest" in options:
+            assert code.startswith("# not run by the tests"), code
+    command = [sys.executable, "-m", "pytest", "--markdown-docs", "-p", "no:recording", "-p", "no:cacheprovider"]
+    done = subprocess.run([*command, "-q", "README.md", "docs"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout
