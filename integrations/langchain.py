@@ -49,6 +49,7 @@ from langchain_core.runnables.config import get_config_list
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.v1 import ValidationError as V1ValidationError
 
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cache.entry import entry_dtype
@@ -587,10 +588,12 @@ class ToolArgumentsParser(BaseGenerationOutputParser[Any]):
         args = call["args"]
         try:
             if isinstance(self.tool_schema, type) and is_basemodel_subclass(self.tool_schema):
-                return self.tool_schema.model_validate(args)
+                # a pydantic.v1 model (LangChain still takes them) validates with v1's parse_obj
+                validate = getattr(self.tool_schema, "model_validate", None) or self.tool_schema.parse_obj
+                return validate(args)
             if isinstance(self.tool_schema, type):  # a TypedDict
                 return TypeAdapter(self.tool_schema).validate_python(args)
-        except ValidationError as exc:
+        except (ValidationError, V1ValidationError) as exc:
             raise OutputParserException(
                 f"the call's arguments do not fit {self.name!r}: {exc}", llm_output=json.dumps(args)
             ) from exc

