@@ -181,6 +181,7 @@ class GrammarTokenizer:
         self._openers: dict[bytes, tuple[int, ...]] = {}
         self._closers: torch.Tensor | None = None
         self._prefixes: dict[torch.device, torch.Tensor] = {}
+        self._descendants: tuple[torch.Tensor, torch.Tensor] | None = None  # CSR: prefix -> tokens extending it
         self._compiled: OrderedDict[str, Any] = OrderedDict()  # lark -> a checked matcher, never advanced
         self._lock = threading.Lock()
 
@@ -256,6 +257,28 @@ class GrammarTokenizer:
             self._prefixes[device] = table.to(device)
         return self._prefixes[device]
 
+    def descendants(self, ids: torch.Tensor) -> torch.Tensor:
+        """The tokens that have one of ``ids`` among their proper prefixes (``prefixes``), each once: the only
+        ones a token in ``ids`` can inherit probability from. A table of edges sorted by prefix, made on first
+        use."""
+        if self._descendants is None:
+            table = self.prefixes()
+            child = torch.arange(table.shape[0], dtype=torch.long)[:, None].expand_as(table)
+            keep = table >= 0
+            parent, child = table[keep].long(), child[keep]
+            order = torch.argsort(parent, stable=True)
+            starts = torch.zeros(self.vocab_size + 1, dtype=torch.long)
+            starts[1:] = torch.cumsum(torch.bincount(parent, minlength=self.vocab_size), 0)
+            self._descendants = (starts, child[order])
+        starts, children = self._descendants
+        lo, hi = starts[ids], starts[ids + 1]
+        counts = hi - lo
+        if int(counts.sum()) == 0:
+            return torch.empty(0, dtype=torch.long)
+        offsets = torch.repeat_interleave(lo - torch.cumsum(counts, 0) + counts, counts)
+        found = children[offsets + torch.arange(int(counts.sum()))]
+        return torch.unique(found)
+
     def tag(self, text: str) -> str:
         """A tag as a Lark item: the added token that spells it, which is what the model was trained to write
         (llguidance never matches an added token against text), else the text itself."""
@@ -289,6 +312,26 @@ class GrammarTokenizer:
         return self._openers[head]
 
 
+_LANES = torch.arange(32, dtype=torch.int32)
+
+
+def _bits_at(words: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Whether each of ``ids`` (any shape) is set in llguidance's packed mask (bit ``i % 32`` of word ``i // 32``)."""
+    return ((words[ids // 32] >> (ids % 32).int()) & 1).bool()
+
+
+def _set_bits(words: torch.Tensor, ids: torch.Tensor) -> None:
+    for i in ids.tolist():
+        words[i // 32] |= torch.tensor(1, dtype=torch.int32) << (i % 32)
+
+
+def _ids_where(words: torch.Tensor, at: torch.Tensor, vocab: int, *, allowed: bool) -> torch.Tensor:
+    """The ids below ``vocab`` whose bit is set (``allowed``) or clear in the words at ``at``."""
+    bits = ((words[at][:, None] >> _LANES) & 1).bool()
+    ids = (at[:, None] * 32 + _LANES)[bits if allowed else ~bits]
+    return ids[ids < vocab]
+
+
 class GrammarMask:
     """One sequence's grammar state: ``apply`` the mask before choosing a token, ``advance`` with the one chosen.
 
@@ -299,6 +342,8 @@ class GrammarMask:
     complete, so that a value the model would run on past the budget (a string that never ends) still closes as
     valid JSON. Elsewhere the grammar's choices (a required key, an enum's letters) are the model's."""
 
+    packed_from = 1 << 15  # the vocabulary size from which ``apply`` reads llguidance's packed mask
+
     def __init__(
         self, tokenizer: GrammarTokenizer, lark: str, also_stop: Sequence[int] = (), budget: int | None = None
     ) -> None:
@@ -308,6 +353,9 @@ class GrammarMask:
         self.written = 0
         self.also_stop = tuple(i for i in also_stop if i not in tokenizer.stop_ids)
         self._bits = torch.arange(8, dtype=torch.uint8)
+        self._words = torch.empty((tokenizer.vocab_size + 31) // 32, dtype=torch.int32)  # llguidance's mask
+        self._stop_ids = torch.tensor(tokenizer.stop_ids, dtype=torch.long)
+        self._also_stop_ids = torch.tensor(self.also_stop, dtype=torch.long)
 
     def _raise_if_error(self, what: str) -> None:
         if self.matcher.is_error():
@@ -329,7 +377,52 @@ class GrammarMask:
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """``logits`` ``[V]`` as log-probabilities with every token the grammar forbids at ``-inf`` and its
-        probability added to its longest allowed prefix's (see the module docstring); a new tensor."""
+        probability added to its longest allowed prefix's (see the module docstring); a new tensor.
+
+        On the CPU the allowed set stays llguidance's packed words, and only the side of it that is small is
+        listed: the forbidden tokens when most are allowed (inside a string), else the allowed ones, whose
+        descendants (``GrammarTokenizer.descendants``) are the only forbidden tokens with an allowed prefix. The
+        result is the dense path's (``_apply_dense``), which a GPU row, the closing steer and a vocabulary under
+        ``packed_from`` take (there a few passes over a short row cost less than listing ids)."""
+        closing = self.closing_at is not None and self.written >= self.closing_at
+        small = self.tokenizer.vocab_size < self.packed_from
+        if small or logits.device.type != "cpu" or closing or logits.numel() < self.tokenizer.vocab_size:
+            return self._apply_dense(logits)
+        words = self._words
+        self.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
+        if self.also_stop and bool(_bits_at(words, self._stop_ids).any()):
+            _set_bits(words, self._also_stop_ids)
+        vocab = self.tokenizer.vocab_size
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        holding = torch.nonzero(words != 0).flatten()  # the words with an allowed token: list the smaller side
+        if holding.numel() * 2 > words.numel():
+            forbidden = _ids_where(words, torch.nonzero(words != -1).flatten(), vocab, allowed=False)
+            out = logp.index_fill(0, forbidden, float("-inf"))
+            candidates = forbidden
+        else:
+            allowed = _ids_where(words, holding, vocab, allowed=True)
+            out = torch.full_like(logp, float("-inf"))
+            out[allowed] = logp[allowed]
+            candidates = self.tokenizer.descendants(allowed)
+            candidates = candidates[~_bits_at(words, candidates)]
+        if logits.numel() > vocab:  # a model vocabulary padded past the tokenizer's: never allowed
+            out[vocab:] = float("-inf")
+        movers = candidates[logp[candidates] > -30.0]
+        if movers.numel() == 0:
+            return out
+        chains = self.tokenizer.prefixes()[movers].long()  # [n, depth]
+        ok = (chains >= 0) & _bits_at(words, chains.clamp(min=0))
+        has = ok.any(dim=1)
+        if not bool(has.any()):
+            return out
+        heir = chains.gather(1, ok.int().argmax(dim=1, keepdim=True)).squeeze(1)[has]  # first allowed: the longest
+        heirs, which = torch.unique(heir, return_inverse=True)
+        gained = torch.zeros(heirs.numel(), dtype=logp.dtype).index_add_(0, which, logp[movers[has]].exp())
+        out[heirs] = torch.logaddexp(out[heirs], gained.log())
+        return out
+
+    def _apply_dense(self, logits: torch.Tensor) -> torch.Tensor:
+        """``apply`` over boolean rows as wide as the vocabulary (any device)."""
         allowed = self.allowed().to(logits.device)
         if allowed.numel() < logits.numel():  # a model vocabulary padded past the tokenizer's
             allowed = torch.cat([allowed, allowed.new_zeros(logits.numel() - allowed.numel())])

@@ -315,3 +315,33 @@ def test_a_json_answer_near_its_budget_is_steered_to_close(bundled):
         assert mask.complete == closes, tok.decode(written)
         if closes:
             jsonschema.validate(json.loads(tok.decode(written)), schema)
+
+
+@pytest.mark.parametrize("also_stop", [(), (7,)])
+def test_the_packed_mask_gives_the_dense_masks_answer_at_every_step(bundled, also_stop, monkeypatch):
+    """``apply`` lists only the small side of llguidance's packed mask (the forbidden tokens inside a string, the
+    allowed ones elsewhere); ``_apply_dense`` unpacks every bit. On walks under a schema, with peaked, flat and
+    padded rows, the two agree: the same tokens forbidden, the same probabilities handed to the same prefixes."""
+    tok, gtok = bundled
+    monkeypatch.setattr(GrammarMask, "packed_from", 0)  # the bundled vocabulary is under it: read packed anyway
+    lark = "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, SPACED)
+    rng = random.Random(1)
+    generator = torch.Generator().manual_seed(1)
+    vocab = gtok.vocab_size
+    sides = set()
+    for _ in range(6):
+        ids = _random_walk(gtok, lark, rng) or []
+        mask = GrammarMask(gtok, lark, also_stop=also_stop)
+        for token in [*ids, None]:
+            for row in (
+                torch.randn(vocab, generator=generator) * 8,  # peaked: few tokens carry mass
+                torch.zeros(vocab),  # flat: every token does
+                torch.randn(vocab + 5, generator=generator),  # padded past the tokenizer's vocabulary
+            ):
+                packed, dense = mask.apply(row), mask._apply_dense(row)
+                assert torch.equal(torch.isinf(packed), torch.isinf(dense))
+                torch.testing.assert_close(packed, dense, rtol=1e-5, atol=1e-6)
+            sides.add(int(mask.allowed().sum()) * 2 > vocab)
+            if token is not None:
+                mask.advance(token)
+    assert sides == {True, False}  # both sides of the mask were listed

@@ -16,8 +16,10 @@ a free answer's stop ids are cleared, so it runs to ``--max-new-tokens`` too). O
 runs slows both alike, so their ratio holds where the seconds do not. Decode tokens/s is the decode steps over
 their time. The mask's own time is measured beside them: each token the masked run chose is replayed through a
 fresh ``GrammarMask`` (``apply`` on a logits row of the model's width, then ``advance``) with no model in the
-loop; its share is that time over a masked step's. ``extra_share_of_masked_step`` is the other reading: what a
-masked step costs beyond a free one, over the masked step.
+loop; its share is that time over a masked step's. Beside it, the floor: llguidance alone on the same grammar and
+tokens (its mask into a packed buffer, then the token), ``library_mask_ms_per_token``.
+``extra_share_of_masked_step`` is the other reading: what a masked step costs beyond a free one, over the masked
+step.
 """
 
 from __future__ import annotations
@@ -112,12 +114,15 @@ def lockstep(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_toke
     whatever else the machine is doing. Seconds and decode steps of each, and the masked answer's tokens."""
     free, masked = _start(engine, prompt, max_new_tokens, False), _start(engine, prompt, max_new_tokens, True)
     replay = GrammarMask(engine.grammar_tokenizer(), LARK)
+    library = engine.grammar_tokenizer().matcher(LARK)  # llguidance alone: its mask into a buffer, then the token
+    words = torch.empty((engine.grammar_tokenizer().vocab_size + 31) // 32, dtype=torch.int32)
     row = torch.zeros(engine.config.vocab_size)
     picked = masked.decoder.picker.picked
     replay.apply(row)
     replay.advance(picked[0])  # the first token, chosen with the prefill
+    library.consume_token(picked[0])
     replayed = 1
-    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0}
+    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0, "library": 0.0}
     turn = 0
     while not (free.done and masked.done):
         for name, run in [("free", free), ("masked", masked)][:: 1 if turn % 2 == 0 else -1]:
@@ -128,6 +133,10 @@ def lockstep(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_toke
             replay.apply(row)
             replay.advance(token)
             seconds["mask"] += time.perf_counter() - begin
+            begin = time.perf_counter()
+            library.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
+            library.consume_token(token)
+            seconds["library"] += time.perf_counter() - begin
         replayed = len(picked)
         turn += 1
     steps = {"free": len(free.decoder.picker.picked) - 1, "masked": len(picked) - 1}
@@ -139,7 +148,7 @@ def measure(
 ) -> dict[str, Any]:
     """Every prompt in lockstep (after a short warm-up); decode tokens/s free and masked, the mask's time."""
     lockstep(engine, prompts[0], 4)
-    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0}
+    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0, "library": 0.0}
     steps = {"free": 0, "masked": 0}
     for i, prompt in enumerate(prompts):
         one = lockstep(engine, prompt, max_new_tokens)
@@ -152,6 +161,7 @@ def measure(
         log(f"  prompt {i + 1}/{len(prompts)}")
     free_rate, masked_rate = steps["free"] / seconds["free"], steps["masked"] / seconds["masked"]
     mask_ms = 1000 * seconds["mask"] / steps["masked"]
+    library_ms = 1000 * seconds["library"] / steps["masked"]
     return {
         "decode_tokens_per_s": round(free_rate, 2),
         "masked_decode_tokens_per_s": round(masked_rate, 2),
@@ -159,6 +169,8 @@ def measure(
         "steps": steps,
         "step_ms": {"free": round(1000 / free_rate, 3), "masked": round(1000 / masked_rate, 3)},
         "mask_ms_per_token": round(mask_ms, 3),
+        "library_mask_ms_per_token": round(library_ms, 4),
+        "mask_over_library": round(mask_ms / library_ms, 2),
         "mask_share_of_masked_step": round(mask_ms * masked_rate / 1000, 4),
         # what the masked step costs beyond the free one, as a share of it (the mask's work and whatever it
         # takes from the forward, e.g. llguidance's threads competing for the cores)
