@@ -80,14 +80,31 @@ def main(argv: list[str] | None = None) -> int:
 
         module = importlib.import_module(f"hypic_rag.eval.bench.{NAMED_BENCHES[argv[1]]}")
         return int(module.main(argv[2:]) or 0)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return COMMANDS[args.command](parser, args, argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hypic-rag", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('hypic-rag')}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_demo, _add_bench, _add_eval, _add_serve, _add_cache):
+        add(sub)
+    return parser
+
+
+def _add_demo(sub: Any) -> None:
+    """``hypic-rag demo``: the main job on the bundled model."""
     demo = sub.add_parser("demo", help="the main job on the bundled default model, offline")
     demo.add_argument("--seed", type=int, default=0, help="the corpus and the questions (printed, to repeat a run)")
     demo.add_argument(
         "--facts", action="store_true", help="one fact per document instead of one profile per person (k=4)"
     )
+
+
+def _add_bench(sub: Any) -> None:
+    """``hypic-rag bench``: TTFT of the modes, and the benchmarks with their own flags."""
     bench = sub.add_parser(
         "bench",
         help="TTFT of each mode and of transformers on one checkpoint, side by side "
@@ -136,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--total-tokens", type=int, default=8192, help="context tokens for segments/hits/seam/cold")
     bench.add_argument("--plot", type=Path, default=None, help="with --sweep: write a PNG plot here")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
+
+
+def _add_eval(sub: Any) -> None:
+    """``hypic-rag eval``: a workload scored in several modes."""
     ev = sub.add_parser("eval", help="score a workload in several modes, with fidelity against full")
     ev.add_argument(
         "--workload",
@@ -170,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         help="two mode labels (e.g. hypic@auto:10,hypic@w16): their gap and KL difference with paired bootstrap"
         " intervals, printed and written to the JSON",
     )
+
+
+def _add_serve(sub: Any) -> None:
+    """``hypic-rag serve``: the OpenAI API on one engine, or on a fleet."""
     srv = sub.add_parser(
         "serve",
         help="the OpenAI chat-completions API on the engine (needs the server extra)",
@@ -263,190 +288,202 @@ def main(argv: list[str] | None = None) -> int:
         help="the slack over the mean in flight of a replica within its share (--routing-epsilon: every replica's)",
     )
     fleet.add_argument("--threads-per-replica", type=int, default=None, help="default: the cores / --replicas")
+
+
+def _add_cache(sub: Any) -> None:
+    """``hypic-rag cache``: a persistent segment cache inspected or emptied."""
     cache = sub.add_parser("cache", help="inspect or empty a persistent segment cache")
     cache.add_argument("action", choices=["stats", "clear"])
     cache.add_argument("--cache-dir", type=Path, default=None, help="default: $HYPIC_CACHE_DIR or ~/.cache/hypic-rag")
-    args = parser.parse_args(argv)
 
-    if args.command == "demo":
-        from hypic_rag.integrations.demo import run
 
-        return 0 if run(seed=args.seed, profiles=not args.facts, k=4 if args.facts else 3) else 1
-    if args.command == "bench":
-        if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
-            parser.error("--layers and --repeats must be >= 1")
-        layers = args.layers or (2 if args.slo or args.server else 4)
-        modes = args.modes.split(",") if args.modes is not None else None
-        if modes is not None and (args.server or args.slo or args.runtime or args.sweep == "flood"):
-            parser.error("--modes applies to the TTFT benchmarks (the default, --bundled and --sweep) only")
-        modes = modes or ["full", "prefix", "hypic", "transformers"]
-        if args.server:
-            from hypic_rag.eval.bench.server import run as run_server
+def _run_demo(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """The demo's exit status: 0 when every answer is right."""
+    from hypic_rag.integrations.demo import run
 
-            _write_json(run_server(layers=layers, repeats=args.repeats or 3), args.json)
-            return 0
-        if args.bundled:
-            from hypic_rag.eval.bench.bundled import run as run_bundled
+    return 0 if run(seed=args.seed, profiles=not args.facts, k=4 if args.facts else 3) else 1
 
-            try:
-                chosen = {"modes": args.modes.split(",")} if args.modes is not None else {}
-                report = run_bundled(rounds=args.repeats or 20, **chosen)
-            except ValueError as exc:
-                parser.error(str(exc))
-            _write_json(report, args.json)
-            return 0
-        if args.slo:
-            from hypic_rag.eval.bench.slo import run as run_slo
 
-            _write_json(run_slo(layers=layers), args.json)
-            return 0
-        if args.sweep == "flood":
-            from hypic_rag.eval.bench import flood
+def _run_bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """One benchmark by its flags, its report written as JSON."""
+    if (args.layers is not None and args.layers < 1) or (args.repeats is not None and args.repeats < 1):
+        parser.error("--layers and --repeats must be >= 1")
+    layers = args.layers or (2 if args.slo or args.server else 4)
+    modes = args.modes.split(",") if args.modes is not None else None
+    if modes is not None and (args.server or args.slo or args.runtime or args.sweep == "flood"):
+        parser.error("--modes applies to the TTFT benchmarks (the default, --bundled and --sweep) only")
+    modes = modes or ["full", "prefix", "hypic", "transformers"]
+    if args.server:
+        from hypic_rag.eval.bench.server import run as run_server
 
-            report = flood.run(layers=layers)
-            _write_json(report, args.json)
-            if args.plot is not None:
-                print(f"wrote {flood.plot(report, args.plot)}")
-            return 0
-        if args.sweep:
-            from hypic_rag.eval.bench.sweeps import plot, sweep
-
-            try:
-                report = sweep(
-                    args.sweep,
-                    args.values,
-                    modes,
-                    args.total_tokens,
-                    args.query_tokens,
-                    layers,
-                    args.repeats or 1,
-                )
-            except ValueError as exc:
-                parser.error(str(exc))
-            _write_json(report, args.json)
-            if args.plot is not None:
-                print(f"wrote {plot(report, args.plot)}")
-            return 0
-        if args.runtime:
-            from hypic_rag.eval.bench.runtime import run as run_runtime
-
-            _write_json(run_runtime(args.lengths, layers, args.repeats or 3), args.json)
-            return 0
-        from hypic_rag.eval.bench.ttft import run as run_ttft
+        _write_json(run_server(layers=layers, repeats=args.repeats or 3), args.json)
+        return 0
+    if args.bundled:
+        from hypic_rag.eval.bench.bundled import run as run_bundled
 
         try:
-            report = run_ttft(
-                args.segments,
-                args.segment_tokens,
-                args.query_tokens,
-                modes,
-                args.repeats or 2,
-                layers,
-            )
+            chosen = {"modes": args.modes.split(",")} if args.modes is not None else {}
+            report = run_bundled(rounds=args.repeats or 20, **chosen)
         except ValueError as exc:
             parser.error(str(exc))
         _write_json(report, args.json)
         return 0
-    if args.command == "eval":
-        from hypic_rag import Engine
-        from hypic_rag.eval.data.workloads import WORKLOADS
-        from hypic_rag.eval.harness import evaluate, evaluate_many, mode_labels
-        from hypic_rag.eval.intervals import check_pair, compare, format_comparison
-        from hypic_rag.eval.report import write_report
+    if args.slo:
+        from hypic_rag.eval.bench.slo import run as run_slo
 
-        if args.n < 1:
-            parser.error("--n must be >= 1")
-        modes = args.modes.split(",")
-        pair = [label.strip() for label in args.compare.split(",")] if args.compare is not None else None
-        try:
-            if pair is not None:  # checked before the run, so a typo costs nothing
-                check_pair(pair, mode_labels(modes, args.seams))
-                if args.n < 2:
-                    raise ValueError("--compare needs --n 2 or more: one example has no spread")
-            options = {}
-            if args.seam is not None:
-                options["seam"] = args.seam
-            if args.min_cached_tokens is not None:
-                options["min_cached_tokens"] = args.min_cached_tokens
-            if args.entry_dtype is not None:
-                options["entry_dtype"] = args.entry_dtype
-            workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
-            engine = Engine.from_pretrained(args.model, **options)
-            if len(workloads) == 1:
-                print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
-                report = evaluate(engine, workloads[0], modes, args.n, args.seed, args.max_new_tokens, seams=args.seams)
-            else:
-                report = evaluate_many(
-                    engine, workloads, modes, args.n, args.seed, args.max_new_tokens, seams=args.seams
-                )
-        except ValueError as exc:
-            parser.error(str(exc))
-        failed = None
-        if pair is not None:
-            try:
-                report["comparison"] = compare(report, *pair)
-                print("\n".join(format_comparison(report["comparison"])))
-            except ValueError as exc:  # e.g. a workload file with a single example
-                failed = str(exc)
-        _write_json(report, args.json)  # the run is kept whatever the comparison says
-        if failed is not None:
-            parser.error(failed)
-        if args.report is not None:
-            command = "hypic-rag " + " ".join(argv if argv is not None else sys.argv[1:])
-            for path in write_report(report, args.report, command):
-                print(f"wrote {path}")
+        _write_json(run_slo(layers=layers), args.json)
         return 0
-    if args.command == "serve":
-        if min(args.max_queue, args.max_active) < 1 or not 0 < args.port < 65536:
-            parser.error("--max-queue and --max-active must be >= 1, --port in 1..65535")
-        if args.max_num_batched_tokens < args.max_active:
-            parser.error("--max-num-batched-tokens must be at least --max-active")
-        if args.replicas is not None:
-            return _serve_fleet(parser, args)
+    if args.sweep == "flood":
+        from hypic_rag.eval.bench import flood
+
+        report = flood.run(layers=layers)
+        _write_json(report, args.json)
+        if args.plot is not None:
+            print(f"wrote {flood.plot(report, args.plot)}")
+        return 0
+    if args.sweep:
+        from hypic_rag.eval.bench.sweeps import plot, sweep
+
         try:
-            from hypic_rag.server import serve
-        except ImportError as exc:
-            parser.error(f"the server needs its extra: pip install 'hypic-rag[server]' ({exc})")
-        try:
-            serve(
-                args.model,
-                mode=args.mode,
-                log_level=args.log_level,
-                prefill_workers=args.prefill_workers,
-                **_server_options(args),
+            report = sweep(
+                args.sweep,
+                args.values,
+                modes,
+                args.total_tokens,
+                args.query_tokens,
+                layers,
+                args.repeats or 1,
             )
         except ValueError as exc:
             parser.error(str(exc))
+        _write_json(report, args.json)
+        if args.plot is not None:
+            print(f"wrote {plot(report, args.plot)}")
         return 0
-    if args.command == "cache":
-        from .cache import DiskCacheTier, default_cache_dir
+    if args.runtime:
+        from hypic_rag.eval.bench.runtime import run as run_runtime
 
-        directory = args.cache_dir or default_cache_dir()
-        try:
-            tier = DiskCacheTier(directory, sweep=args.action == "clear")  # an inspection removes nothing
-        except ValueError as exc:
-            parser.error(str(exc))
-        if not tier.folder.is_dir():
-            parser.error(f"no segment cache at {directory}")
-        try:
-            if args.action == "clear":
-                print(f"removed {tier.clear()} entries from {directory}")
-            else:
-                print(json.dumps(tier.stats(), indent=2))
-        except Exception as exc:  # a damaged index, an unreadable folder: say so, never a traceback
-            if args.action == "stats":
-                parser.error(f"cannot read the segment cache at {directory}: {type(exc).__name__}: {exc}")
-            try:
-                removed = tier.reset()
-            except OSError as err:
-                parser.error(f"cannot clear the segment cache at {directory}: {err}")
-            print(
-                f"the index at {directory} was unreadable ({type(exc).__name__}): rebuilt it, removed {removed} files"
-            )
-        finally:
-            tier.close()
+        _write_json(run_runtime(args.lengths, layers, args.repeats or 3), args.json)
         return 0
-    return 2
+    from hypic_rag.eval.bench.ttft import run as run_ttft
+
+    try:
+        report = run_ttft(
+            args.segments,
+            args.segment_tokens,
+            args.query_tokens,
+            modes,
+            args.repeats or 2,
+            layers,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    _write_json(report, args.json)
+    return 0
+
+
+def _run_eval(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """The workloads scored, compared and written."""
+    from hypic_rag import Engine
+    from hypic_rag.eval.data.workloads import WORKLOADS
+    from hypic_rag.eval.harness import evaluate, evaluate_many, mode_labels
+    from hypic_rag.eval.intervals import check_pair, compare, format_comparison
+    from hypic_rag.eval.report import write_report
+
+    if args.n < 1:
+        parser.error("--n must be >= 1")
+    modes = args.modes.split(",")
+    pair = [label.strip() for label in args.compare.split(",")] if args.compare is not None else None
+    try:
+        if pair is not None:  # checked before the run, so a typo costs nothing
+            check_pair(pair, mode_labels(modes, args.seams))
+            if args.n < 2:
+                raise ValueError("--compare needs --n 2 or more: one example has no spread")
+        options = {}
+        if args.seam is not None:
+            options["seam"] = args.seam
+        if args.min_cached_tokens is not None:
+            options["min_cached_tokens"] = args.min_cached_tokens
+        if args.entry_dtype is not None:
+            options["entry_dtype"] = args.entry_dtype
+        workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
+        engine = Engine.from_pretrained(args.model, **options)
+        if len(workloads) == 1:
+            print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")
+            report = evaluate(engine, workloads[0], modes, args.n, args.seed, args.max_new_tokens, seams=args.seams)
+        else:
+            report = evaluate_many(engine, workloads, modes, args.n, args.seed, args.max_new_tokens, seams=args.seams)
+    except ValueError as exc:
+        parser.error(str(exc))
+    failed = None
+    if pair is not None:
+        try:
+            report["comparison"] = compare(report, *pair)
+            print("\n".join(format_comparison(report["comparison"])))
+        except ValueError as exc:  # e.g. a workload file with a single example
+            failed = str(exc)
+    _write_json(report, args.json)  # the run is kept whatever the comparison says
+    if failed is not None:
+        parser.error(failed)
+    if args.report is not None:
+        command = "hypic-rag " + " ".join(argv)
+        for path in write_report(report, args.report, command):
+            print(f"wrote {path}")
+    return 0
+
+
+def _run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """The server, until interrupted."""
+    if min(args.max_queue, args.max_active) < 1 or not 0 < args.port < 65536:
+        parser.error("--max-queue and --max-active must be >= 1, --port in 1..65535")
+    if args.max_num_batched_tokens < args.max_active:
+        parser.error("--max-num-batched-tokens must be at least --max-active")
+    if args.replicas is not None:
+        return _serve_fleet(parser, args)
+    try:
+        from hypic_rag.server import serve
+    except ImportError as exc:
+        parser.error(f"the server needs its extra: pip install 'hypic-rag[server]' ({exc})")
+    try:
+        serve(
+            args.model,
+            mode=args.mode,
+            log_level=args.log_level,
+            prefill_workers=args.prefill_workers,
+            **_server_options(args),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
+
+
+def _run_cache(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """The cache's stats, or the cache emptied."""
+    from .cache import DiskCacheTier, default_cache_dir
+
+    directory = args.cache_dir or default_cache_dir()
+    try:
+        tier = DiskCacheTier(directory, sweep=args.action == "clear")  # an inspection removes nothing
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not tier.folder.is_dir():
+        parser.error(f"no segment cache at {directory}")
+    try:
+        if args.action == "clear":
+            print(f"removed {tier.clear()} entries from {directory}")
+        else:
+            print(json.dumps(tier.stats(), indent=2))
+    except Exception as exc:  # a damaged index, an unreadable folder: say so, never a traceback
+        if args.action == "stats":
+            parser.error(f"cannot read the segment cache at {directory}: {type(exc).__name__}: {exc}")
+        try:
+            removed = tier.reset()
+        except OSError as err:
+            parser.error(f"cannot clear the segment cache at {directory}: {err}")
+        print(f"the index at {directory} was unreadable ({type(exc).__name__}): rebuilt it, removed {removed} files")
+    finally:
+        tier.close()
+    return 0
 
 
 def _server_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -511,6 +548,10 @@ def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     except ValueError as exc:
         parser.error(str(exc))
     return 0
+
+
+# ``hypic-rag COMMAND``: the function that runs it (its parser is ``_add_COMMAND``'s)
+COMMANDS = {"demo": _run_demo, "bench": _run_bench, "eval": _run_eval, "serve": _run_serve, "cache": _run_cache}
 
 
 if __name__ == "__main__":
