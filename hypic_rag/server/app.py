@@ -294,54 +294,6 @@ def create_app(
                     job.cancelled.set()
                     raise _Gone from None
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        body = parse_request(await read_json(request))
-        if body.model not in names:
-            raise APIError(
-                404, f"model {body.model!r} is not served here; try {names[0]!r}", param="model", code="model_not_found"
-            )
-        assert engine.chat_setup is not None
-        arguments = engine_arguments(body, default_mode, engine.chat_setup.format)
-        await compiled(partial(engine.check_chat, **arguments))
-        job = Job(arguments, asyncio.get_running_loop())
-        ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
-        try:
-            worker.submit(job)
-        except QueueFull:
-            raise APIError(
-                429,
-                f"the server is busy: {max_queue} requests are already waiting",
-                type="rate_limit_error",
-                headers={"Retry-After": str(retry_after())},
-            ) from None
-        streaming = False
-        try:
-            kind, payload = await next_event(job, request)
-            if kind == ERROR:
-                raise _as_api_error(payload, retry_after())
-            if body.stream:
-                streaming = True  # from here the stream owns the job
-                include_usage = bool(body.stream_options and body.stream_options.include_usage)
-                return StreamingResponse(
-                    _stream(job, payload, names[0], bool(body.tools), include_usage, engine),
-                    media_type="text/event-stream",
-                    headers={"Cache-Control": "no-cache", **ignored},
-                )
-            while kind != DONE:
-                kind, payload = await next_event(job, request)
-                if kind == ERROR:
-                    raise _as_api_error(payload, retry_after())
-            answer = completion(unique_call_ids(payload), names[0], completion_id(), token_bytes(engine))
-            if body.ignored_fields:
-                answer["hypic"]["ignored_fields"] = body.ignored_fields
-            return JSONResponse(finite(answer), headers=ignored)
-        except _Gone:
-            return Response(status_code=499)
-        finally:
-            if not streaming:
-                job.cancelled.set()  # a no-op once done; stops the work of a request that failed or was left
-
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         created = int(time.time())
@@ -352,6 +304,7 @@ def create_app(
 
     _add_model_route(app, names)
     serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, next_event, retry_after, compiled)
+    _add_chat_route(app, serving)
     _add_completions_route(app, serving)
 
     @app.get("/health")
@@ -443,6 +396,56 @@ class _Serving:
                 headers={"Retry-After": str(self.retry_after())},
             ) from None
 
+    async def event(self, job: Job, request: Request) -> tuple[str, Any]:
+        """The job's next event; an error event raised as the API error it is."""
+        kind, payload = await self.next_event(job, request)
+        if kind == ERROR:
+            raise _as_api_error(payload, self.retry_after())
+        return kind, payload
+
+    async def done(self, job: Job, request: Request, kind: str, payload: Any) -> Any:
+        """The job's answer, awaited from its event ``kind``/``payload`` on."""
+        while kind != DONE:
+            kind, payload = await self.event(job, request)
+        return payload
+
+
+def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
+    """``POST /v1/chat/completions``: one job (``Engine.start_chat``), answered whole or streamed."""
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = parse_request(await serving.read_json(request))
+        serving.check_model(body.model)
+        engine = serving.engine
+        assert engine.chat_setup is not None
+        arguments = engine_arguments(body, serving.default_mode, engine.chat_setup.format)
+        await serving.compiled(partial(engine.check_chat, **arguments))
+        job = Job(arguments, asyncio.get_running_loop())
+        ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
+        serving.submit(job)
+        streaming = False
+        try:
+            kind, payload = await serving.event(job, request)
+            if body.stream:
+                streaming = True  # from here the stream owns the job
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                return StreamingResponse(
+                    _stream(job, payload, serving.names[0], bool(body.tools), include_usage, engine),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", **ignored},
+                )
+            out = await serving.done(job, request, kind, payload)
+            answer = completion(unique_call_ids(out), serving.names[0], completion_id(), token_bytes(engine))
+            if body.ignored_fields:
+                answer["hypic"]["ignored_fields"] = body.ignored_fields
+            return JSONResponse(finite(answer), headers=ignored)
+        except _Gone:
+            return Response(status_code=499)
+        finally:
+            if not streaming:
+                job.cancelled.set()  # a no-op once done; stops the work of a request that failed or was left
+
 
 def _add_model_route(app: FastAPI, names: list[str]) -> None:
     @app.get("/v1/models/{model_id:path}")
@@ -472,12 +475,8 @@ def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
             for job in jobs:
                 serving.submit(job)
                 submitted.append(job)
-            firsts = []
-            for job in jobs:  # every prompt's first event before the status: an error in any is a 4xx
-                kind, payload = await serving.next_event(job, request)
-                if kind == ERROR:
-                    raise _as_api_error(payload, serving.retry_after())
-                firsts.append((kind, payload))
+            # every prompt's first event before the status: an error in any is a 4xx
+            firsts = [await serving.event(job, request) for job in jobs]
             if body.stream:
                 streaming = True
                 include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -486,13 +485,7 @@ def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
                     media_type="text/event-stream",
                     headers={"Cache-Control": "no-cache", **ignored},
                 )
-            outs = []
-            for job, (kind, payload) in zip(jobs, firsts, strict=True):
-                while kind != DONE:
-                    kind, payload = await serving.next_event(job, request)
-                    if kind == ERROR:
-                        raise _as_api_error(payload, serving.retry_after())
-                outs.append(payload)
+            outs = [await serving.done(job, request, *first) for job, first in zip(jobs, firsts, strict=True)]
             answer = text_completion(outs, serving.names[0], text_completion_id(), token_bytes(serving.engine))
             return JSONResponse(finite(answer), headers=ignored)
         except _Gone:
