@@ -63,14 +63,25 @@ def _seams(text: str) -> list[int | float | str]:
 _numbers = _csv(float, 0, "numbers")
 
 
-def _write_json(data: dict, path: Path | None) -> None:
-    if path is not None:
+def _write_json(data: dict, path: Path | None, bench: str | None = None) -> None:
+    """A benchmark's report under its header (``write_report``), or an evaluation's as it is."""
+    if bench is not None:
+        from hypic_rag.eval.bench.common import write_report
+
+        write_report(data, path, bench)
+    elif path is not None:
         path.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {path}")
 
 
-# Benchmarks run by name with their own flags (``hypic-rag bench fleet --help``): module under hypic_rag.eval.bench.
-NAMED_BENCHES = {"fleet": "fleet", "fleet-sim": "fleet_sim"}
+# Every benchmark, run by name with its own flags (``hypic-rag bench NAME --help``; ``python -m
+# hypic_rag.eval.bench.MODULE`` is the same): name -> its module under hypic_rag.eval.bench. Each writes its JSON
+# through ``eval.bench.common.write_report``, under one header.
+BENCH_MODULES = (
+    "batching", "capture", "deviation", "entry_bytes", "families", "fleet", "fleet_sim", "flood", "gpu", "grammar",
+    "kernels", "measure", "peer", "profile", "server", "slo", "template_ids", "tiers", "workers",
+)  # fmt: skip
+NAMED_BENCHES = {module.replace("_", "-"): module for module in BENCH_MODULES}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,7 +327,7 @@ def _run_bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     if args.server:
         from hypic_rag.eval.bench.server import run as run_server
 
-        _write_json(run_server(layers=layers, repeats=args.repeats or 3), args.json)
+        _write_json(run_server(layers=layers, repeats=args.repeats or 3), args.json, "server")
         return 0
     if args.bundled:
         from hypic_rag.eval.bench.bundled import run as run_bundled
@@ -326,18 +337,18 @@ def _run_bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
             report = run_bundled(rounds=args.repeats or 20, **chosen)
         except ValueError as exc:
             parser.error(str(exc))
-        _write_json(report, args.json)
+        _write_json(report, args.json, "bundled")
         return 0
     if args.slo:
         from hypic_rag.eval.bench.slo import run as run_slo
 
-        _write_json(run_slo(layers=layers), args.json)
+        _write_json(run_slo(layers=layers), args.json, "slo")
         return 0
     if args.sweep == "flood":
         from hypic_rag.eval.bench import flood
 
         report = flood.run(layers=layers)
-        _write_json(report, args.json)
+        _write_json(report, args.json, "flood")
         if args.plot is not None:
             print(f"wrote {flood.plot(report, args.plot)}")
         return 0
@@ -356,14 +367,14 @@ def _run_bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
             )
         except ValueError as exc:
             parser.error(str(exc))
-        _write_json(report, args.json)
+        _write_json(report, args.json, f"sweep-{args.sweep}")
         if args.plot is not None:
             print(f"wrote {plot(report, args.plot)}")
         return 0
     if args.runtime:
         from hypic_rag.eval.bench.runtime import run as run_runtime
 
-        _write_json(run_runtime(args.lengths, layers, args.repeats or 3), args.json)
+        _write_json(run_runtime(args.lengths, layers, args.repeats or 3), args.json, "runtime")
         return 0
     from hypic_rag.eval.bench.ttft import run as run_ttft
 
@@ -378,7 +389,7 @@ def _run_bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
         )
     except ValueError as exc:
         parser.error(str(exc))
-    _write_json(report, args.json)
+    _write_json(report, args.json, "ttft")
     return 0
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hypic_rag.cli import main
+from hypic_rag.cli import NAMED_BENCHES, main
 
 
 def test_help_lists_the_commands(capsys):
@@ -147,3 +147,40 @@ def test_a_single_seam_with_a_budget_is_refused_before_anything_loads(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--workload", "single_doc", "--seam", "auto:11"])
     assert "--seam takes 'auto' without a budget; compare budgets with --seams auto:11" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(NAMED_BENCHES))
+def test_every_benchmark_runs_by_name_and_describes_its_flags(name, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["bench", name, "--help"])
+    assert done.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_every_benchmark_module_is_registered_and_writes_through_the_one_writer():
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "eval" / "bench"
+    with_main = {p.stem for p in bench.glob("*.py") if "\ndef main(" in p.read_text()}
+    assert with_main == set(NAMED_BENCHES.values())
+    for stem in with_main:  # no benchmark writes its JSON by hand
+        text = (bench / f"{stem}.py").read_text()
+        assert "write_report(" in text and "args.json.write_text" not in text, stem
+
+
+def test_a_report_opens_with_the_run_header(tmp_path, capsys):
+    import torch
+
+    from hypic_rag.eval.bench.common import write_report
+
+    out = tmp_path / "r.json"
+    write_report({"ratio": 1.5}, out, "ttft")
+    report = json.loads(out.read_text())
+    assert list(report) == ["run", "ratio"] and report["ratio"] == 1.5
+    run = report["run"]
+    assert (
+        run["benchmark"] == "ttft" and run["threads"] == torch.get_num_threads() and run["torch"] == torch.__version__
+    )
+    assert set(run) == {"benchmark", "hypic_rag", "revision", "python", "torch", "device", "threads", "argv"}
+    assert f"wrote {out}" in capsys.readouterr().out
+    write_report({"x": 1}, None, "ttft")  # no path: nothing written

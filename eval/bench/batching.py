@@ -16,7 +16,6 @@ machine shared with other work, time spent waiting for a core is then not counte
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .common import layer_shapes, random_model
+from .common import layer_shapes, random_model, write_report
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(args.layers, args.batches, args.prompt_tokens, args.steps, args.repeats, clock=args.clock)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "batching")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import json
 import subprocess
 import sys
 import tarfile
@@ -35,7 +34,7 @@ import torch
 
 from hypic_rag.kernels import algebra, delta_rule
 
-from .common import best_of, timed
+from .common import best_of, timed, write_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,18 +153,17 @@ def run(
     return {"threads": threads, "heads": h, "dim": d, "cases": rows, "piece_8_tokens_s": pieces}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", default=None, help="git revision whose kernels to run beside the current ones")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--small", action="store_true", help="tiny shapes, to check the script runs")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = run(args.baseline, args.threads, args.repeats, args.small)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "capture")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@
 
 from __future__ import annotations
 
+import json
+import platform
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -175,3 +179,48 @@ def measure(
         "recomputed_tokens": stats.get("recomputed_tokens", ids.shape[1]),
         "cache_bytes": stats.get("cache_bytes", 0),
     }
+
+
+def run_header(name: str) -> dict[str, Any]:
+    """What every benchmark's JSON opens with, so that two results can be told apart: the benchmark, the code
+    (package version and git revision, ``+dirty`` with uncommitted changes), the software, the machine and the
+    command."""
+    from importlib.metadata import version
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = (
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        revision = f"{rev}+dirty" if rev and dirty else rev
+    except (OSError, subprocess.SubprocessError):  # not a checkout, or no git: the version says enough
+        revision = None
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or platform.machine()
+    return {
+        "benchmark": name,
+        "hypic_rag": version("hypic-rag"),
+        "revision": revision,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "argv": sys.argv[1:],
+    }
+
+
+def write_report(report: Mapping[str, Any], path: Path | str | None, name: str) -> None:
+    """``report`` as JSON at ``path`` (nothing when None), under ``run_header(name)``: the one writer of every
+    benchmark's results."""
+    if path is None:
+        return
+    Path(path).write_text(json.dumps({"run": run_header(name), **report}, indent=2) + "\n")
+    print(f"wrote {path}")

@@ -17,7 +17,6 @@ KL, the tokens a warm request recomputes and those with its probe's layer-weight
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from hypic_rag.fidelity import kl_divergence
 from hypic_rag.plan import estimate
 
 from ..data.workloads import SEGMENTATION, WORKLOADS, make
-from .common import RandomSegments
+from .common import RandomSegments, write_report
 from .families import FIDELITY, _model
 
 FAMILY_KINDS = ("qwen3_5_text", "nemotron_h", "kimi_linear")
@@ -147,16 +146,16 @@ def run(n: int, seed: int, log: Callable[[str], None] = print) -> dict[str, Any]
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=40, help="requests per model")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--pareto", action="store_true", help="instead: KL and tokens of each seam, random models")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = pareto(args.n, args.seed) if args.pareto else run(args.n, args.seed)
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "deviation")
 
 
 if __name__ == "__main__":

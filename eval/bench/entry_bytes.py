@@ -18,7 +18,6 @@ the best of ``repeats`` timings each, side by side): the price of the smaller en
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from hypic_rag.cache.entry import ENTRY_DTYPES, CachedSegment, LinearTokens
 from hypic_rag.entries import prefill_isolated
 from hypic_rag.plan import Prompt, plan_request
 
-from .common import best_of, layer_shapes, random_model, timed
+from .common import best_of, layer_shapes, random_model, timed, write_report
 
 LENGTHS = (16, 32, 64, 96, 128, 256, 1024, 4096)
 SEGMENTS = 8
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(layers=args.layers)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "entry_bytes")
 
 
 if __name__ == "__main__":

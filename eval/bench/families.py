@@ -20,7 +20,6 @@ For every family (``FAMILIES``):
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,7 @@ from hypic_rag.model.families import read_config
 from hypic_rag.testing.parity import load_reference, logits_max_diff
 from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, build_checkpoint, hybrid_layer_types, randomize
 
-from .common import RandomSegments
+from .common import RandomSegments, write_report
 from .measure import bytes_per_token
 
 # Per-layer shapes of published configurations (transformers' config defaults, which follow a released
@@ -163,19 +162,18 @@ def run(families: tuple[str, ...] = FAMILIES, log: Callable[[str], None] = print
     return {"benchmark": "families", "threads": 1, "rows": rows}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     chosen = tuple(f for f in args.families.split(",") if f)
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:
         raise SystemExit(f"unknown families {unknown}; expected some of {', '.join(FAMILIES)}")
     report = run(chosen)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "families")
 
 
 if __name__ == "__main__":

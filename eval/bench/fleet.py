@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -39,6 +38,7 @@ import httpx
 
 from hypic_rag.fleet.routing import EPSILON
 
+from .common import write_report
 from .fleet_sim import TRAFFIC, make_traffic, oracle_bound
 from .server import MODEL, Corpus, build_checkpoint
 from .slo import Traffic, percentile
@@ -257,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--documents >= --topic-size >= --k, --warmup >= 0 and --requests >= 1")
     report = run(args)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "fleet")
     return 0
 
 

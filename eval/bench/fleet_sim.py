@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import random
 import statistics
 import time
@@ -45,6 +44,8 @@ from typing import Any
 
 from hypic_rag.cache.lru import ByteLRU
 from hypic_rag.fleet.routing import EPSILON, AffinityPolicy, load_bound
+
+from .common import write_report
 
 POLICIES = ("affinity", "power_of_two", "longest_prefix", "round_robin")
 CLOSED_DOCUMENTS, CLOSED_REQUESTS = 200, 2000  # the closed loop's pool and stream (the first half warms up)
@@ -417,9 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for n, cost in out["cost"].items():
         print(f"{n} replicas: {cost['us_per_decision']:.0f} us a decision, beliefs {cost['belief_bytes'] / 1e6:.1f} MB")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_report(out, args.json, "fleet_sim")
     return 0
 
 

@@ -18,7 +18,6 @@ TTFT.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.cache import segment_key
 
-from .common import RandomSegments, random_engine
+from .common import RandomSegments, random_engine, write_report
 
 # A small Qwen3.5-style hybrid: 3 Gated DeltaNet layers to 1 attention layer, as the published models have.
 TINY_SHAPES: dict[str, Any] = dict(
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(args.requests, args.pool, doc_tokens=args.doc_tokens, layers=args.layers, seed=args.seed)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "flood")
     if args.plot:
         print(f"wrote {plot(report, args.plot)}")
 

@@ -17,7 +17,6 @@ kernels interpreted), and its times mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from hypic_rag import Engine
 from hypic_rag.testing.synthetic import TINY
 
 from . import batching, kernels
-from .common import RandomSegments, layer_shapes, random_checkpoint, reordered
+from .common import RandomSegments, layer_shapes, random_checkpoint, reordered, write_report
 
 MODES = ("full", "prefix", "hypic", "transformers")
 
@@ -128,8 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(args.device, args.small, args.repeats, args.budget_s)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "gpu")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from hypic_rag.decoding import Generation
 from hypic_rag.grammar import SPACED, GrammarMask, check_response_format, response_lark
 
 from ..data.corpus import corpus
-from .common import RandomSegments, layer_shapes
+from .common import RandomSegments, layer_shapes, write_report
 
 # An answer the grammar holds to a JSON object with one free string: the mask is computed on every step.
 SCHEMA: dict[str, Any] = {
@@ -219,7 +219,7 @@ def run(
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=8, help="prompts per model")
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -227,11 +227,10 @@ def main() -> None:
     parser.add_argument("--no-wide", action="store_true", help="the bundled model only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = run(args.n, args.max_new_tokens, args.layers, not args.no_wide, args.seed)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "grammar")
 
 
 if __name__ == "__main__":

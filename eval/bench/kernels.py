@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from hypic_rag.kernels.rope import rope_inv_freq
 from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 from hypic_rag.testing.synthetic import TINY
 
-from .common import RandomSegments, best_of, layer_shapes, random_model, speedup, timed
+from .common import RandomSegments, best_of, layer_shapes, random_model, speedup, timed, write_report
 
 
 def _time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
@@ -148,17 +147,16 @@ def run(device: str = "cuda", small: bool = False, repeats: int = 3, log: Callab
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--small", action="store_true", help="tiny shapes, to check the script runs")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = run(args.device, args.small, args.repeats)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "kernels")
 
 
 if __name__ == "__main__":

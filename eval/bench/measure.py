@@ -29,7 +29,7 @@ from hypic_rag import Engine, Segment
 from hypic_rag.fidelity import kl_divergence, top1_agreement
 from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES, TINY, hybrid_layer_types
 
-from .common import RandomSegments, best_of, random_model, speedup
+from .common import RandomSegments, best_of, random_model, speedup, write_report
 
 FIDELITY_SHAPES: dict[str, Any] = {
     **TINY,
@@ -224,7 +224,7 @@ def run(
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
@@ -232,14 +232,13 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = run(args.prompts, args.repeats, args.segments, args.length, tuple(args.only.split(",")))
     for key in ("warm_speedup_vs_full", "cold_speedup_vs_full"):
         if key in report:
             print(key, json.dumps(report[key]))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "measure")
 
 
 if __name__ == "__main__":

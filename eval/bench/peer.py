@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from .common import write_report
+
 BATCHES = (1, 2, 4, 8)
 INSTRUCTIONS = "see `python -m hypic_rag.eval.bench.peer --help` for building one from the llama-cpp-python sdist"
 
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     except PeerMissing as exc:
         raise SystemExit(f"peer benchmark skipped: {exc}") from None
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "peer")
 
 
 if __name__ == "__main__":

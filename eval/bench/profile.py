@@ -14,7 +14,6 @@ is what remains of the TTFT. Best of ``--repeats``; shares of that run's TTFT. I
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ import torch
 
 from hypic_rag.model import HybridModel
 
-from .common import RandomSegments, random_engine, reordered
+from .common import RandomSegments, random_engine, reordered, write_report
 
 
 class _Timer:
@@ -127,7 +126,7 @@ def run(
     return {"benchmark": "profile", "layers": layers, "threads": 1, **best}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--segments", type=int, default=8)
     parser.add_argument("--segment-tokens", type=int, default=1024)
@@ -136,11 +135,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--decode", type=int, default=16, help="decode steps timed after each prefill (0: none)")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = run(args.segments, args.segment_tokens, args.query_tokens, args.layers, args.repeats, decode=args.decode)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "profile")
 
 
 if __name__ == "__main__":

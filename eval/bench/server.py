@@ -41,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from .common import write_report
 from .slo import SIM_MODES, CacheModel, Traffic, max_qps, percentile
 
 MODEL = "bench"
@@ -665,7 +666,7 @@ def main(argv: list[str] | None = None) -> None:
             tpot_slo_factor=args.tpot_slo_factor,
         )
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "server")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 
-from .common import RandomSegments, best_of, random_engine
+from .common import RandomSegments, best_of, random_engine, write_report
 
 SIM_MODES = ("full", "prefix", "hypic")
 
@@ -279,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     traffic = Traffic(args.corpus, args.k, args.zipf, args.doc_tokens, args.query_tokens)
     report = run(traffic, args.layers, args.slo_factor, args.requests, args.check_requests)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "slo")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ byte-level BPE that ``testing.synthetic.add_chat_files`` trains on the corpus (`
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import tempfile
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from hypic_rag.model.loading import default_model_path
 from hypic_rag.tokenizer import load_tokenizer
 
 from ..data.corpus import corpus
+from .common import write_report
 
 STYLES = ("explicit_parts", "explicit_spaced", "flat_rag", "multi_turn")
 
@@ -93,18 +93,17 @@ def run(
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--template", type=Path, action="append", default=[], help="a chat template file (repeat)")
     parser.add_argument("--n", type=int, default=100, help="prompts per style")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab", type=int, default=2000, help="BPE vocabulary for the non-bundled templates")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = run(args.template, args.n, args.seed, args.vocab)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_report(report, args.json, "template_ids")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ read rate is the entries' bytes over the time a tier adds to a memory hit: fetch
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 from hypic_rag import Engine
 from hypic_rag.testing.redis import RedisServer
 
-from .common import RandomSegments, best_of, random_engine, reordered
+from .common import RandomSegments, best_of, random_engine, reordered, write_report
 
 
 def run(
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(args.segments, args.segment_tokens, args.query_tokens, args.layers, args.repeats)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "tiers")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ over its core count.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 
 from hypic_rag import Engine
 
-from .common import RandomSegments, best_of, layer_shapes, random_checkpoint
+from .common import RandomSegments, best_of, layer_shapes, random_checkpoint, write_report
 
 
 def run(
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(args.segments, args.segment_tokens, 64, args.layers, args.repeats)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.json, "workers")
 
 
 if __name__ == "__main__":
