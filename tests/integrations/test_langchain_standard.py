@@ -25,20 +25,8 @@ COPIES_NO_LITERAL = "the bundled model does not copy a literal from the question
 NAMES_NO_KEYS = "JSON mode holds the answer to JSON; the bundled model does not take its keys from the prompt's words"
 
 
-class TestChatHypicIntegration(ChatModelIntegrationTests):
-    @property
-    def chat_model_class(self) -> type[BaseChatModel]:
-        return ChatHypic
-
-    @property
-    def chat_model_params(self) -> dict:
-        return {"model": "hypic-default"}
-
-    @property
-    def standard_chat_model_params(self) -> dict:
-        params = super().standard_chat_model_params
-        params.pop("api_key", None)  # a local model: unknown options are errors, and there is no key to give
-        return params
+class BundledModelTests(ChatModelIntegrationTests):
+    """What the bundled model declares and where it falls short, for every path to it (in process, over HTTP)."""
 
     @property
     def has_tool_calling(self) -> bool:
@@ -68,3 +56,19 @@ class TestChatHypicIntegration(ChatModelIntegrationTests):
     @pytest.mark.xfail(reason=NAMES_NO_KEYS, strict=True)
     def test_json_mode(self, model: BaseChatModel) -> None:
         super().test_json_mode(model)
+
+
+class TestChatHypicIntegration(BundledModelTests):
+    @property
+    def chat_model_class(self) -> type[BaseChatModel]:
+        return ChatHypic
+
+    @property
+    def chat_model_params(self) -> dict:
+        return {"model": "hypic-default"}
+
+    @property
+    def standard_chat_model_params(self) -> dict:
+        params = super().standard_chat_model_params
+        params.pop("api_key", None)  # a local model: unknown options are errors, and there is no key to give
+        return params
