@@ -8,7 +8,10 @@ RMSNorm's ``1 + w`` matter), and ``save_pretrained`` writes it. Needs ``transfor
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -361,73 +364,67 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 buf.copy_(torch.randn(buf.shape, generator=gen) * 0.1)
 
 
+@dataclass(frozen=True)
+class Reference:
+    """How to build one kind's transformers model: its classes (in ``module``) and its config's keywords from the
+    caller's overrides (``shapes``: the tiny shapes below, the overrides, then what the kind must keep)."""
+
+    model: str
+    config: str
+    shapes: Callable[[dict[str, Any]], dict[str, Any]]
+    module: str = "transformers"
+
+
+def _without(params: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in keys}
+
+
+REFERENCES: dict[str, Reference] = {
+    "nemotron_h": Reference("NemotronHForCausalLM", "NemotronHConfig", lambda o: {**TINY_NEMOTRON_H, **o}),
+    "nemotron_h_moe": Reference(
+        "NemotronHForCausalLM", "NemotronHConfig", lambda o: {**TINY_NEMOTRON_H, **TINY_NEMOTRON_MOE, **o}
+    ),
+    "granitemoehybrid": Reference(
+        "GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig", lambda o: {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **o}
+    ),
+    "bailing_hybrid": Reference("BailingHybridForCausalLM", "BailingHybridConfig", lambda o: {**TINY_LING, **o}),
+    "jamba": Reference("JambaForCausalLM", "JambaConfig", lambda o: {**TINY_JAMBA, **o}),
+    "falcon_h1": Reference("FalconH1ForCausalLM", "FalconH1Config", lambda o: {**TINY_FALCON, **o}),
+    "olmo_hybrid": Reference("OlmoHybridForCausalLM", "OlmoHybridConfig", lambda o: {**TINY_OLMO, **o}),
+    "kimi_linear": Reference("KimiLinearForCausalLM", "KimiLinearConfig", lambda o: {**TINY_KIMI, **o}),
+    "minimax": Reference("MiniMaxForCausalLM", "MiniMaxConfig", lambda o: {**TINY_MINIMAX, **o}),
+    "lfm2": Reference("Lfm2ForCausalLM", "Lfm2Config", lambda o: {**TINY_LFM2, **o}),
+    "bamba": Reference(
+        "BambaForCausalLM", "BambaConfig", lambda o: {**TINY_MAMBA_HYBRID, "attn_layer_indices": [1, 3], **o}
+    ),
+    "qwen3_next": Reference("Qwen3NextForCausalLM", "Qwen3NextConfig", lambda o: {**TINY, **o, "num_experts": 0}),
+    "qwen3_next_moe": Reference(
+        "Qwen3NextForCausalLM",
+        "Qwen3NextConfig",
+        lambda o: {**TINY, **o, **TINY_MOE, "norm_topk_prob": False, "mlp_only_layers": [1]},
+    ),
+    "qwen3_5_text": Reference(
+        "Qwen3_5ForCausalLM", "Qwen3_5TextConfig", lambda o: {"tie_word_embeddings": True, **TINY, **o}
+    ),
+    "qwen3_5_moe_text": Reference(
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeTextConfig",
+        lambda o: {**_without({**TINY, **o}, "intermediate_size"), **TINY_MOE},
+        module="transformers.models.qwen3_5_moe",
+    ),
+}
+
+
 def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> torch.nn.Module:
-    """A randomised transformers model of ``kind`` (one of ``KINDS``) on tiny or overridden shapes."""
-    torch.manual_seed(seed)
-    params = {**TINY, **(overrides or {})}
-    if kind in ("nemotron_h", "nemotron_h_moe"):
-        from transformers import NemotronHConfig, NemotronHForCausalLM
-
-        extra = TINY_NEMOTRON_MOE if kind.endswith("moe") else {}
-        model = NemotronHForCausalLM(NemotronHConfig(**{**TINY_NEMOTRON_H, **extra, **(overrides or {})}))
-    elif kind == "granitemoehybrid":
-        from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
-
-        params = {**TINY_MAMBA_HYBRID, **TINY_GRANITE, **(overrides or {})}
-        model = GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(**params))
-    elif kind == "bailing_hybrid":
-        from transformers import BailingHybridConfig, BailingHybridForCausalLM
-
-        model = BailingHybridForCausalLM(BailingHybridConfig(**{**TINY_LING, **(overrides or {})}))
-    elif kind == "jamba":
-        from transformers import JambaConfig, JambaForCausalLM
-
-        model = JambaForCausalLM(JambaConfig(**{**TINY_JAMBA, **(overrides or {})}))
-    elif kind == "falcon_h1":
-        from transformers import FalconH1Config, FalconH1ForCausalLM
-
-        model = FalconH1ForCausalLM(FalconH1Config(**{**TINY_FALCON, **(overrides or {})}))
-    elif kind == "olmo_hybrid":
-        from transformers import OlmoHybridConfig, OlmoHybridForCausalLM
-
-        model = OlmoHybridForCausalLM(OlmoHybridConfig(**{**TINY_OLMO, **(overrides or {})}))
-    elif kind == "kimi_linear":
-        from transformers import KimiLinearConfig, KimiLinearForCausalLM
-
-        model = KimiLinearForCausalLM(KimiLinearConfig(**{**TINY_KIMI, **(overrides or {})}))
-    elif kind == "minimax":
-        from transformers import MiniMaxConfig, MiniMaxForCausalLM
-
-        model = MiniMaxForCausalLM(MiniMaxConfig(**{**TINY_MINIMAX, **(overrides or {})}))
-    elif kind == "lfm2":
-        from transformers import Lfm2Config, Lfm2ForCausalLM
-
-        model = Lfm2ForCausalLM(Lfm2Config(**{**TINY_LFM2, **(overrides or {})}))
-    elif kind == "bamba":
-        from transformers import BambaConfig, BambaForCausalLM
-
-        params = {**TINY_MAMBA_HYBRID, "attn_layer_indices": [1, 3], **(overrides or {})}
-        model = BambaForCausalLM(BambaConfig(**params))
-    elif kind in ("qwen3_next", "qwen3_next_moe"):
-        from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
-
-        extra = (
-            {**TINY_MOE, "norm_topk_prob": False, "mlp_only_layers": [1]}
-            if kind.endswith("moe")
-            else {"num_experts": 0}
-        )
-        model = Qwen3NextForCausalLM(Qwen3NextConfig(**{**params, **extra}))
-    elif kind == "qwen3_5_text":
-        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
-        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**{"tie_word_embeddings": True, **params}))
-    elif kind == "qwen3_5_moe_text":
-        from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
-
-        params.pop("intermediate_size", None)
-        model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**{**params, **TINY_MOE}))
-    else:
+    """A randomised transformers model of ``kind`` (one of ``KINDS`` with a ``REFERENCES`` entry) on tiny or
+    overridden shapes."""
+    reference = REFERENCES.get(kind)
+    if reference is None:
         raise ValueError(f"unknown checkpoint kind {kind!r}; expected one of {', '.join(KINDS)}")
+    torch.manual_seed(seed)
+    module = importlib.import_module(reference.module)
+    config = getattr(module, reference.config)(**reference.shapes(dict(overrides or {})))
+    model = getattr(module, reference.model)(config)
     randomize(model, seed)
     return model.eval()
 
