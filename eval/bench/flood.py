@@ -27,25 +27,28 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.cache import segment_key
+from hypic_rag.testing.synthetic import QWEN3_5_0_8B_SHAPES
 
 from .common import RandomSegments, random_engine, write_report
 
-# A small Qwen3.5-style hybrid: 3 Gated DeltaNet layers to 1 attention layer, as the published models have.
-TINY_SHAPES: dict[str, Any] = dict(
-    vocab_size=4096,
-    hidden_size=256,
-    intermediate_size=512,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    linear_num_key_heads=4,
-    linear_num_value_heads=4,
-    linear_key_head_dim=64,
-    linear_value_head_dim=64,
-    linear_conv_kernel_dim=4,
-    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
-    tie_word_embeddings=True,
-)
+# Qwen3.5-0.8B's shapes scaled down (3 Gated DeltaNet layers to 1 attention layer, as the published models have):
+# small enough that thousands of requests run in minutes.
+TINY_SHAPES: dict[str, Any] = {
+    **{
+        k: v
+        for k, v in QWEN3_5_0_8B_SHAPES.items()
+        if k not in ("num_hidden_layers", "layer_types", "max_position_embeddings")
+    },
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "head_dim": 64,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+}
 POLICIES = ("lru", "value")
 
 
