@@ -33,8 +33,34 @@ from hypic_rag.segments import Segment
 
 from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
 
-WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory")
-WORKLOAD_METRICS = {"single_doc": "f1", "multi_hop": "f1", "aggregate": "f1", "tool_call": "tool_call", "memory": "f1"}
+WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory", "framework_qa")
+WORKLOAD_METRICS = {
+    "single_doc": "f1",
+    "multi_hop": "f1",
+    "aggregate": "f1",
+    "tool_call": "tool_call",
+    "memory": "f1",
+    "framework_qa": "f1",
+}
+# The prompts RAG frameworks send by default, word for word (a test holds them to the installed libraries):
+# LlamaIndex's text-QA prompt, as a chat (its system prompt, then the context and the query in one user message)
+# and as the completions route's one prompt; LangChain's RAG prompt of its tutorials (the hub's rlm/rag-prompt).
+LLAMAINDEX_QA_SYSTEM = (
+    "You are an expert Q&A system that is trusted around the world.\nAlways answer the query using the provided "
+    "context information, and not prior knowledge.\nSome rules to follow:\n1. Never directly reference the given "
+    "context in your answer.\n2. Avoid statements like 'Based on the context, ...' or 'The context information "
+    "...' or anything along those lines."
+)
+LLAMAINDEX_QA = (
+    "Context information is below.\n---------------------\n{context_str}\n---------------------\nGiven the "
+    "context information and not prior knowledge, answer the query.\nQuery: {query_str}\nAnswer: "
+)
+LANGCHAIN_RAG = (
+    "You are an assistant for question-answering tasks. Use the following pieces of retrieved context to answer "
+    "the question. If you don't know the answer, just say that you don't know. Use three sentences maximum and keep "
+    "the answer concise.\nQuestion: {question} \nContext: {context} \nAnswer:"
+)
+FRAMEWORK_FORMS = ("llamaindex_chat", "llamaindex_completion", "langchain_rag")
 # How an example's prompt is cut into segments (``segment_prompt``): its tagged parts, and also the tool
 # schemas and tool results, which ``explicit`` would leave to run in context as template glue.
 SEGMENTATION = "auto"
@@ -135,6 +161,24 @@ def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example
     rng.shuffle(qa)
     docs = [part("document", _describe_person(p, rng)) for p in people]
     return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
+
+
+def _framework_qa(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+    """``single_doc``'s documents and questions in a framework's default prompt (``FRAMEWORK_FORMS``), the
+    documents joined by blank lines into its context as the framework joins retrieved nodes: what a user of the
+    framework sends without writing a prompt. One question an example (the wording holds it)."""
+    w = World(rng)
+    people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
+    question, answer = rng.choice([(q.format(name=p["name"]), str(p[k])) for p in people for k, q in PERSON_QUESTIONS])
+    context = "\n\n".join(_describe_person(p, rng) for p in people)
+    form = rng.choice(FRAMEWORK_FORMS)
+    if form == "langchain_rag":
+        messages = [{"role": "user", "content": LANGCHAIN_RAG.format(question=question, context=context)}]
+    else:
+        prompt = LLAMAINDEX_QA.format(context_str=context, query_str=question)
+        system = [{"role": "system", "content": LLAMAINDEX_QA_SYSTEM}] if form == "llamaindex_chat" else []
+        messages = [*system, {"role": "user", "content": prompt}]
+    return Example(messages, [answer], "f1", meta={"form": form})
 
 
 def person_facts(p: dict) -> dict[str, str]:
@@ -404,7 +448,8 @@ _MAKERS = {
     "aggregate": _aggregate,
     "tool_call": _tool_call,
     "memory": _memory,
-    "agent": _agent,  # training mix and the agent loop's tests; not one of the five scored workloads
+    "framework_qa": _framework_qa,
+    "agent": _agent,  # training mix and the agent loop's tests; not one of the scored workloads
 }
 
 

@@ -15,6 +15,8 @@ from hypic_rag.eval.train.drills import recall_examples
 
 TAGS = {"system": "sys", "document": "doc", "tool": "tool", "memory": "mem", "turn": "turn"}
 ALL = (*WORKLOADS, "agent")
+# The workloads built of tagged parts; framework_qa is a framework's prompt in plain text (its own tests below).
+PARTS = tuple(w for w in ALL if w != "framework_qa")
 # sha256 of each workload's segments, query, answers and meta (``_digest``): the prompts, and so the training
 # data, must not change by a byte unless on purpose. First computed on the code that built the segments by
 # hand, before the workloads became messages; changed once since, on purpose, when a person's description
@@ -30,6 +32,8 @@ DIGESTS = {
     "tool_call:small": "95ad0005ddd3fc327d3289838254c0bf1ee4cf7ff9a44bee4ef2f738abcec63f",
     "memory": "4e8c872d8443a838de50c4916d16a0963efd7460aaa20a9dfb4f66bfee055603",
     "memory:small": "0b7874dba65e6a7f8a4538013d1dd02bf694163d30746bb7e19770247c425825",
+    "framework_qa": "4e34b46af2416156b5664bf44e516820296fa3ad0905d4ba496416d4d0d3d7d8",
+    "framework_qa:small": "bb7877de8ad08b9ac4b74e4d5603244cedb0cfc08db5cc4a1080e73fb44f9d20",
     "agent": "26dfe9d02e909b96f331a07bf055729de36bd21f79e92a7bcc539e8b400f3278",
     "agent:small": "90317acf424a2c5e9ba902767f0a3c749c2cfbf88e1f7c6f10c66509501f3b7a",
     "recall": "dfccc2355b0ad7cb9457bf62637eb32ad125fa7647fb1323ba7b98961379f609",
@@ -78,7 +82,7 @@ def _hand_wrapped(ex) -> tuple[list[tuple[str, str]], str]:
     return segments, f"<q>{user['content'][-1]['text']}</q>\n<a>"
 
 
-@pytest.mark.parametrize("workload", ALL)
+@pytest.mark.parametrize("workload", PARTS)
 def test_the_template_wraps_each_piece_as_the_format_did_by_hand(workload):
     for small in (False, True):
         for ex in make(workload, 30, 11, small=small):
@@ -106,7 +110,7 @@ def test_deterministic_per_seed(workload):
     assert _fingerprint(make(workload, 20, 7)) != _fingerprint(make(workload, 20, 8))
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", [w for w in WORKLOADS if w in PARTS])
 def test_every_answer_comes_from_the_prompt(workload):
     for ex in make(workload, 100, 3):
         context = "".join(s.text for s in ex.segments)
@@ -169,3 +173,24 @@ def test_multi_hop_reasoning_is_the_second_hop_with_its_answer():
             assert company != thought and sum(thought in d for d in docs) == 1
             name = question.removeprefix("In which city is the company that employs ").removesuffix(" headquartered?")
             assert any(name in d and company in d for d in docs)  # the first hop: the person's document
+
+
+def test_the_framework_prompts_are_the_frameworks_own_word_for_word():
+    """``framework_qa`` asks in the prompts LlamaIndex sends by default; if a release rewords them, this says so."""
+    from llama_index.core.prompts import chat_prompts, default_prompts
+
+    from hypic_rag.eval.data.workloads import LLAMAINDEX_QA, LLAMAINDEX_QA_SYSTEM
+
+    assert default_prompts.DEFAULT_TEXT_QA_PROMPT_TMPL == LLAMAINDEX_QA
+    system, user = chat_prompts.CHAT_TEXT_QA_PROMPT.message_templates
+    assert (system.content, user.content) == (LLAMAINDEX_QA_SYSTEM, LLAMAINDEX_QA)
+    forms = {ex.meta["form"] for ex in make("framework_qa", 30, 0)}
+    assert forms == {"llamaindex_chat", "llamaindex_completion", "langchain_rag"}
+
+
+def test_a_framework_prompt_holds_its_answer_and_its_question():
+    for ex in make("framework_qa", 60, 3):
+        prompt = ex.messages[-1]["content"]
+        assert isinstance(prompt, str) and ex.answers[0] in prompt.split("Question:")[-1].split("Query:")[0]
+        assert ("Query: " in prompt) != (ex.meta["form"] == "langchain_rag")
+        assert (ex.messages[0]["role"] == "system") == (ex.meta["form"] == "llamaindex_chat")
