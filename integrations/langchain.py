@@ -388,8 +388,6 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         unknown = sorted(set(kwargs) - options - _CALL_ARGUMENTS)
         if unknown:
             raise ValueError(f"ChatHypic does not take {', '.join(map(repr, unknown))}")
-        if kwargs.get("model", self.model) != self.model:
-            raise ValueError(f"this ChatHypic serves {self.model!r}; make another one for {kwargs['model']!r}")
         given = {name: value for name, value in kwargs.items() if name in options}
         if stop:
             given["stop"] = stop
@@ -397,8 +395,10 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
 
     def _request(
         self, messages: list[BaseMessage], kwargs: dict[str, Any], stop: list[str] | None
-    ) -> tuple[Engine, list[dict], dict[str, Any]]:
-        """The engine, the messages as it takes them, and ``Engine.chat``'s other arguments for this call."""
+    ) -> tuple[Engine, list[dict], dict[str, Any], str]:
+        """The engine, the messages as it takes them, ``Engine.chat``'s other arguments for this call, and the
+        model that answers: ``model=`` in a call (LangChain's per-call override) loads that one (once per
+        process, with this ChatHypic's cache settings), else this ChatHypic's."""
         options = self._options(kwargs, stop)
         tools = kwargs.get("tools") or None
         arguments: dict[str, Any] = {"options": options, "tools": tools}
@@ -407,10 +407,14 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
             arguments["tool_choice"] = _engine_tool_choice(choice)
         if "parallel_tool_calls" in kwargs:
             arguments["parallel_tool_calls"] = kwargs["parallel_tool_calls"]
-        engine = self.get_engine()
+        model = kwargs.get("model") or self.model
+        if model == self.model:
+            engine = self.get_engine()
+        else:
+            engine = load_engine(model, self.cache_dir, self.cache_url, self.entry_dtype)
         fmt = format_of(engine)
         chat = to_chat_messages(messages, chat_format=fmt, registry=self.registry, segmentation=options.segmentation)
-        return engine, chat, arguments
+        return engine, chat, arguments, model
 
     def cache_documents(
         self,
@@ -431,8 +435,8 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         chats = (to_chat_messages(m, chat_format=fmt, registry=self.registry) for m in messages)
         return alone(engine, lambda: cache_ahead(engine, chats, request_options(self), progress))
 
-    def _message(self, out: GenerationOutput, stop: list[str] | None) -> AIMessage:
-        meta = {"model_name": self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}
+    def _message(self, out: GenerationOutput, stop: list[str] | None, model: str | None = None) -> AIMessage:
+        meta = {"model_name": model or self.model, "finish_reason": out.finish_reason, "ttft_s": out.ttft_s}
         meta[HYPIC_KEY] = out.stats
         extra = {"reasoning_content": out.reasoning} if out.reasoning else {}
         calls = [
@@ -464,10 +468,10 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
     ) -> ChatResult:
         """Concurrent calls (``batch``, ``abatch``) share each decode step; each answer is the one it gets alone,
         up to rounding. ``cancelled()``: the caller gave up, and its request leaves the batch."""
-        engine, chat, arguments = self._request(messages, kwargs, stop)
+        engine, chat, arguments, model = self._request(messages, kwargs, stop)
         start = functools.partial(engine.start_chat, chat, **arguments)
         out = shared_batch(engine).run(start, cancelled)
-        return ChatResult(generations=[ChatGeneration(message=self._message(out, stop))])
+        return ChatResult(generations=[ChatGeneration(message=self._message(out, stop, model))])
 
     async def _agenerate(
         self,
@@ -505,7 +509,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
     ) -> Iterator[ChatGenerationChunk]:
         """Content as the engine picks tokens; what may still turn out to be a tool call or a stop sequence is held
         back, and the last chunk carries the rest, the tool calls, the reasoning and the metadata."""
-        engine, chat, arguments = self._request(messages, kwargs, stop)
+        engine, chat, arguments, model = self._request(messages, kwargs, stop)
         options = arguments["options"]
         rendered = engine.render(chat, arguments["tools"], options.chat_template_kwargs, options.segmentation)
         visible = _Visible(format_of(engine), thinking_opened(rendered.text), options.stop)
@@ -517,7 +521,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
 
         for item in stream_tokens(run):
             if isinstance(item, GenerationOutput):
-                final = self._message(item, stop)
+                final = self._message(item, stop, model)
                 text = str(final.content)
                 chunks = [
                     {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}

@@ -3,10 +3,10 @@ process, on the bundled model: invoke, stream, batch and their async forms, usag
 structured output in every form (pydantic v2 and v1, TypedDict, JSON schema, JSON mode), unicode, histories.
 
 What still fails is a property of the bundled 4.25M-parameter model, marked ``xfail(strict=True)`` with the
-reason, so a model that learns it turns the mark into a failure to remove. What is skipped is a feature
-``ChatHypic`` does not declare: a per-call model override (one ``ChatHypic`` serves one model: make another),
-image, audio and PDF inputs (the models read text), Anthropic-format inputs, and the recorded-cassette benchmark
-(no HTTP to record)."""
+reason, so a model that learns it turns the mark into a failure to remove. What is skipped is a feature the path
+does not declare: image, audio and PDF inputs (the models read text), Anthropic-format inputs, the
+recorded-cassette benchmark (no HTTP to record), and over HTTP a per-call model override (the server serves one
+model). ``ChatHypic`` takes ``model=`` per call: the bundled model's own directory stands for another model."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
 from hypic_rag.integrations.langchain import ChatHypic
+from hypic_rag.model.loading import default_model_path
 
 # The bundled model calls the right tool with the declared keys, but does not copy a literal that only the
 # question holds into an argument: "magic_function(3)" comes back as {"input": 999}, a customer named
@@ -62,6 +63,14 @@ class TestChatHypicIntegration(BundledModelTests):
     @property
     def chat_model_class(self) -> type[BaseChatModel]:
         return ChatHypic
+
+    @property
+    def supports_model_override(self) -> bool:
+        return True
+
+    @property
+    def model_override_value(self) -> str:
+        return str(default_model_path())  # another model id than "hypic-default", loaded for the call
 
     @property
     def chat_model_params(self) -> dict:
