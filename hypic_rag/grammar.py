@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -408,18 +408,7 @@ class GrammarMask:
         if logits.numel() > vocab:  # a model vocabulary padded past the tokenizer's: never allowed
             out[vocab:] = float("-inf")
         movers = candidates[logp[candidates] > -30.0]
-        if movers.numel() == 0:
-            return out
-        chains = self.tokenizer.prefixes()[movers].long()  # [n, depth]
-        ok = (chains >= 0) & _bits_at(words, chains.clamp(min=0))
-        has = ok.any(dim=1)
-        if not bool(has.any()):
-            return out
-        heir = chains.gather(1, ok.int().argmax(dim=1, keepdim=True)).squeeze(1)[has]  # first allowed: the longest
-        heirs, which = torch.unique(heir, return_inverse=True)
-        gained = torch.zeros(heirs.numel(), dtype=logp.dtype).index_add_(0, which, logp[movers[has]].exp())
-        out[heirs] = torch.logaddexp(out[heirs], gained.log())
-        return out
+        return self._hand_over(out, logp, movers, lambda ids: _bits_at(words, ids))
 
     def _apply_dense(self, logits: torch.Tensor) -> torch.Tensor:
         """``apply`` over boolean rows as wide as the vocabulary (any device)."""
@@ -432,17 +421,29 @@ class GrammarMask:
         # forbidden tokens with mass to hand over (a vocabulary padded past the tokenizer's has no prefixes there)
         limit = min(logits.numel(), self.tokenizer.vocab_size)
         movers = torch.nonzero(~allowed[:limit] & (logp[:limit] > -30.0)).flatten()
+        return self._hand_over(out, logp, movers, lambda ids: allowed[ids])
+
+    def _hand_over(
+        self,
+        out: torch.Tensor,
+        logp: torch.Tensor,
+        movers: torch.Tensor,
+        allowed_at: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """``out`` with the probability of each of ``movers`` (forbidden tokens with mass) added to its longest
+        allowed prefix's, ``allowed_at(ids)`` saying which ids the grammar allows; both paths of ``apply`` end here."""
         if movers.numel() == 0:
             return out
-        chains = self.tokenizer.prefixes(logits.device)[movers].long()  # [n, depth]
-        ok = (chains >= 0) & allowed[chains.clamp(min=0)]
+        chains = self.tokenizer.prefixes(out.device)[movers].long()  # [n, depth]
+        ok = (chains >= 0) & allowed_at(chains.clamp(min=0))
         has = ok.any(dim=1)
         if not bool(has.any()):
             return out
         heir = chains.gather(1, ok.int().argmax(dim=1, keepdim=True)).squeeze(1)[has]  # first allowed: the longest
-        gained = torch.zeros_like(logp).index_add_(0, heir, logp[movers[has]].exp())
-        got = gained > 0
-        out[got] = torch.logaddexp(out[got], gained[got].log())
+        heirs, which = torch.unique(heir, return_inverse=True)
+        gained = torch.zeros(heirs.numel(), dtype=logp.dtype, device=logp.device)
+        gained.index_add_(0, which, logp[movers[has]].exp())
+        out[heirs] = torch.logaddexp(out[heirs], gained.log())
         return out
 
     def advance(self, token: int) -> None:
