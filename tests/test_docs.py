@@ -195,34 +195,10 @@ def test_shell_examples_run_or_say_why_not():
 @pytest.fixture(scope="module")
 def bundled_server() -> str:
     """``hypic-rag serve`` as a newcomer starts it (no model: the bundled one), on a free port."""
-    import time
+    from hypic_rag.testing.server import serve_in_process
 
-    import httpx
-
-    from hypic_rag.testing.server import free_port
-
-    port = free_port()
-    command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "the server did not come up in 120 s"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with serve_in_process(timeout_s=120) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.parametrize("code", RUNNABLE_SHELL)

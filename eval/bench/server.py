@@ -29,8 +29,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -115,39 +113,15 @@ def running_server(
     checkpoint: Path, threads: int, log: Callable[[str], None], max_active: int = 8, cache_url: str | None = None
 ) -> Any:
     """``hypic-rag serve`` on a free loopback port, in its own process; yields its base URL."""
-    import socket
+    from hypic_rag.testing.server import serve_in_process
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--model", str(checkpoint), "--port", str(port)]
-    command += ["--served-model-name", MODEL, "--max-queue", "4096", "--max-active", str(max_active)]
-    command += ["--queue-timeout", "3600"]  # a loaded machine's serial run must not turn into 429s
-    command += ["--log-level", "warning"] + (["--cache-url", cache_url] if cache_url else [])
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited: {proc.stdout.read() if proc.stdout else ''}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not come up in 300 s")
-            time.sleep(0.2)
+    args = ["--model", str(checkpoint), "--served-model-name", MODEL, "--max-queue", "4096"]
+    args += ["--max-active", str(max_active), "--queue-timeout", "3600"]  # a loaded machine's run must not 429
+    args += ["--cache-url", cache_url] if cache_url else []
+    with serve_in_process(args, env) as url:
         log(f"server up at {url} ({threads} torch thread{'s' * (threads > 1)})")
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def ttft(client: httpx.Client, url: str, messages: list[dict], mode: str, timeout: float = 600) -> float:

@@ -1,11 +1,14 @@
-"""A server for tests and benchmarks: ``create_app``'s app under uvicorn on a free loopback port, in a thread."""
+"""A server for tests and benchmarks on a free loopback port: ``create_app``'s app under uvicorn in a thread, or
+``hypic-rag serve`` itself in a process."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,3 +43,38 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", timeout_s: float = 30.0) 
         server.should_exit = True
         thread.join(timeout_s)
         sock.close()
+
+
+@contextmanager
+def serve_in_process(
+    args: Sequence[str] = (), env: Mapping[str, str] | None = None, timeout_s: float = 300.0
+) -> Iterator[str]:
+    """``hypic-rag serve ARGS`` in a process of its own on a free loopback port until the block ends (stopped by
+    its pid); yields its base URL once ``/health`` answers."""
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--port", str(port), "--log-level", "warning", *args]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {proc.stdout.read() if proc.stdout else ''}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not come up in {timeout_s:g} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
