@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hypic_rag import Engine, GenerationOutput
+from hypic_rag.chat.formats.base import NONE
+from hypic_rag.chat.segmentation import flat_prompt
 from hypic_rag.engine import MODES
 from hypic_rag.fidelity import kl_divergence, top1_agreement
 from hypic_rag.options import check_seam
@@ -90,6 +92,13 @@ def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, st
     return out + [(seam_label(w), "hypic", seam_options(w)) for w in seams]
 
 
+def served_messages(engine: Engine, ex: Example) -> list[dict[str, Any]]:
+    """``ex``'s messages as the integrations and the server hand them to this engine: written in the form its
+    model reads (its chat format's ``prepare_messages``), so a framework's flat prompt is scored as served."""
+    chat_format = engine.chat_setup.format if engine.chat_setup is not None else NONE
+    return chat_format.prepare_messages(ex.messages, SEGMENTATION)
+
+
 def prediction(engine: Engine, out: GenerationOutput) -> str:
     """The answer to score: ``out.text``, or where the model wrote a tool call, the call as it wrote it (the
     tool-call metric parses it; exact match and ROUGE read what the model wrote)."""
@@ -121,9 +130,11 @@ def evaluate(
     tokens: dict[str, dict[str, list[float]]] = {m: {k: [] for k in TOKENS} for m in labels}
     bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
+        messages = served_messages(engine, ex)
+        flat = flat_prompt(ex.meta["completion"]) if "completion" in ex.meta else None
         outputs = {
             label: engine.chat(
-                ex.messages,
+                messages,
                 tools=ex.tools,
                 mode=mode,
                 **options,
@@ -131,12 +142,16 @@ def evaluate(
                 temperature=0.0,
                 max_new_tokens=max_new_tokens,
             )
+            if flat is None
+            else engine.generate(*flat, mode=mode, **options, temperature=0.0, max_new_tokens=max_new_tokens)
             for label, mode, options in variants
         }
         full = outputs["full"].prompt_logits if "full" in outputs else None
         if full is None and kls:
-            rendered = engine.render(ex.messages, ex.tools, segmentation=SEGMENTATION)
-            full = engine.prompt_logits(rendered.segments, rendered.query, mode="full")
+            if flat is None:
+                rendered = engine.render(messages, ex.tools, segmentation=SEGMENTATION)
+                flat = (rendered.segments, rendered.query)
+            full = engine.prompt_logits(*flat, mode="full")
         answers = {label: prediction(engine, out) for label, out in outputs.items()}
         for label, out in outputs.items():
             answer = answers[label]

@@ -26,7 +26,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hypic_rag.chat.formats.bundled import bundled_template, format_call, tool_step
+from hypic_rag.chat.formats.bundled import BUNDLED, bundled_template, format_call, tool_step
 from hypic_rag.chat.segmentation import RenderedPrompt, segment_prompt
 from hypic_rag.chat.template import ChatTemplate
 from hypic_rag.segments import Segment
@@ -60,7 +60,9 @@ LANGCHAIN_RAG = (
     "the question. If you don't know the answer, just say that you don't know. Use three sentences maximum and keep "
     "the answer concise.\nQuestion: {question} \nContext: {context} \nAnswer:"
 )
-FRAMEWORK_FORMS = ("llamaindex_chat", "llamaindex_completion", "langchain_rag")
+# "completions_route" is LlamaIndex's completion prompt sent to the completions route, as ``OpenAILike``'s defaults
+# send it: flat text, no chat template (``meta["completion"]``).
+FRAMEWORK_FORMS = ("llamaindex_chat", "llamaindex_completion", "langchain_rag", "completions_route")
 # How an example's prompt is cut into segments (``segment_prompt``): its tagged parts, and also the tool
 # schemas and tool results, which ``explicit`` would leave to run in context as template glue.
 SEGMENTATION = "auto"
@@ -110,8 +112,13 @@ class Example:
 
 def render(ex: Example, template: ChatTemplate | None = None, *, question: str | None = None) -> RenderedPrompt:
     """``ex``'s prompt through ``template`` (the bundled model's by default), cut into
-    segments as ``Engine.chat`` cuts it; ``question`` asks another of the questions its pieces support."""
+    segments as ``Engine.chat`` cuts it; ``question`` asks another of the questions its pieces support. On the
+    bundled model's template the messages are first written as its integrations and server write a
+    framework's (``Bundled.prepare_messages``), so a model trains on what it is served: a no-op for the
+    workloads written in its form, the paragraphs of a framework's flat prompt cut into documents."""
     messages = ex.messages if question is None else ex.asking(question)
+    if template is None:
+        messages = BUNDLED.prepare_messages(messages, SEGMENTATION)
     return segment_prompt(template or bundled_template(), messages, tools=ex.tools, segmentation=SEGMENTATION)
 
 
@@ -166,7 +173,8 @@ def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example
 def _framework_qa(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     """``single_doc``'s documents and questions in a framework's default prompt (``FRAMEWORK_FORMS``), the
     documents joined by blank lines into its context as the framework joins retrieved nodes: what a user of the
-    framework sends without writing a prompt. One question an example (the wording holds it)."""
+    framework sends without writing a prompt. One question an example (the wording holds it). A completions-route
+    example keeps its flat prompt in ``meta["completion"]``: served without the chat template (``flat_prompt``)."""
     w = World(rng)
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
     question, answer = rng.choice([(q.format(name=p["name"]), str(p[k])) for p in people for k, q in PERSON_QUESTIONS])
@@ -178,6 +186,8 @@ def _framework_qa(rng: random.Random, size: dict[str, tuple[int, int]]) -> Examp
         prompt = LLAMAINDEX_QA.format(context_str=context, query_str=question)
         system = [{"role": "system", "content": LLAMAINDEX_QA_SYSTEM}] if form == "llamaindex_chat" else []
         messages = [*system, {"role": "user", "content": prompt}]
+        if form == "completions_route":
+            return Example(messages, [answer], "f1", meta={"form": form, "completion": prompt})
     return Example(messages, [answer], "f1", meta={"form": form})
 
 

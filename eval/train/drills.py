@@ -8,10 +8,12 @@
 - ``relation_examples``: recall across a relation's words, keys sharing their last word.
 - ``sentence_drills``: ``relation_examples``' sentences as dense token drills, every value and key recalled.
 - ``agent_memory_examples``: agent steps with memory entries about other people before the task.
+- ``literal_call_examples``: tool calls whose arguments are literals only the question holds.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from functools import partial
@@ -32,9 +34,11 @@ from ..data.pools import (
 from ..data.workloads import (
     SIZES,
     SMALL_SIZES,
+    TOOLS,
     Example,
     _agent,
     ask,
+    format_call,
     headquarters,
     hop_qa,
     list_qa,
@@ -260,6 +264,104 @@ def agent_memory_examples(n: int, seed: int, small: bool = False) -> list[Exampl
     return out
 
 
+_VERBS = ("magic", "compute", "get", "fetch", "apply", "check", "score", "count", "find", "lookup", "double", "parse")
+_NOUNS = ("function", "value", "total", "code", "item", "order", "ticket", "number", "level", "status", "index", "sum")
+_PARAMS = ("input", "x", "n", "value", "number", "count", "code", "query", "item_id", "text", "name", "key", "a", "b")
+_WORDS = ("river", "window", "garden", "candle", "orange", "silver", "hello", "report", "blue", "north")
+_ADJECTIVES = ("Chinese", "Japanese", "small", "French", "local", "German", "new", "Swedish")
+_FIELDS = ("technology", "shipping", "farming", "design", "software", "food", "travel", "energy")
+_ONE = (
+    "What is the value of {fn}({v})? Use the tool.",
+    "What is {fn}({v})?",
+    "Call {fn} with {v}.",
+    "Use {fn} on {v}.",
+    "Run {fn} for {v}, please.",
+    "Compute {fn}({v}) with the tool.",
+    "What does {fn} give for {p} {v}?",
+)
+_TWO = ("What is {fn}({a}, {b})?", "Call {fn} with {p} {a} and {q} {b}.", "Use the tool: {fn}({a}, {b}).")
+_NONE = ("What is the value of {fn}? Use the tool.", "Call {fn}.", "Run {fn} now.", "{description}")
+
+
+def _literal_tool(rng: random.Random, name: str, description: str, params: dict[str, str]) -> dict:
+    """A schema as frameworks write one (LangChain's from a typed function: bare types, bounds on integers,
+    ``properties`` first) or as hand-written ones are (a description per property, ``type`` first)."""
+    framework = rng.random() < 0.6
+    props: dict = {}
+    for key, kind in params.items():
+        prop: dict = {"type": kind}
+        if framework and kind == "integer" and rng.random() < 0.5:
+            prop = {"exclusiveMaximum": 1000, "exclusiveMinimum": -1000, **prop}
+        if not framework:
+            prop["description"] = "a number" if kind == "integer" else key.replace("_", " ")
+        props[key] = prop
+    required = {"required": list(params)} if params else {}
+    schema = (
+        {"properties": props, **required, "type": "object"}
+        if framework
+        else {"type": "object", "properties": props, **required}
+    )
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+
+
+def _literal(rng: random.Random, w: World, kind: str) -> tuple[str, object]:
+    """A value as the question writes it and as the call's argument holds it."""
+    if kind == "integer":
+        v = rng.randint(0, 9) if rng.random() < 0.4 else rng.randint(10, 999)
+        return str(v), v
+    text = rng.choice([w.person(), w.city(), w.product(), rng.choice(_WORDS), str(rng.randint(0, 999))])
+    return text, text
+
+
+def literal_call_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+    """Tool calls whose arguments only the question holds, written literally ("magic_function(3)" →
+    ``{"input": 3}``; a customer's quoted name; a tool with no parameters called with ``{}``), under tools
+    described as frameworks describe them: the tool-calling workloads take every argument from a sentence
+    of theirs, so the model had learnt their keys and values, not to copy a literal it was handed."""
+    rng = random.Random(f"literal-calls:{seed}" + (":small" if small else ""))
+    out = []
+    for _ in range(n):
+        w = World(rng)
+        fn = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
+        shape = rng.choices(("one", "two", "none", "customer"), weights=(5, 2, 2, 2))[0]
+        if shape == "customer":
+            fn = rng.choice(("create_customer", "unicode_customer", "add_customer", "new_customer"))
+            name, what = w.org(), f"a {rng.choice(_ADJECTIVES)} {rng.choice(_FIELDS)} company"
+            query = f"Create a customer named '{name}' - {what}"
+            params, args = (
+                {"customer_name": "string", "description": "string"},
+                {"customer_name": name, "description": what},
+            )
+            description = "Tool for creating a customer."
+        elif shape == "none":
+            fn += rng.choice(("", "", "_no_args", "_now"))
+            description = f"Calculate {_article(fn)} {fn.replace('_', ' ')}."
+            query = rng.choice(_NONE).format(fn=fn, description=description)
+            params, args = {}, {}
+        else:
+            keys = rng.sample(_PARAMS, 1 if shape == "one" else 2)
+            params = {k: rng.choice(("integer", "integer", "string")) for k in keys}
+            shown, args = [], {}
+            for k in keys:
+                text, value = _literal(rng, w, params[k])
+                shown.append(text)
+                args[k] = value
+            description = f"Apply {_article(fn)} {fn.replace('_', ' ')} to an input."
+            if shape == "one":
+                query = rng.choice(_ONE).format(fn=fn, v=shown[0], p=keys[0].replace("_", " "))
+            else:
+                query = rng.choice(_TWO).format(fn=fn, a=shown[0], b=shown[1], p=keys[0], q=keys[1])
+        tools = [_literal_tool(rng, fn, description, params)]
+        tools += rng.sample(TOOLS, rng.choice((0, 0, 1, 2)))  # the workloads' own tools beside it, at times
+        rng.shuffle(tools)
+        out.append(Example([ask([], query)], [format_call(fn, args)], "tool_call", copy.deepcopy(tools)))
+    return out
+
+
+def _article(phrase: str) -> str:
+    return "an" if phrase[0] in "aeiou" else "a"
+
+
 # Drills that a training mix can name beside the workloads (``--mix``).
 SKILL_DRILLS = {
     "hops": hop_examples,
@@ -268,6 +370,7 @@ SKILL_DRILLS = {
     "relations": relation_examples,
     "company_relations": partial(relation_examples, kinds=("org",)),
     "agent_memory": agent_memory_examples,
+    "literal_calls": literal_call_examples,
 }
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from hypic_rag.chat.formats.bundled import ANSWER, END, bundled_template
-from hypic_rag.chat.segmentation import plain_messages
+from hypic_rag.chat.segmentation import flat_prompt, plain_messages
 from hypic_rag.chat.tool_calls import THINK_CLOSE, THINK_OPEN
 from hypic_rag.segments import KINDS
 
@@ -113,6 +113,8 @@ def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = Non
     forward pass; ``Engine.chat`` splits it off as reasoning) and the EOS. With ``rng``, some examples get a
     system segment first (before any tool schemas: the model was trained so, though the template puts the
     tools first) and some questions a chat-style prefix."""
+    if "completion" in ex.meta:
+        return _encode_flat(tok, ex.meta["completion"], ex.answers[0])
     rendered = render(ex)
     texts = [seg.text or "" for seg in rendered.segments]
     if rng is not None and rng.random() < 0.25:
@@ -133,6 +135,17 @@ def encode(tok, ex: Example, questions: int = 1, rng: random.Random | None = Non
         ids += q + a
         labels += [-100] * len(q) + a
     return ids, labels
+
+
+def _encode_flat(tok, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    """A flat prompt as the completions route serves it (``flat_prompt``: no chat template, each segment encoded on
+    its own), then the answer and the EOS: the route continues the text, and the model ends an answer with EOS."""
+    segments, query = flat_prompt(prompt)
+    ids: list[int] = []
+    for seg in [*segments, query]:
+        ids += tok.encode(seg.text or "", add_special_tokens=False).ids
+    a = tok.encode(answer, add_special_tokens=False).ids + [tok.token_to_id(END)]
+    return ids + a, [-100] * len(ids) + a
 
 
 def model_config(

@@ -340,6 +340,11 @@ def segment_units(units: list[tuple[str, str]]) -> tuple[list[Segment], Segment]
     return segments, query
 
 
+def flat_prompt(text: str) -> tuple[list[Segment], Segment]:
+    """A flat prompt (no chat template: the completions route's) as segments and its query."""
+    return segment_units(flat_units(text))
+
+
 def check_segmentation(segmentation: Any) -> None:
     if segmentation not in SEGMENTATIONS:
         raise ValueError(f"segmentation must be one of {', '.join(SEGMENTATIONS)}, got {segmentation!r}")

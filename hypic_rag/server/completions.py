@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import StrictInt
 
-from ..chat.segmentation import flat_units, segment_units
+from ..chat.segmentation import flat_prompt
 from ..options import OPTIONS, SPELLINGS
 from ..outputs import GenerationOutput
 from ..segments import Segment
@@ -60,7 +60,7 @@ def prompt_segments(prompt: Prompt) -> tuple[list[Segment], Segment]:
     """The segments and the query of one prompt: token ids as the query, text cut at its paragraphs."""
     if not isinstance(prompt, str):
         return [], Segment(token_ids=list(prompt), kind="query", cache=False)
-    return segment_units(flat_units(prompt))
+    return flat_prompt(prompt)
 
 
 def completion_arguments(request: CompletionRequest, prompt: Prompt, default_mode: str) -> dict[str, Any]:

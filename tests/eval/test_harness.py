@@ -91,6 +91,24 @@ def test_each_example_goes_through_chat_with_its_messages_and_tools(trained, mon
     assert seen[0][3].stats["prompt_tokens"] == len(engine.render(examples[0].messages, examples[0].tools).token_ids)
 
 
+def test_a_framework_prompt_is_scored_as_served(trained, monkeypatch):
+    """A chat form as the integrations hand it over (the format's ``prepare_messages``), the completions route's
+    flat prompt as that route cuts it, with no chat template."""
+    from hypic_rag.chat.formats.bundled import BUNDLED
+    from hypic_rag.server.completions import prompt_segments
+
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    chats, flats = [], []
+    chat, generate = engine.chat, engine.generate
+    monkeypatch.setattr(engine, "chat", lambda messages, **kw: chats.append(messages) or chat(messages, **kw))
+    monkeypatch.setattr(engine, "generate", lambda s, q, **kw: flats.append((s, q)) or generate(s, q, **kw))
+    evaluate(engine, "framework_qa", ["full"], n=6, seed=2, max_new_tokens=2, log=lambda _: None)
+    examples = make("framework_qa", 6, 2)
+    assert chats == [BUNDLED.prepare_messages(ex.messages) for ex in examples if "completion" not in ex.meta]
+    assert flats == [prompt_segments(ex.meta["completion"]) for ex in examples if "completion" in ex.meta]
+    assert chats and flats
+
+
 def test_a_tool_call_is_scored_as_the_model_wrote_it(trained):
     engine = Engine.from_pretrained(trained)
     ids = engine.encode('{"arguments":{"city":"Oslo"},"name":"get_weather"}')

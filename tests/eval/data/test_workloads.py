@@ -32,8 +32,8 @@ DIGESTS = {
     "tool_call:small": "95ad0005ddd3fc327d3289838254c0bf1ee4cf7ff9a44bee4ef2f738abcec63f",
     "memory": "4e8c872d8443a838de50c4916d16a0963efd7460aaa20a9dfb4f66bfee055603",
     "memory:small": "0b7874dba65e6a7f8a4538013d1dd02bf694163d30746bb7e19770247c425825",
-    "framework_qa": "4e34b46af2416156b5664bf44e516820296fa3ad0905d4ba496416d4d0d3d7d8",
-    "framework_qa:small": "bb7877de8ad08b9ac4b74e4d5603244cedb0cfc08db5cc4a1080e73fb44f9d20",
+    "framework_qa": "815143f16c0ce34bb09dd3b04be64812951618bd3f8d77887c60c995d7744eff",
+    "framework_qa:small": "4af45446ac86816953c2c905f33b84caf47d01fcccad75ef48a3a394c0014084",
     "agent": "26dfe9d02e909b96f331a07bf055729de36bd21f79e92a7bcc539e8b400f3278",
     "agent:small": "90317acf424a2c5e9ba902767f0a3c749c2cfbf88e1f7c6f10c66509501f3b7a",
     "recall": "dfccc2355b0ad7cb9457bf62637eb32ad125fa7647fb1323ba7b98961379f609",
@@ -185,7 +185,7 @@ def test_the_framework_prompts_are_the_frameworks_own_word_for_word():
     system, user = chat_prompts.CHAT_TEXT_QA_PROMPT.message_templates
     assert (system.content, user.content) == (LLAMAINDEX_QA_SYSTEM, LLAMAINDEX_QA)
     forms = {ex.meta["form"] for ex in make("framework_qa", 30, 0)}
-    assert forms == {"llamaindex_chat", "llamaindex_completion", "langchain_rag"}
+    assert forms == {"llamaindex_chat", "llamaindex_completion", "langchain_rag", "completions_route"}
 
 
 def test_a_framework_prompt_holds_its_answer_and_its_question():
@@ -194,3 +194,28 @@ def test_a_framework_prompt_holds_its_answer_and_its_question():
         assert isinstance(prompt, str) and ex.answers[0] in prompt.split("Question:")[-1].split("Query:")[0]
         assert ("Query: " in prompt) != (ex.meta["form"] == "langchain_rag")
         assert (ex.messages[0]["role"] == "system") == (ex.meta["form"] == "llamaindex_chat")
+
+
+def test_a_framework_prompt_is_trained_and_scored_as_it_is_served():
+    """A chat form renders as the integrations and the server hand it over (``Bundled.prepare_messages``: each of
+    the context's paragraphs a document), the completions route's form as that route cuts its flat prompt."""
+    from hypic_rag.chat.formats.bundled import BUNDLED
+    from hypic_rag.chat.segmentation import segment_prompt
+    from hypic_rag.eval.data.workloads import SEGMENTATION, bundled_template
+    from hypic_rag.server.completions import prompt_segments
+
+    examples = make("framework_qa", 40, 5)
+    for ex in examples:
+        served = segment_prompt(
+            bundled_template(), BUNDLED.prepare_messages(ex.messages), tools=None, segmentation=SEGMENTATION
+        )
+        rendered = render(ex)
+        assert [s.text for s in rendered.segments] == [s.text for s in served.segments]
+        assert rendered.query.text == served.query.text
+        if ex.meta["form"].startswith("llamaindex"):  # the question's paragraph apart, every person a document
+            assert ex.answers[0] not in rendered.query.text.split("Query:")[0]
+            assert sum(s.kind == "document" for s in rendered.segments) >= 3
+    flat = [ex for ex in examples if "completion" in ex.meta]
+    assert flat and all(ex.meta["completion"] == ex.messages[-1]["content"] for ex in flat)
+    segments, query = prompt_segments(flat[0].meta["completion"])
+    assert query.text.endswith("Answer: ") and "<" not in "".join(s.text for s in segments)  # no template

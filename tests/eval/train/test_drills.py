@@ -292,3 +292,31 @@ def test_agent_memory_drills_put_other_peoples_notes_before_the_task():
         named = [w for n in notes for w in re.findall(r"[A-Z][a-z]+ [A-Z][a-z]+", n)]
         assert not any(n in task or n in ex.answers[0] for n in named)  # the notes never name the task's person
     assert any("manager" in s.text for ex in examples for s in ex.segments)
+
+
+def test_literal_call_drills_call_with_what_only_the_question_holds():
+    import json
+
+    from hypic_rag.eval.train.drills import literal_call_examples
+    from hypic_rag.eval.train.train import parse_mix
+
+    assert parse_mix("literal_calls") == ("literal_calls",)
+    examples = literal_call_examples(200, seed=3)
+    shapes = Counter()
+    for ex in examples:
+        call = json.loads(ex.answers[0])
+        tool = next(t["function"] for t in ex.tools if t["function"]["name"] == call["name"])
+        declared = tool["parameters"]["properties"]
+        assert set(call["arguments"]) == set(declared)
+        named = call["name"] in ex.query or call["name"].replace("_", " ") in ex.query  # or its description's words
+        assert named or "customer_name" in declared
+        for key, value in call["arguments"].items():
+            assert str(value) in ex.query  # copied from the question, nowhere else
+            assert isinstance(value, int) == (declared[key]["type"] == "integer")
+        shapes["none" if not declared else "customer" if "customer_name" in declared else len(declared)] += 1
+        assert not [s for s in ex.segments if s.kind == "document"]  # no document holds the literal
+    assert set(shapes) == {"none", "customer", 1, 2}
+    # schemas as frameworks write them (bare types, bounds) and as written by hand (descriptions)
+    props = [p for ex in examples for t in ex.tools for p in t["function"]["parameters"]["properties"].values()]
+    assert any("description" not in p for p in props) and any("exclusiveMinimum" in p for p in props)
+    assert literal_call_examples(5, seed=3) == examples[:5]

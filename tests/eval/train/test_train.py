@@ -155,3 +155,19 @@ def test_a_multi_hop_answer_is_trained_after_its_reasoning_and_others_without():
                 assert parsed.content == answer  # what the harness scores, reasoning split off
                 thought = ex.meta.get("reasoning", {}).get(question)
                 assert parsed.reasoning == thought and (thought is None) == (workload != "multi_hop")
+
+
+def test_a_completions_route_example_trains_on_the_flat_prompt_that_route_serves():
+    """No chat template: the route's own segments (``prompt_segments``), each encoded on its own, then the answer
+    and the EOS, the only tokens with a loss."""
+    from hypic_rag.server.completions import prompt_segments
+
+    tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    flat = [ex for ex in make("framework_qa", 40, 2) if "completion" in ex.meta]
+    assert flat
+    for ex in flat:
+        ids, labels = encode(tok, ex, questions=16, rng=random.Random(0))
+        segments, query = prompt_segments(ex.meta["completion"])
+        prompt = [i for s in [*segments, query] for i in tok.encode(s.text, add_special_tokens=False).ids]
+        answer = tok.encode(ex.answers[0], add_special_tokens=False).ids + [tok.token_to_id("</a>")]
+        assert ids == prompt + answer and labels == [-100] * len(prompt) + answer
