@@ -21,7 +21,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, NotRequired, get_type_hints
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -50,6 +50,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.v1 import ValidationError as V1ValidationError
+from typing_extensions import TypedDict
 
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cache.entry import entry_dtype
@@ -573,8 +574,9 @@ class _Visible:
 
 class ToolArgumentsParser(BaseGenerationOutputParser[Any]):
     """The arguments of the call to ``name`` in an AIMessage, validated against ``tool_schema``: a pydantic model's
-    instance, a TypedDict's dict, or a JSON schema's dict (its required keys checked). No call, or arguments that
-    do not fit, is an ``OutputParserException``."""
+    instance, a TypedDict's dict (its keys required as in the schema the model was shown: ``_as_shown``), or a JSON
+    schema's dict (its required keys checked). No call, or arguments that do not fit, is an
+    ``OutputParserException``."""
 
     tool_schema: Any
     name: str
@@ -596,7 +598,7 @@ class ToolArgumentsParser(BaseGenerationOutputParser[Any]):
                 validate = getattr(self.tool_schema, "model_validate", None) or self.tool_schema.parse_obj
                 return validate(args)
             if isinstance(self.tool_schema, type):  # a TypedDict
-                return TypeAdapter(self.tool_schema).validate_python(args)
+                return TypeAdapter(_as_shown(self.tool_schema)).validate_python(args)
         except (ValidationError, V1ValidationError) as exc:
             raise OutputParserException(
                 f"the call's arguments do not fit {self.name!r}: {exc}", llm_output=json.dumps(args)
@@ -608,6 +610,15 @@ class ToolArgumentsParser(BaseGenerationOutputParser[Any]):
                 f"the call to {self.name!r} lacks {', '.join(missing)}", llm_output=json.dumps(args)
             )
         return args
+
+
+def _as_shown(schema: type) -> Any:
+    """A TypedDict with the keys LangChain's schema leaves optional (an ``Annotated`` default) marked
+    ``NotRequired``: the model was shown them as optional, while pydantic would require every key of it."""
+    required = set(convert_to_openai_tool(schema)["function"].get("parameters", {}).get("required") or ())
+    hints = get_type_hints(schema, include_extras=True)
+    fields = {k: t if k in required else NotRequired[t] for k, t in hints.items()}
+    return TypedDict(schema.__name__, fields)  # type: ignore[misc]
 
 
 # -- chains --------------------------------------------------------------------------------------------------------

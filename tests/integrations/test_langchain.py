@@ -8,7 +8,7 @@ langchain-tests' unit suite."""
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
 import jsonschema
 import pytest
@@ -405,6 +405,11 @@ class WeatherDict(TypedDict):
     city: str
 
 
+class JokeDict(TypedDict):
+    setup: Annotated[str, ..., "question to set up a joke"]
+    punchline: Annotated[str | None, None, "answer to resolve the joke"]
+
+
 def test_structured_output_parses_the_call_into_the_schema(engine):
     llm = ChatHypic(engine=engine, max_tokens=40)
     assert llm.with_structured_output(get_weather).invoke(WEATHER_QUESTION) == get_weather(city="Kothvenville")
@@ -419,6 +424,24 @@ def test_structured_output_parses_the_call_into_the_schema(engine):
     assert isinstance(out["raw"], AIMessage) and out["raw"].content.startswith('{"arguments')  # the cut-off call
     raw = llm.with_structured_output(get_weather, include_raw=True).invoke(WEATHER_QUESTION)
     assert raw["parsed"] == get_weather(city="Kothvenville") and raw["parsing_error"] is None
+
+
+def test_a_typeddicts_optional_key_is_optional_as_the_model_was_shown():
+    """LangChain makes an ``Annotated`` key with a default optional in the schema the model sees; pydantic would
+    still require it. The arguments are held to the schema shown: the optional key may be left out, not a
+    required one."""
+    from langchain_core.outputs import ChatGeneration
+
+    parser = ToolArgumentsParser(tool_schema=JokeDict, name="JokeDict")
+
+    def called(args: dict) -> list[ChatGeneration]:
+        return [ChatGeneration(message=AIMessage("", tool_calls=[{"name": "JokeDict", "args": args, "id": "c"}]))]
+
+    assert parser.parse_result(called({"setup": "Why?"})) == {"setup": "Why?"}
+    assert parser.parse_result(called({"setup": "Why?", "punchline": None})) == {"setup": "Why?", "punchline": None}
+    for args in ({"punchline": "Because."}, {"setup": 3}):
+        with pytest.raises(OutputParserException, match="do not fit 'JokeDict'"):
+            parser.parse_result(called(args))
 
 
 @pytest.mark.parametrize("method", ["function_calling", "json_schema", "json_mode"])

@@ -32,6 +32,20 @@ def _direct(fmt, engine, docs, question):
 
 # qa[4 * person + k] asks about attribute k (city, company, job, age) of a person in the corpus
 EVERY_KIND = [4 * person + k for person in range(1, 16, 3) for k in range(4)]
+# every kind of question about two people: what a newcomer asks the default query engine
+EIGHT = [4 * person + k for person in (2, 9) for k in range(4)]
+
+
+def test_the_default_query_engine_answers_on_the_bundled_model(engine, world):
+    """``as_query_engine()`` with LlamaIndex's defaults (top two nodes, the compact synthesizer, its own text-QA
+    chat prompt): the bundled model was trained on that wording (``framework_qa``), as it reaches the model."""
+    index, _, qa = world
+    engine.clear_cache()
+    query_engine = index.as_query_engine(llm=HypicLLM(engine=engine, max_tokens=24))
+    answers = [(query_engine.query(qa[i][0]).response.strip(), qa[i][1]) for i in EIGHT]
+    assert sum(got == want for got, want in answers) >= 7, answers
+    again = query_engine.query(qa[EIGHT[0]][0])
+    assert again.metadata["hypic"]["miss_segments"] == 0 and again.metadata["hypic"]["hit_segments"] >= 2
 
 
 def test_query_engine_answers_from_nodes_passed_as_segments_and_reordered_nodes_hit(engine, world, fmt):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.llms.openai_like import OpenAILike
 
@@ -46,6 +47,26 @@ def test_openai_like_repeats_find_reordered_documents(server):
     first, second = ask(docs), ask(docs[::-1])
     assert first.raw.usage.prompt_tokens_details.cached_tokens == 0
     assert 0 < second.raw.usage.prompt_tokens_details.cached_tokens < second.raw.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("is_chat_model", [True, False], ids=["chat", "completions"])
+def test_the_default_query_engine_answers_through_openai_like(server, is_chat_model):
+    """``as_query_engine()`` over ``OpenAILike``: as a chat model (LlamaIndex's text-QA chat prompt on the chat
+    route) and with its defaults (its completion prompt on the completions route, flat text)."""
+    from llama_index.core import Settings, VectorStoreIndex
+    from llama_index.core.schema import TextNode
+
+    from hypic_rag.eval.data import corpus
+    from hypic_rag.integrations.llamaindex import MiniLMEmbedding
+
+    texts, qa = corpus(16, seed=12)
+    Settings.llm = None
+    index = VectorStoreIndex([TextNode(text=t, id_=str(i)) for i, t in enumerate(texts)], embed_model=MiniLMEmbedding())
+    llm = _llm(server, max_tokens=24, temperature=0.0, is_chat_model=is_chat_model)
+    query_engine = index.as_query_engine(llm=llm)
+    eight = [4 * person + k for person in (2, 9) for k in range(4)]
+    answers = [(query_engine.query(qa[i][0]).response.strip(), qa[i][1]) for i in eight]
+    assert sum(got == want for got, want in answers) >= (7 if is_chat_model else 6), answers
 
 
 def test_function_agent_over_http_sees_the_prompt_it_sees_in_process(server):
