@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import os
 
 # Triton kernels read this when they are decorated, so it is set before anything imports them; the
@@ -28,6 +29,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from hypic_rag.testing.parity import load_reference  # noqa: E402
 from hypic_rag.testing.synthetic import build_checkpoint  # noqa: E402
+from hypic_rag.training.train import TRAIN_MIX  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +80,19 @@ def decode_rows(monkeypatch):
         return seen
 
     return record
+
+
+def _train_args(out) -> argparse.Namespace:
+    return argparse.Namespace(
+        out=str(out), steps=3, seed=0, examples=30, eval_examples=2, eval_every=3, vocab=400, hidden=64,
+        layers="linear_attention,full_attention", max_len=640, batch=2, lr=3e-3, warmup=2, questions=2,
+        context_loss=0.3, threads=0, device="cpu", attn_head_dim=32, curriculum=0.0, recall=0.25,
+        init=None, grow=False, drills=0, drill_spaces=False, mix=",".join(TRAIN_MIX), broad_recall=False,
+        phrase_recall=True, conv_kernel=4, sentences=0.0, sentence_lists=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def train_args():
+    """``train_args(out)`` -> the training script's arguments for a 3-step run of a tiny model into ``out``."""
+    return _train_args

@@ -118,7 +118,7 @@ def test_no_page_points_outside_the_repository(page):
 
 def sources() -> list[Path]:
     """The repository's Python files, this one aside (it names what it looks for)."""
-    folders = ("hypic_rag", "kernels", "eval", "integrations", "tests", "examples")
+    folders = ("hypic_rag", "kernels", "eval", "training", "integrations", "tests", "examples")
     return [p for f in folders for p in sorted((ROOT / f).rglob("*.py")) if p != Path(__file__).resolve()]
 
 

@@ -1,4 +1,4 @@
-"""``python -m hypic_rag.eval.train``: the training script (see ``hypic_rag.eval.train.train``)."""
+"""``python -m hypic_rag.training``: the training script (see ``hypic_rag.training.train``)."""
 
 from .train import main
 

@@ -18,7 +18,7 @@ import random
 from collections import Counter
 from functools import partial
 
-from ..data.pools import (
+from hypic_rag.eval.data.pools import (
     BRANDS,
     COLORS,
     DAYS,
@@ -31,7 +31,7 @@ from ..data.pools import (
     ROLES,
     World,
 )
-from ..data.workloads import (
+from hypic_rag.eval.data.workloads import (
     SIZES,
     SMALL_SIZES,
     TOOLS,

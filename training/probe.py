@@ -1,6 +1,6 @@
 """Which relations a checkpoint reads: greedy answers to held-out relation drills, counted per question form.
 
-    python -m hypic_rag.eval.train.probe --model runs/13-companies --n 60
+    python -m hypic_rag.training.probe --model runs/13-companies --n 60
 
 The training script's held-out exact match gives one figure per drill; this splits the relation drills
 by relation and direction (asked forwards by key, or back by value), which is how the bundled model's
@@ -19,8 +19,9 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from ..data.pools import BRANDS, FIRST_NAMES, LAST_NAMES, ORG_KINDS, PLACES
-from ..data.workloads import Example, ask, make, part, render
+from hypic_rag.eval.data.pools import BRANDS, FIRST_NAMES, LAST_NAMES, ORG_KINDS, PLACES
+from hypic_rag.eval.data.workloads import Example, ask, make, part, render
+
 from .drills import RELATIONS, relation_examples
 from .train import HELD_OUT_SEED, THINK_OPEN
 

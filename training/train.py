@@ -1,6 +1,6 @@
 """Training a small Qwen3.5-architecture hybrid on the five synthetic workloads.
 
-    python -m hypic_rag.eval.train --out runs/probe --steps 600 --seed 0
+    python -m hypic_rag.training --out runs/probe --steps 600 --seed 0
 
 Deterministic for a given command (seeded data, init and order; CPU). It trains a byte-level BPE
 tokenizer on generated text, builds a ``qwen3_5_text`` model with transformers' own class (its
@@ -39,14 +39,14 @@ import torch
 from hypic_rag.chat.formats.bundled import ANSWER, END, bundled_template
 from hypic_rag.chat.segmentation import flat_prompt, plain_messages
 from hypic_rag.chat.tool_calls import THINK_CLOSE, THINK_OPEN
+from hypic_rag.eval.data.workloads import WORKLOADS, Example, make, render
 from hypic_rag.segments import KINDS
 
-from ..data.workloads import WORKLOADS, Example, make, render
 from .drills import SKILL_DRILLS, kv_drills, recall_examples, sentence_drills
 from .grow import grow
 
-# The scored workloads the bundled model v4 was trained on, and agent steps; framework_qa (scored since) joins a
-# run through --mix.
+# The default mix and the tokenizer's text: the scored workloads the bundled model v4 was trained on, and agent
+# steps. framework_qa and the skill drills join a run through --mix, as they did for v5.
 TRAIN_MIX = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory", "agent")
 # Chat front ends add these around the prompt; the model sees some in training so they don't throw it.
 SYSTEM_PROMPTS = [
@@ -408,7 +408,7 @@ def save(model, tok, out: Path, report: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m hypic_rag.eval.train",
+        prog="python -m hypic_rag.training",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -13,7 +13,7 @@ from hypic_rag.eval.harness import evaluate, load_examples, prediction
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, train_args):
-    from hypic_rag.eval.train.train import run
+    from hypic_rag.training.train import run
 
     out = tmp_path_factory.mktemp("trained")
     run(train_args(out))

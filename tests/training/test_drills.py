@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from hypic_rag.engine import default_model_path
 from hypic_rag.eval.data.pools import BRANDS, PLACES
-from hypic_rag.eval.train.drills import (
+from hypic_rag.training.drills import (
     RELATIONS,
     hop_examples,
     key_examples,
@@ -162,7 +162,7 @@ def test_relation_drills_are_answered_only_by_the_key_read_across_its_relation()
 
 
 def test_company_relation_drills_key_on_companies_only():
-    from hypic_rag.eval.train.drills import SKILL_DRILLS
+    from hypic_rag.training.drills import SKILL_DRILLS
 
     for ex in SKILL_DRILLS["company_relations"](20, seed=4):
         for question, answer in ex.meta["qa"]:
@@ -172,7 +172,7 @@ def test_company_relation_drills_key_on_companies_only():
 
 
 def test_the_probe_counts_each_relation_and_direction_apart():
-    from hypic_rag.eval.train.probe import by_form
+    from hypic_rag.training.probe import by_form
 
     examples = relation_examples(30, seed=6)
     back = ("Which company", "Who lives", "Who works", "Who was born", "Who is married to")
@@ -189,7 +189,7 @@ def test_the_probe_counts_each_relation_and_direction_apart():
 
 
 def test_key_shapes_change_only_the_words_of_the_keys():
-    from hypic_rag.eval.train.probe import KEY_WORDS, key_shapes
+    from hypic_rag.training.probe import KEY_WORDS, key_shapes
 
     seen = []
 
@@ -210,7 +210,7 @@ def test_key_shapes_change_only_the_words_of_the_keys():
 
 def test_the_second_hop_probe_writes_the_first_hop_and_sorts_the_city_read():
     from hypic_rag.eval.data.workloads import make
-    from hypic_rag.eval.train.probe import second_hop
+    from hypic_rag.training.probe import second_hop
 
     examples = make("multi_hop", 12, 7)
     queries = []
@@ -278,8 +278,8 @@ def test_sentence_drills_with_lists_draw_enough_values_for_every_shape(tok):
 
 
 def test_agent_memory_drills_put_other_peoples_notes_before_the_task():
-    from hypic_rag.eval.train.drills import agent_memory_examples
-    from hypic_rag.eval.train.train import parse_mix
+    from hypic_rag.training.drills import agent_memory_examples
+    from hypic_rag.training.train import parse_mix
 
     assert parse_mix("agent_memory") == ("agent_memory",)
     examples = agent_memory_examples(40, seed=2)
@@ -297,8 +297,8 @@ def test_agent_memory_drills_put_other_peoples_notes_before_the_task():
 def test_literal_call_drills_call_with_what_only_the_question_holds():
     import json
 
-    from hypic_rag.eval.train.drills import literal_call_examples
-    from hypic_rag.eval.train.train import parse_mix
+    from hypic_rag.training.drills import literal_call_examples
+    from hypic_rag.training.train import parse_mix
 
     assert parse_mix("literal_calls") == ("literal_calls",)
     examples = literal_call_examples(200, seed=3)

@@ -7,10 +7,10 @@ import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from hypic_rag import Engine
-from hypic_rag.eval.train.grow import grow
-from hypic_rag.eval.train.train import model_config
 from hypic_rag.model.loading import default_model_path
 from hypic_rag.testing.parity import assert_matches_transformers
+from hypic_rag.training.grow import grow
+from hypic_rag.training.train import model_config
 
 L, F = "linear_attention", "full_attention"
 

@@ -14,11 +14,11 @@ from tokenizers import Tokenizer
 from hypic_rag import Engine
 from hypic_rag.chat.formats.bundled import bundled_template
 from hypic_rag.eval.data.workloads import make, render
-from hypic_rag.eval.train import train
-from hypic_rag.eval.train.drills import recall_examples
-from hypic_rag.eval.train.train import HELD_OUT_SEED, encode, fresh_window, parse_mix, run, special_tokens
 from hypic_rag.model.loading import default_model_path
 from hypic_rag.testing.parity import assert_matches_transformers
+from hypic_rag.training import train
+from hypic_rag.training.drills import recall_examples
+from hypic_rag.training.train import HELD_OUT_SEED, encode, fresh_window, parse_mix, run, special_tokens
 
 # sha256 of training ids and labels (``test_training_ids_are_todays``) and of the tokenizer's training
 # texts, first computed on the code that wrapped each segment by hand, before the examples became messages;

@@ -11,7 +11,7 @@ import pytest
 from hypic_rag.chat.formats.bundled import format_call
 from hypic_rag.eval.data.workloads import WORKLOADS, make, render
 from hypic_rag.eval.metrics import parse_call
-from hypic_rag.eval.train.drills import recall_examples
+from hypic_rag.training.drills import recall_examples
 
 TAGS = {"system": "sys", "document": "doc", "tool": "tool", "memory": "mem", "turn": "turn"}
 ALL = (*WORKLOADS, "agent")
