@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from hypic_rag import Engine, GenerationOutput
-from hypic_rag.chat.formats.base import NONE
 from hypic_rag.chat.segmentation import flat_prompt
 from hypic_rag.engine import MODES
 from hypic_rag.fidelity import kl_divergence, top1_agreement
@@ -95,8 +94,7 @@ def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, st
 def served_messages(engine: Engine, ex: Example) -> list[dict[str, Any]]:
     """``ex``'s messages as the integrations and the server hand them to this engine: written in the form its
     model reads (its chat format's ``prepare_messages``), so a framework's flat prompt is scored as served."""
-    chat_format = engine.chat_setup.format if engine.chat_setup is not None else NONE
-    return chat_format.prepare_messages(ex.messages, SEGMENTATION)
+    return engine.chat_format.prepare_messages(ex.messages, SEGMENTATION)
 
 
 def prediction(engine: Engine, out: GenerationOutput) -> str:

@@ -38,6 +38,7 @@ from .cache.remote import RedisTier, check_url
 from .cache.validate import EntryLayout
 from .chat.caller_text import literal_pieces
 from .chat.conversation import ChatSetup, thinking_opened
+from .chat.formats.base import NONE, ChatFormat
 from .chat.grammar import (
     CALL_FORMATS,
     AnswerShape,
@@ -944,6 +945,13 @@ class Engine:
         return self._grammar_tokenizers[ends]
 
     # -- chat ---------------------------------------------------------------------------------------
+
+    @property
+    def chat_format(self) -> ChatFormat:
+        """The chat format of the checkpoint's template (``NONE`` without one): what writes a framework's messages
+        as its model reads them (``ChatFormat.prepare_messages``), for the integrations, the server and the eval
+        harness alike."""
+        return self.chat_setup.format if self.chat_setup is not None else NONE
 
     def _require_chat(self) -> ChatSetup:
         if self.chat_setup is None:

@@ -69,7 +69,6 @@ from .prompting import (
     REGISTRY,
     TextRegistry,
     cache_ahead,
-    format_of,
     load_engine,
     option_fields,
     request_options,
@@ -182,7 +181,7 @@ def to_chat_messages(
     System → ``system``, human → ``user`` (blocks with a hypic kind become parts of that kind), AI →
     ``assistant`` with ``tool_calls`` in OpenAI form, tool → ``tool`` with ``format_tool_result``'s canonical
     text. Registered texts inside flat system and user text become ``document`` parts. ``chat_format`` (the
-    engine's, ``prompting.format_of``) then writes them as its model reads them
+    engine's, ``Engine.chat_format``) then writes them as its model reads them
     (``ChatFormat.prepare_messages``, with the request's ``segmentation``). Content that cannot be rendered (a
     non-text block, a text block without text, a tool result with no earlier call) is a ValueError, never
     dropped.
@@ -413,7 +412,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
             engine = self.get_engine()
         else:
             engine = load_engine(model, self.cache_dir, self.cache_url, self.entry_dtype)
-        fmt = format_of(engine)
+        fmt = engine.chat_format
         chat = to_chat_messages(messages, chat_format=fmt, registry=self.registry, segmentation=options.segmentation)
         return engine, chat, arguments, model
 
@@ -431,7 +430,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         between two steps of its shared batch."""
         to_messages = documents_to_messages(system)
         engine = self.get_engine()
-        fmt = format_of(engine)
+        fmt = engine.chat_format
         messages = (to_messages.invoke({"context": [doc], "question": "?"}) for doc in documents)
         chats = (to_chat_messages(m, chat_format=fmt, registry=self.registry) for m in messages)
         return alone(engine, lambda: cache_ahead(engine, chats, request_options(self), progress))
@@ -513,7 +512,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         engine, chat, arguments, model = self._request(messages, kwargs, stop)
         options = arguments["options"]
         rendered = engine.render(chat, arguments["tools"], options.chat_template_kwargs, options.segmentation)
-        visible = _Visible(format_of(engine), thinking_opened(rendered.text), options.stop)
+        visible = _Visible(engine.chat_format, thinking_opened(rendered.text), options.stop)
         sent = ""
         raw = ""
 

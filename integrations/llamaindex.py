@@ -67,7 +67,6 @@ from .prompting import (
     HYPIC_KEY,
     REGISTRY,
     cache_ahead,
-    format_of,
     load_engine,
     option_fields,
     request_options,
@@ -268,7 +267,7 @@ def to_openai_messages(
     - In user and system text, texts registered in ``prompting.REGISTRY`` become ``document`` parts.
     - A tool message's text goes through ``format_tool_result`` (a Python literal read as JSON, as the server
       does); its ``tool_call_id`` (and ``name``) come from ``additional_kwargs``.
-    - ``chat_format`` (the engine's, ``prompting.format_of``) then writes them as its model reads them
+    - ``chat_format`` (the engine's, ``Engine.chat_format``) then writes them as its model reads them
       (``ChatFormat.prepare_messages``, with the request's ``segmentation``).
     """
     out = []
@@ -462,7 +461,7 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         if engine.chat_setup is None:
             raise ValueError(f"checkpoint {engine.name!r} has no chat template; HypicLLM needs one")
         request = {
-            "messages": to_openai_messages(messages, format_of(engine), options.segmentation),
+            "messages": to_openai_messages(messages, engine.chat_format, options.segmentation),
             "tools": list(tools) if tools and choice != "none" else None,
             "options": options,
         }

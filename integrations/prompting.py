@@ -1,6 +1,6 @@
 """What the integrations share: the engines they load, the request options as their fields, the registry of
 retrieved texts, text parts and streaming. Every integration sends OpenAI-style messages to ``Engine.chat``,
-written as the engine's chat format reads them (``format_of``), whose checkpoint template renders the prompt;
+written as the engine's chat format reads them (``Engine.chat_format``), whose checkpoint template renders the prompt;
 none of them writes a prompt format of its own.
 
 Texts that a retriever wrapper registered are found again inside flat strings, because LCEL chains
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hypic_rag import Engine, GenerationOutput
-from hypic_rag.chat.formats import NONE, ChatFormat
 from hypic_rag.chat.formats.bundled import collapse_space
 from hypic_rag.options import OPTIONS, SPELLINGS, RequestOptions
 
@@ -96,12 +95,6 @@ def request_options(model: Any, overrides: Mapping[str, Any] | None = None) -> R
     a bad value is a ``ValueError`` that names the field."""
     own = {name: getattr(model, name) for name in option_fields(model)}
     return RequestOptions.from_mapping({**own, **(overrides or {})})
-
-
-def format_of(engine: Engine) -> ChatFormat:
-    """The chat format of the engine's template (``NONE`` without one): what writes a framework's messages as
-    its model reads them (``ChatFormat.prepare_messages``)."""
-    return engine.chat_setup.format if engine.chat_setup is not None else NONE
 
 
 class TextRegistry:

@@ -11,6 +11,7 @@ import torch
 
 from hypic_rag import Engine
 from hypic_rag.chat.conversation import thinking_opened
+from hypic_rag.chat.formats.base import NONE
 from hypic_rag.generation_config import GenerationDefaults
 from hypic_rag.options import RequestOptions
 
@@ -119,6 +120,7 @@ def test_chat_errors(engine, checkpoint):
     bare = Engine.from_pretrained(checkpoint("qwen3_5_text"))
     with pytest.raises(ValueError, match="has no chat template"):
         bare.chat([{"role": "user", "content": "hi"}])
+    assert bare.chat_format is NONE and engine.chat_format is not NONE  # no template, no format to write for
     with pytest.raises(ValueError, match="role must be one of"):
         engine.chat([{"role": "narrator", "content": "hi"}])
     with pytest.raises(ValueError, match="segmentation must be one of"):

@@ -418,8 +418,7 @@ def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
         body = parse_request(await serving.read_json(request))
         serving.check_model(body.model)
         engine = serving.engine
-        assert engine.chat_setup is not None
-        arguments = engine_arguments(body, serving.default_mode, engine.chat_setup.format)
+        arguments = engine_arguments(body, serving.default_mode, engine.chat_format)
         await serving.compiled(partial(engine.check_chat, **arguments))
         job = Job(arguments, asyncio.get_running_loop())
         ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}

@@ -141,7 +141,7 @@ def test_a_bundled_prompt_without_one_question_is_refused(messages, message):
 
 
 def test_no_integration_branches_on_a_format():
-    """The integrations ask the engine's format (``prompting.format_of``); none names one."""
+    """The integrations ask the engine's format (``Engine.chat_format``); none names one."""
     names = set(FORMATS) - {"none"}
     for source in sorted(INTEGRATIONS.glob("*.py")):
         strings = {n.value for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.Constant)}

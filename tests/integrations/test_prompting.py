@@ -14,7 +14,6 @@ from hypic_rag.integrations.prompting import (
     FIELD_NAMES,
     TextRegistry,
     default_engine,
-    format_of,
     load_engine,
     option_fields,
     request_options,
@@ -49,7 +48,7 @@ def test_registry_spans_and_parts_keep_the_text_as_written():
 
 def test_engines_are_loaded_once_and_the_bundled_one_is_default(engine):
     assert load_engine() is load_engine("hypic-default") is default_engine()
-    assert format_of(default_engine()) is format_of(engine) is BUNDLED
+    assert default_engine().chat_format is engine.chat_format is BUNDLED
 
 
 def test_stream_tokens_yields_deltas_then_the_output_and_reraises():
