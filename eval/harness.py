@@ -29,6 +29,7 @@ from hypic_rag.chat.segmentation import flat_prompt
 from hypic_rag.engine import MODES
 from hypic_rag.fidelity import kl_divergence, top1_agreement
 from hypic_rag.options import check_seam
+from hypic_rag.segments import Segment
 
 from .data.longbench import read_longbench_jsonl
 from .data.workloads import SEGMENTATION, WORKLOADS, Example, make
@@ -91,10 +92,28 @@ def _variants(modes: Sequence[str], seams: Sequence[Seam]) -> list[tuple[str, st
     return out + [(seam_label(w), "hypic", seam_options(w)) for w in seams]
 
 
-def served_messages(engine: Engine, ex: Example) -> list[dict[str, Any]]:
-    """``ex``'s messages as the integrations and the server hand them to this engine: written in the form its
-    model reads (its chat format's ``prepare_messages``), so a framework's flat prompt is scored as served."""
+def served_prompt(engine: Engine, ex: Example) -> list[dict[str, Any]] | tuple[list[Segment], Segment]:
+    """``ex``'s prompt as served, so a framework's prompt is scored as it reaches the model: its messages as the
+    integrations and the server hand them to this engine (its chat format's ``prepare_messages``), or a
+    completions-route example's flat prompt as that route cuts it (``flat_prompt``: segments and query)."""
+    if "completion" in ex.meta:
+        return flat_prompt(ex.meta["completion"])
     return engine.chat_format.prepare_messages(ex.messages, SEGMENTATION)
+
+
+def _answer(
+    engine: Engine,
+    ex: Example,
+    served: list[dict[str, Any]] | tuple[list[Segment], Segment],
+    mode: str,
+    options: dict[str, Any],
+    max_new_tokens: int,
+) -> GenerationOutput:
+    """One greedy answer to ``ex`` in ``mode``: a chat request, or the completions route's flat prompt."""
+    sampling = {"mode": mode, **options, "temperature": 0.0, "max_new_tokens": max_new_tokens}
+    if isinstance(served, tuple):
+        return engine.generate(*served, **sampling)
+    return engine.chat(served, tools=ex.tools, segmentation=SEGMENTATION, **sampling)
 
 
 def prediction(engine: Engine, out: GenerationOutput) -> str:
@@ -128,28 +147,16 @@ def evaluate(
     tokens: dict[str, dict[str, list[float]]] = {m: {k: [] for k in TOKENS} for m in labels}
     bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
-        messages = served_messages(engine, ex)
-        flat = flat_prompt(ex.meta["completion"]) if "completion" in ex.meta else None
+        served = served_prompt(engine, ex)
         outputs = {
-            label: engine.chat(
-                messages,
-                tools=ex.tools,
-                mode=mode,
-                **options,
-                segmentation=SEGMENTATION,
-                temperature=0.0,
-                max_new_tokens=max_new_tokens,
-            )
-            if flat is None
-            else engine.generate(*flat, mode=mode, **options, temperature=0.0, max_new_tokens=max_new_tokens)
-            for label, mode, options in variants
+            label: _answer(engine, ex, served, mode, options, max_new_tokens) for label, mode, options in variants
         }
         full = outputs["full"].prompt_logits if "full" in outputs else None
         if full is None and kls:
-            if flat is None:
-                rendered = engine.render(messages, ex.tools, segmentation=SEGMENTATION)
-                flat = (rendered.segments, rendered.query)
-            full = engine.prompt_logits(*flat, mode="full")
+            if isinstance(served, list):
+                rendered = engine.render(served, ex.tools, segmentation=SEGMENTATION)
+                served = (rendered.segments, rendered.query)
+            full = engine.prompt_logits(*served, mode="full")
         answers = {label: prediction(engine, out) for label, out in outputs.items()}
         for label, out in outputs.items():
             answer = answers[label]
