@@ -449,23 +449,28 @@ def _run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
         parser.error("--max-queue and --max-active must be >= 1, --port in 1..65535")
     if args.max_num_batched_tokens < args.max_active:
         parser.error("--max-num-batched-tokens must be at least --max-active")
-    if args.replicas is not None:
-        return _serve_fleet(parser, args)
+    try:  # a bad setting, on one process or a fleet, is a usage error before anything starts
+        if args.replicas is not None:
+            return _serve_fleet(parser, args)
+        _serve_one(parser, args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
+
+
+def _serve_one(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``serve``: one process."""
     try:
         from hypic_rag.server import serve
     except ImportError as exc:
         parser.error(f"the server needs its extra: pip install 'hypic-rag[server]' ({exc})")
-    try:
-        serve(
-            args.model,
-            mode=args.mode,
-            log_level=args.log_level,
-            prefill_workers=args.prefill_workers,
-            **_server_options(args),
-        )
-    except ValueError as exc:
-        parser.error(str(exc))
-    return 0
+    serve(
+        args.model,
+        mode=args.mode,
+        log_level=args.log_level,
+        prefill_workers=args.prefill_workers,
+        **_server_options(args),
+    )
 
 
 def _run_cache(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
@@ -522,7 +527,8 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """``serve --replicas N``: the same server options, on a Ray Serve fleet."""
+    """``serve --replicas N``: the same server options, on a Ray Serve fleet (a ``ValueError`` is the caller's
+    usage error)."""
     if args.replicas < 1 or not 1 <= args.min_replicas <= args.replicas:
         parser.error("--replicas must be >= 1 and --min-replicas in 1..--replicas")
     if args.prefill_workers:
@@ -534,30 +540,24 @@ def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         parser.error(f"the fleet needs its extras: pip install 'hypic-rag[server,ray]' ({exc})")
     from hypic_rag.fleet.routing import make_policy
 
-    try:  # the router's slacks, refused before anything starts
-        make_policy(args.routing, args.routing_epsilon, burst=args.routing_burst)
-    except ValueError as exc:
-        parser.error(str(exc))
+    make_policy(args.routing, args.routing_epsilon, burst=args.routing_burst)  # the router's slacks, checked first
     autoscaling = None
     if args.autoscale:
         autoscaling = default_autoscaling(args.replicas, args.max_active)
         autoscaling["min_replicas"] = args.min_replicas
         if args.target_ongoing_requests is not None:
             autoscaling["target_ongoing_requests"] = args.target_ongoing_requests
-    try:
-        serve_fleet(
-            args.model,
-            replicas=args.replicas,
-            autoscaling=autoscaling,
-            threads=args.threads_per_replica,
-            policy=args.routing,
-            epsilon=args.routing_epsilon,
-            burst=args.routing_burst,
-            default_mode=args.mode,
-            **_server_options(args),
-        )
-    except ValueError as exc:
-        parser.error(str(exc))
+    serve_fleet(
+        args.model,
+        replicas=args.replicas,
+        autoscaling=autoscaling,
+        threads=args.threads_per_replica,
+        policy=args.routing,
+        epsilon=args.routing_epsilon,
+        burst=args.routing_burst,
+        default_mode=args.mode,
+        **_server_options(args),
+    )
     return 0
 
 
