@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,13 +56,16 @@ def serve_in_process(
 
     port = free_port()
     command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--port", str(port), "--log-level", "warning", *args]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # its output goes to a file, read if it dies: a pipe nobody drains would stall a server that logs enough
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"the server exited: {proc.stdout.read() if proc.stdout else ''}")
+                log.seek(0)
+                raise RuntimeError(f"the server exited: {log.read()}")
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
@@ -78,3 +82,4 @@ def serve_in_process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
