@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .grammar import GrammarMask
 from .logits import Picker, Sampler
 from .model import HybridModel, RequestState
 from .outputs import GenerationOutput, RequestStats
@@ -128,9 +129,10 @@ class Decoder:
         if self._held is None:
             self._held = self.take()
 
-    def choose(self, logits: torch.Tensor) -> None:
-        """Choose the token after the one ``take`` returned, from the logits ``[V]`` the model gave for it."""
-        self._next = self.picker.pick(logits.float())
+    def choose(self, logits: torch.Tensor, *, prefetch: bool = True) -> None:
+        """Choose the token after the one ``take`` returned, from the logits ``[V]`` the model gave for it (which
+        nothing reads after: the picker may write into them). ``prefetch``: as ``Picker.pick``'s."""
+        self._next = self.picker.pick(logits.float(), scratch=True, prefetch=prefetch)
 
     def run(self) -> tuple[list[int], str]:
         while not self.step():
@@ -167,6 +169,14 @@ class Decoder:
         return True
 
 
+def _plain_mask(decoder: Decoder) -> GrammarMask | None:
+    """A decoder's grammar mask when nothing comes before it on the row (penalties, bans, the log of the model's
+    own log-probabilities), so that a batch's masks may go on their rows together."""
+    p = decoder.picker
+    plain = p.penalties is None and p.banned is None and p.logprobs is None
+    return p.mask if plain and isinstance(p.mask, GrammarMask) else None
+
+
 def step_together(
     decoders: Sequence[Decoder], failed: Callable[[Decoder, Exception], None] | None = None
 ) -> list[bool]:
@@ -191,8 +201,12 @@ def step_together(
             raise ValueError("decoders stepped together must share one model")
         with torch.inference_mode():
             logits = model.decode_batch([token for _, token in taken], [d.state for d, _ in taken])
+            if logits.device.type != "cpu":  # one device-side apply of the plain masked rows' masks
+                logits = logits.float()
+                GrammarMask.apply_together(logits, [_plain_mask(d) for d, _ in taken])
         for row, (d, _) in enumerate(taken):
-            guarded(d, lambda d=d, row=row: d.choose(logits[row]))
+            guarded(d, lambda d=d, row=row: d.choose(logits[row], prefetch=False))
+        GrammarMask.prefetch_together([m for d, _ in taken if isinstance(m := d.picker.mask, GrammarMask)])
     return [d.done for d in decoders]
 
 

@@ -13,7 +13,9 @@ a prefix of it (``GrammarTokenizer.prefixes``). BPE merges text across the gramm
 string and an object at once), so a model that means "close the string here" may put nearly all its mass on a merged
 token the grammar refuses; masking it alone leaves the choice to the noise among the rest, and a string that should
 have closed runs on until ``max_tokens``. Handing the mass to ``"`` keeps what the model meant. llguidance gives
-the mask; the hand-over is ours, as no grammar library offers it.
+the mask; the hand-over is ours, as no grammar library offers it (``masking`` writes both into rows, listing
+only the mask's small side). A sequence's next mask is computed while the forward that needs it runs
+(``GrammarMask.prefetch``), a batch's in one call (``GrammarMask.prefetch_together``).
 
 Why llguidance rather than xgrammar (both are vLLM's backends, and both read our tokenizers): llguidance needs
 no other Python package (xgrammar pulls in transformers, triton and apache-tvm-ffi, which the engine does not
@@ -27,12 +29,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 
 from .json_schema import check_schema, for_grammar
+from .masking import Plan, Plans, apply_row, apply_rows, bits_at, pack, unpack, words_for
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "choice")
 
@@ -179,9 +184,10 @@ class GrammarTokenizer:
         self._added = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
         self._texts: list[bytes] | None = None
         self._openers: dict[bytes, tuple[int, ...]] = {}
-        self._closers: torch.Tensor | None = None
-        self._prefixes: dict[torch.device, torch.Tensor] = {}
-        self._descendants: tuple[torch.Tensor, torch.Tensor] | None = None  # CSR: prefix -> tokens extending it
+        self._closers: np.ndarray | None = None
+        self._prefixes: np.ndarray | None = None
+        self._descendants: tuple[np.ndarray, np.ndarray] | None = None  # CSR: prefix -> tokens extending it
+        self._plans: Plans | None = None
         self._compiled: OrderedDict[str, Any] = OrderedDict()  # lark -> a checked matcher, never advanced
         self._lock = threading.Lock()
 
@@ -235,14 +241,10 @@ class GrammarTokenizer:
             self._texts = [b"" if special(i) else self.llg.decode_bytes([i]) for i in range(self.vocab_size)]
         return self._texts
 
-    def prefixes(self, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``[vocab_size, depth]`` int32 on ``device``: each token's proper prefixes that are tokens themselves,
-        longest first, -1 past the last (special tokens have and are none); made on first use, as it walks the
-        vocabulary, and kept per device, as every constrained step reads it."""
-        device = torch.device(device)
-        if device not in self._prefixes and self._prefixes:
-            self._prefixes[device] = next(iter(self._prefixes.values())).to(device)
-        if device not in self._prefixes:
+    def prefix_table(self) -> np.ndarray:
+        """``[vocab_size, depth]`` int32: each token's proper prefixes that are tokens themselves, longest first, -1
+        past the last (special tokens have and are none); made on first use, as it walks the vocabulary."""
+        if self._prefixes is None:
             texts = self.texts()
             spelled: dict[bytes, int] = {}
             for i, text in enumerate(texts):
@@ -250,34 +252,39 @@ class GrammarTokenizer:
                     spelled.setdefault(text, i)
             chains = [[j for n in range(len(t) - 1, 0, -1) if (j := spelled.get(t[:n])) is not None] for t in texts]
             depth = max((len(c) for c in chains), default=0)
-            table = torch.full((self.vocab_size, max(depth, 1)), -1, dtype=torch.int32)
+            table = np.full((self.vocab_size, max(depth, 1)), -1, dtype=np.int32)
             for i, chain in enumerate(chains):
                 if chain:
-                    table[i, : len(chain)] = torch.tensor(chain, dtype=torch.int32)
-            self._prefixes[device] = table.to(device)
-        return self._prefixes[device]
+                    table[i, : len(chain)] = chain
+            self._prefixes = table
+        return self._prefixes
 
-    def descendants(self, ids: torch.Tensor) -> torch.Tensor:
-        """The tokens that have one of ``ids`` among their proper prefixes (``prefixes``), each once: the only
+    def descendants(self, ids: np.ndarray) -> np.ndarray:
+        """The tokens that have one of ``ids`` among their proper prefixes (``prefix_table``), each once: the only
         ones a token in ``ids`` can inherit probability from. A table of edges sorted by prefix, made on first
         use."""
         if self._descendants is None:
-            table = self.prefixes()
-            child = torch.arange(table.shape[0], dtype=torch.long)[:, None].expand_as(table)
+            table = self.prefix_table()
+            child = np.broadcast_to(np.arange(table.shape[0], dtype=np.int64)[:, None], table.shape)
             keep = table >= 0
-            parent, child = table[keep].long(), child[keep]
-            order = torch.argsort(parent, stable=True)
-            starts = torch.zeros(self.vocab_size + 1, dtype=torch.long)
-            starts[1:] = torch.cumsum(torch.bincount(parent, minlength=self.vocab_size), 0)
+            parent, child = table[keep].astype(np.int64), child[keep]
+            order = np.argsort(parent, kind="stable")
+            starts = np.zeros(self.vocab_size + 1, dtype=np.int64)
+            starts[1:] = np.cumsum(np.bincount(parent, minlength=self.vocab_size))
             self._descendants = (starts, child[order])
         starts, children = self._descendants
         lo, hi = starts[ids], starts[ids + 1]
         counts = hi - lo
         if int(counts.sum()) == 0:
-            return torch.empty(0, dtype=torch.long)
-        offsets = torch.repeat_interleave(lo - torch.cumsum(counts, 0) + counts, counts)
-        found = children[offsets + torch.arange(int(counts.sum()))]
-        return torch.unique(found)
+            return np.empty(0, dtype=np.int64)
+        offsets = np.repeat(lo - np.cumsum(counts) + counts, counts)
+        return np.unique(children[offsets + np.arange(int(counts.sum()))])
+
+    def plans(self) -> Plans:
+        """What each packed mask does to a row (``masking.Plans``), kept by mask; made on first use."""
+        if self._plans is None:
+            self._plans = Plans(self.vocab_size, self.prefix_table(), self.descendants)
+        return self._plans
 
     def tag(self, text: str) -> str:
         """A tag as a Lark item: the added token that spells it, which is what the model was trained to write
@@ -289,13 +296,12 @@ class GrammarTokenizer:
     def is_token(self, text: str) -> bool:
         return text in self._added
 
-    def closers(self) -> torch.Tensor:
-        """``[vocab_size]`` bool: the tokens made only of ``"``, ``}`` and ``]``, which close what a JSON text has
-        open; made on first use."""
+    def closers(self) -> np.ndarray:
+        """The tokens made only of ``"``, ``}`` and ``]``, which close what a JSON text has open, as packed words
+        (``masking.pack``); made on first use."""
         if self._closers is None:
             ids = [i for i, text in enumerate(self.texts()) if text and set(text) <= set(b'"}]')]
-            self._closers = torch.zeros(self.vocab_size, dtype=torch.bool)
-            self._closers[ids] = True
+            self._closers = pack(ids, self.vocab_size)
         return self._closers
 
     def token_id(self, text: str) -> int:
@@ -312,24 +318,28 @@ class GrammarTokenizer:
         return self._openers[head]
 
 
-_LANES = torch.arange(32, dtype=torch.int32)
+_WORKER: ThreadPoolExecutor | None = None
+_EXECUTOR: Any = None
+_WORKER_LOCK = threading.Lock()
 
 
-def _bits_at(words: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Whether each of ``ids`` (any shape) is set in llguidance's packed mask (bit ``i % 32`` of word ``i // 32``)."""
-    return ((words[ids // 32] >> (ids % 32).int()) & 1).bool()
+def _worker() -> tuple[ThreadPoolExecutor, Any]:
+    """The thread the next masks are computed on while the forward runs (llguidance drops the GIL), and
+    llguidance's executor, which spreads a batch's masks over its own threads; made on first use."""
+    global _WORKER, _EXECUTOR
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hypic-grammar")
+            _EXECUTOR = _llguidance().LLExecutor()
+    return _WORKER, _EXECUTOR
 
 
-def _set_bits(words: torch.Tensor, ids: torch.Tensor) -> None:
-    for i in ids.tolist():
-        words[i // 32] |= torch.tensor(1, dtype=torch.int32) << (i % 32)
-
-
-def _ids_where(words: torch.Tensor, at: torch.Tensor, vocab: int, *, allowed: bool) -> torch.Tensor:
-    """The ids below ``vocab`` whose bit is set (``allowed``) or clear in the words at ``at``."""
-    bits = ((words[at][:, None] >> _LANES) & 1).bool()
-    ids = (at[:, None] * 32 + _LANES)[bits if allowed else ~bits]
-    return ids[ids < vocab]
+def _fill_together(executor: Any, masks: list[GrammarMask], buffer: np.ndarray) -> None:
+    """Each of ``masks``' next mask into its row of ``buffer`` in one call of llguidance's executor, then its plan."""
+    matchers = [(m.matcher, i) for i, m in enumerate(masks)]
+    executor.unsafe_compute_mask_ptr(matchers, buffer.ctypes.data, buffer.shape[1] * 4, len(masks))
+    for m in masks:
+        m._planned()
 
 
 class GrammarMask:
@@ -340,9 +350,10 @@ class GrammarMask:
     response format): in its last ``CLOSING_TOKENS`` (a quarter of a small budget) only tokens that close what is
     open (``GrammarTokenizer.closers``) are allowed where the grammar allows one, and the end once it is
     complete, so that a value the model would run on past the budget (a string that never ends) still closes as
-    valid JSON. Elsewhere the grammar's choices (a required key, an enum's letters) are the model's."""
+    valid JSON. Elsewhere the grammar's choices (a required key, an enum's letters) are the model's.
 
-    packed_from = 1 << 15  # the vocabulary size from which ``apply`` reads llguidance's packed mask
+    The next token's mask is computed on ``prefetch`` (after ``advance``, while the forward runs; for a batch,
+    ``prefetch_together``) or else when it is first needed. Whatever touches the matcher first waits for it."""
 
     def __init__(
         self, tokenizer: GrammarTokenizer, lark: str, also_stop: Sequence[int] = (), budget: int | None = None
@@ -352,102 +363,118 @@ class GrammarMask:
         self.closing_at = None if budget is None else budget - min(CLOSING_TOKENS, budget // 4)
         self.written = 0
         self.also_stop = tuple(i for i in also_stop if i not in tokenizer.stop_ids)
-        self._bits = torch.arange(8, dtype=torch.uint8)
-        self._words = torch.empty((tokenizer.vocab_size + 31) // 32, dtype=torch.int32)  # llguidance's mask
-        self._stop_ids = torch.tensor(tokenizer.stop_ids, dtype=torch.long)
-        self._also_stop_ids = torch.tensor(self.also_stop, dtype=torch.long)
+        vocab = tokenizer.vocab_size
+        self._words = np.empty(words_for(vocab), dtype=np.int32)  # llguidance's mask of the next token
+        self._plan: Plan | None = None  # what that mask does to a row, once made
+        self._pending: Future[None] | None = None
+        self._applied: int | None = None  # the storage of a row ``apply_together`` has masked for the next token
+        self._stop_ids = np.array(tokenizer.stop_ids, dtype=np.int64)
+        self._also_words = pack(self.also_stop, vocab)
+        self._end_words = pack([*tokenizer.stop_ids, *self.also_stop], vocab)
 
     def _raise_if_error(self, what: str) -> None:
         if self.matcher.is_error():
             raise ValueError(f"{what}: {grammar_error(self.matcher.get_error())}")
 
+    def _compute(self) -> None:
+        self.matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
+        self._planned()
+
+    def _planned(self) -> None:
+        """The request's stops and the closing steer folded into the mask just computed, and its plan."""
+        words = self._words
+        if self.also_stop and bool(bits_at(words, self._stop_ids).any()):
+            words |= self._also_words
+        if self.closing_at is not None and self.written >= self.closing_at:
+            for steer in (self._end_words, self.tokenizer.closers()):
+                steered = words & steer
+                if steered.any():
+                    words[:] = steered
+                    break
+        self._plan = self.tokenizer.plans().of(words)
+
+    def _settle(self) -> None:
+        """Wait for a mask being computed on the worker: the matcher is then the caller's alone."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _ready(self) -> bool:
+        return self._pending is not None or self._plan is not None
+
+    def prefetch(self) -> None:
+        """Start on the next token's mask and its plan on the worker thread, to overlap the forward that makes
+        the next logits."""
+        if not self._ready() and not self.matcher.is_stopped():
+            self._pending = _worker()[0].submit(self._compute)
+
+    @staticmethod
+    def prefetch_together(masks: Sequence[GrammarMask]) -> None:
+        """``prefetch`` for a batch's masks: one call of llguidance's executor, each mask into its row of one
+        buffer, then their plans, on the worker thread."""
+        todo = [m for m in masks if not m._ready() and not m.matcher.is_stopped()]
+        for size in {len(m._words) for m in todo}:
+            group = [m for m in todo if len(m._words) == size]
+            buffer = np.empty((len(group), size), dtype=np.int32)
+            for i, m in enumerate(group):
+                m._words = buffer[i]
+            worker, executor = _worker()
+            pending = worker.submit(_fill_together, executor, group, buffer)
+            for m in group:
+                m._pending = pending
+
+    def plan(self) -> Plan:
+        """What the next token's mask does to a row (``masking.Plan``): made on the worker when prefetched, else
+        now."""
+        self._settle()
+        if self._plan is None:
+            self._compute()
+        assert self._plan is not None
+        return self._plan
+
     def allowed(self) -> torch.Tensor:
         """The tokens the grammar allows next, as a bool tensor ``[vocab_size]`` (on the CPU)."""
-        packed = torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.uint8)
-        allowed = ((packed[:, None] >> self._bits) & 1).bool().flatten()[: self.tokenizer.vocab_size]
-        if self.also_stop and bool(allowed[list(self.tokenizer.stop_ids)].any()):
-            allowed[list(self.also_stop)] = True
-        if self.closing_at is not None and self.written >= self.closing_at:
-            ends = torch.zeros_like(allowed)
-            ends[[*self.tokenizer.stop_ids, *self.also_stop]] = True
-            for steer in (ends, self.tokenizer.closers()):
-                if bool((allowed & steer).any()):
-                    return allowed & steer
-        return allowed
+        self.plan()
+        return torch.from_numpy(unpack(self._words, self.tokenizer.vocab_size))
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` ``[V]`` as log-probabilities with every token the grammar forbids at ``-inf`` and its
-        probability added to its longest allowed prefix's (see the module docstring); a new tensor.
-
-        On the CPU the allowed set stays llguidance's packed words, and only the side of it that is small is
-        listed: the forbidden tokens when most are allowed (inside a string), else the allowed ones, whose
-        descendants (``GrammarTokenizer.descendants``) are the only forbidden tokens with an allowed prefix. The
-        result is the dense path's (``_apply_dense``), which a GPU row, the closing steer and a vocabulary under
-        ``packed_from`` take (there a few passes over a short row cost less than listing ids)."""
-        closing = self.closing_at is not None and self.written >= self.closing_at
-        small = self.tokenizer.vocab_size < self.packed_from
-        if small or logits.device.type != "cpu" or closing or logits.numel() < self.tokenizer.vocab_size:
-            return self._apply_dense(logits)
-        words = self._words
-        self.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
-        if self.also_stop and bool(_bits_at(words, self._stop_ids).any()):
-            _set_bits(words, self._also_stop_ids)
+    def apply(self, logits: torch.Tensor, *, scratch: bool = False) -> torch.Tensor:
+        """``logits`` ``[V]`` with every token the grammar forbids at ``-inf`` and its probability added to its
+        longest allowed prefix's (see the module docstring), as logits: the same distribution as the
+        log-probabilities would give any sampler. ``scratch``: the caller reads ``logits`` no more, so a float32
+        row is written in place; else the result is a new tensor."""
         vocab = self.tokenizer.vocab_size
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        holding = torch.nonzero(words != 0).flatten()  # the words with an allowed token: list the smaller side
-        if holding.numel() * 2 > words.numel():
-            forbidden = _ids_where(words, torch.nonzero(words != -1).flatten(), vocab, allowed=False)
-            out = logp.index_fill(0, forbidden, float("-inf"))
-            candidates = forbidden
+        if logits.shape[-1] < vocab:
+            raise ValueError(f"a logits row of {logits.shape[-1]} is narrower than the grammar's {vocab} tokens")
+        if self._applied is not None and self._applied == logits.data_ptr():
+            return logits  # masked with its batch already
+        plan = self.plan()
+        out = logits if scratch and logits.dtype == torch.float32 else logits.float().clone()
+        if out.device.type == "cpu" and out.is_contiguous():
+            apply_row(out.numpy(), plan)
         else:
-            allowed = _ids_where(words, holding, vocab, allowed=True)
-            out = torch.full_like(logp, float("-inf"))
-            out[allowed] = logp[allowed]
-            candidates = self.tokenizer.descendants(allowed)
-            candidates = candidates[~_bits_at(words, candidates)]
-        if logits.numel() > vocab:  # a model vocabulary padded past the tokenizer's: never allowed
-            out[vocab:] = float("-inf")
-        movers = candidates[logp[candidates] > -30.0]
-        return self._hand_over(out, logp, movers, lambda ids: _bits_at(words, ids))
-
-    def _apply_dense(self, logits: torch.Tensor) -> torch.Tensor:
-        """``apply`` over boolean rows as wide as the vocabulary (any device)."""
-        allowed = self.allowed().to(logits.device)
-        if allowed.numel() < logits.numel():  # a model vocabulary padded past the tokenizer's
-            allowed = torch.cat([allowed, allowed.new_zeros(logits.numel() - allowed.numel())])
-        allowed = allowed[: logits.numel()]
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        out = logp.masked_fill(~allowed, float("-inf"))
-        # forbidden tokens with mass to hand over (a vocabulary padded past the tokenizer's has no prefixes there)
-        limit = min(logits.numel(), self.tokenizer.vocab_size)
-        movers = torch.nonzero(~allowed[:limit] & (logp[:limit] > -30.0)).flatten()
-        return self._hand_over(out, logp, movers, lambda ids: allowed[ids])
-
-    def _hand_over(
-        self,
-        out: torch.Tensor,
-        logp: torch.Tensor,
-        movers: torch.Tensor,
-        allowed_at: Callable[[torch.Tensor], torch.Tensor],
-    ) -> torch.Tensor:
-        """``out`` with the probability of each of ``movers`` (forbidden tokens with mass) added to its longest
-        allowed prefix's, ``allowed_at(ids)`` saying which ids the grammar allows; both paths of ``apply`` end here."""
-        if movers.numel() == 0:
-            return out
-        chains = self.tokenizer.prefixes(out.device)[movers].long()  # [n, depth]
-        ok = (chains >= 0) & allowed_at(chains.clamp(min=0))
-        has = ok.any(dim=1)
-        if not bool(has.any()):
-            return out
-        heir = chains.gather(1, ok.int().argmax(dim=1, keepdim=True)).squeeze(1)[has]  # first allowed: the longest
-        heirs, which = torch.unique(heir, return_inverse=True)
-        gained = torch.zeros(heirs.numel(), dtype=logp.dtype, device=logp.device)
-        gained.index_add_(0, which, logp[movers[has]].exp())
-        out[heirs] = torch.logaddexp(out[heirs], gained.log())
+            apply_rows(out.view(1, -1), [plan])
         return out
+
+    @staticmethod
+    def apply_together(logits: torch.Tensor, masks: Sequence[GrammarMask | None]) -> None:
+        """``apply`` for a batch's rows (``logits`` ``[B, V]`` float32, written in place; a None mask leaves its row
+        alone) in one set of device operations (``masking.apply_rows``); each row's own ``apply`` then finds it
+        done. A mask whose plan fails is left for its own ``apply`` to raise, on its sequence alone."""
+        plans: list[Plan | None] = []
+        for mask in masks:
+            try:
+                plans.append(mask.plan() if mask is not None else None)
+            except ValueError:
+                plans.append(None)
+        apply_rows(logits, plans)
+        for row, (mask, plan) in enumerate(zip(masks, plans, strict=True)):
+            if mask is not None and plan is not None:
+                mask._applied = logits[row].data_ptr()
 
     def advance(self, token: int) -> None:
         """Take the chosen ``token``; a request stop id ends the sequence without a word to the grammar."""
+        self._settle()
+        self._plan = self._applied = None
         self.written += 1
         if token in self.also_stop:
             return
@@ -457,6 +484,8 @@ class GrammarMask:
     def force(self, ids: Sequence[int]) -> None:
         """Take tokens the engine wrote itself (a forced call opening); a ``ValueError`` if the grammar refuses
         them."""
+        self._settle()
+        self._plan = self._applied = None
         if ids and not self.matcher.consume_tokens(list(ids)):
             self._raise_if_error("the forced opening does not fit the output grammar")
             raise ValueError("the forced opening does not fit the output grammar")
@@ -464,4 +493,5 @@ class GrammarMask:
     @property
     def complete(self) -> bool:
         """Whether the text so far is a whole answer of the grammar."""
+        self._settle()
         return bool(self.matcher.is_accepting())

@@ -82,11 +82,14 @@ class Sampler:
 
 
 class LogitsMask(Protocol):
-    """A per-sequence constraint (``grammar.GrammarMask``): ``apply`` before choosing, ``advance`` after."""
+    """A per-sequence constraint (``grammar.GrammarMask``): ``apply`` before choosing, ``advance`` after, then
+    ``prefetch`` to start on the next step's work while the forward runs."""
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor: ...
+    def apply(self, logits: torch.Tensor, *, scratch: bool = False) -> torch.Tensor: ...
 
     def advance(self, token: int) -> None: ...
+
+    def prefetch(self) -> None: ...
 
     @property
     def complete(self) -> bool: ...
@@ -155,19 +158,24 @@ class Picker:
         self._counts: torch.Tensor | None = None  # times each id was written, for the penalties
         self._seen: torch.Tensor | None = None  # ids in the prompt or the answer, for the repetition penalty
 
-    def pick(self, logits: torch.Tensor) -> int:
-        """The next token from a logits row ``[V]``, recorded (penalties, grammar, log) as chosen."""
+    def pick(self, logits: torch.Tensor, *, scratch: bool = False, prefetch: bool = True) -> int:
+        """The next token from a logits row ``[V]``, recorded (penalties, grammar, log) as chosen. ``scratch``: the
+        caller reads ``logits`` no more, so the mask may write into it. ``prefetch``: the mask starts on the next
+        step at once (a batch's are started together instead, ``GrammarMask.prefetch_together``)."""
         if self.logprobs is not None:
             logged = torch.log_softmax(logits.float(), dim=-1)
         if self.penalties is not None:
-            logits = self._penalised(logits.float())
+            logits, scratch = self._penalised(logits.float()), True
         if self.banned is not None:
-            logits = self.banned.apply(logits, first=not self.picked)
+            banned = self.banned.apply(logits, first=not self.picked)
+            logits, scratch = banned, scratch or banned is not logits
         if self.mask is not None:
-            logits = self.mask.apply(logits)
+            logits = self.mask.apply(logits, scratch=scratch)
         token = self.sampler.pick(logits, self.generator)
         if self.mask is not None:
             self.mask.advance(token)
+            if prefetch:
+                self.mask.prefetch()
         if self.penalties is not None:
             assert self._counts is not None and self._seen is not None
             self._counts[token] += 1

@@ -6,12 +6,14 @@ import json
 import random
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer
 
 from hypic_rag.grammar import SPACED, GrammarMask, GrammarTokenizer, check_response_format, response_lark
 from hypic_rag.logits import Penalties, Picker, Sampler
+from hypic_rag.masking import apply_rows
 from hypic_rag.model.loading import default_model_path
 from hypic_rag.options import OptionError, RequestOptions
 
@@ -73,7 +75,6 @@ def test_the_mask_forbids_what_the_schema_forbids(bundled):
     allowed = set(torch.isfinite(masked).nonzero().flatten().tolist())
     assert allowed and all(tok.decode([t]).startswith("{") for t in allowed)
     assert tok.token_to_id("</a>") not in allowed  # an empty answer is not a JSON object
-    assert logits.eq(0).all()  # a new tensor: the caller's logits are left alone
     with pytest.raises(ValueError, match="does not fit"):
         GrammarMask(gtok, lark).force(tok.encode('["a"]').ids)
 
@@ -287,7 +288,8 @@ def test_a_forbidden_token_hands_its_probability_to_its_longest_allowed_prefix(b
     logits[merged[0]] = 10.0  # the model means to close the string
     out = mask.apply(logits)
     assert torch.isinf(out[merged[0]]) and int(out.argmax()) == tok.token_to_id('"')
-    assert abs(float(out.exp().sum()) - 1) < 1e-4  # no probability lost: every forbidden token had an heir here
+    # no probability lost: every forbidden token had an heir here
+    torch.testing.assert_close(torch.logsumexp(out, -1), torch.logsumexp(logits, -1))
 
 
 def test_a_json_answer_near_its_budget_is_steered_to_close(bundled):
@@ -317,13 +319,31 @@ def test_a_json_answer_near_its_budget_is_steered_to_close(bundled):
             jsonschema.validate(json.loads(tok.decode(written)), schema)
 
 
+def _reference(logits: torch.Tensor, allowed: torch.Tensor, prefixes: np.ndarray) -> torch.Tensor:
+    """The mask and hand-over as the definition reads, over the whole row in float64: each forbidden token's
+    probability to its longest allowed prefix, everything forbidden (and past the vocabulary) at -inf."""
+    vocab = allowed.numel()
+    row = logits.double()
+    chains = torch.from_numpy(prefixes).long()
+    heir = torch.full((vocab,), -1, dtype=torch.long)
+    for column in reversed(range(chains.shape[1])):  # the first allowed in the chain wins: the longest
+        c = chains[:, column]
+        heir = torch.where((c >= 0) & allowed[c.clamp(min=0)], c, heir)
+    movers = torch.nonzero(~allowed & (heir >= 0)).flatten()
+    probs = torch.zeros(row.numel(), dtype=torch.float64)
+    probs[:vocab][allowed] = torch.softmax(row, -1)[:vocab][allowed]
+    probs.index_add_(0, heir[movers], torch.softmax(row, -1)[movers])
+    return (probs / probs.sum()).log()  # what a forbidden token without an heir had is lost to all alike
+
+
 @pytest.mark.parametrize("also_stop", [(), (7,)])
-def test_the_packed_mask_gives_the_dense_masks_answer_at_every_step(bundled, also_stop, monkeypatch):
+def test_the_mask_hands_over_as_the_definition_reads_at_every_step(bundled, also_stop):
     """``apply`` lists only the small side of llguidance's packed mask (the forbidden tokens inside a string, the
-    allowed ones elsewhere); ``_apply_dense`` unpacks every bit. On walks under a schema, with peaked, flat and
-    padded rows, the two agree: the same tokens forbidden, the same probabilities handed to the same prefixes."""
+    allowed ones elsewhere) and writes logits, not log-probabilities; the batch path (``masking.apply_rows``, what
+    a device row takes) writes a whole batch at once. On walks under a schema, with peaked, flat and padded rows,
+    both give the distribution of the plain definition (``_reference``): the same tokens forbidden, the same
+    probabilities handed to the same prefixes."""
     tok, gtok = bundled
-    monkeypatch.setattr(GrammarMask, "packed_from", 0)  # the bundled vocabulary is under it: read packed anyway
     lark = "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, SPACED)
     rng = random.Random(1)
     generator = torch.Generator().manual_seed(1)
@@ -333,15 +353,77 @@ def test_the_packed_mask_gives_the_dense_masks_answer_at_every_step(bundled, als
         ids = _random_walk(gtok, lark, rng) or []
         mask = GrammarMask(gtok, lark, also_stop=also_stop)
         for token in [*ids, None]:
-            for row in (
+            rows = [
                 torch.randn(vocab, generator=generator) * 8,  # peaked: few tokens carry mass
                 torch.zeros(vocab),  # flat: every token does
                 torch.randn(vocab + 5, generator=generator),  # padded past the tokenizer's vocabulary
-            ):
-                packed, dense = mask.apply(row), mask._apply_dense(row)
-                assert torch.equal(torch.isinf(packed), torch.isinf(dense))
-                torch.testing.assert_close(packed, dense, rtol=1e-5, atol=1e-6)
-            sides.add(int(mask.allowed().sum()) * 2 > vocab)
+            ]
+            batch = torch.stack([torch.nn.functional.pad(r, (0, vocab + 5 - r.numel())) for r in rows])
+            apply_rows(batch, [mask.plan()] * len(rows))
+            for row, batched in zip(rows, batch, strict=True):
+                expected = _reference(row, mask.allowed(), gtok.prefix_table())
+                for got in (mask.apply(row), batched[: row.numel()]):
+                    got = torch.log_softmax(got.double(), -1)
+                    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+                    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            sides.add(mask.plan().keeps)
             if token is not None:
                 mask.advance(token)
     assert sides == {True, False}  # both sides of the mask were listed
+
+
+def test_a_row_is_written_in_place_only_when_the_caller_lets_it(bundled):
+    tok, gtok = bundled
+    mask = GrammarMask(gtok, "start: " + response_lark({"type": "json_object"}, SPACED))
+    row = torch.zeros(gtok.vocab_size)
+    assert mask.apply(row) is not row and row.eq(0).all()
+    assert mask.apply(row, scratch=True) is row and torch.isinf(row).any()
+    with pytest.raises(ValueError, match="narrower"):
+        mask.apply(torch.zeros(gtok.vocab_size - 1))
+
+
+def test_masks_prefetched_alone_or_together_are_the_ones_computed_when_asked(bundled):
+    """The next mask computed on the worker (after ``advance``, or a batch's in one call of llguidance's
+    executor) is the mask computed on demand, and the matcher is waited for before anything else reads it."""
+    tok, gtok = bundled
+    lark = "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, SPACED)
+    walks = [w for seed in range(8) if (w := _random_walk(gtok, lark, random.Random(seed)))][:3]
+    asked = [GrammarMask(gtok, lark) for _ in walks]
+    alone = [GrammarMask(gtok, lark) for _ in walks]
+    together = [GrammarMask(gtok, lark) for _ in walks]
+    for step in range(max(len(w) for w in walks)):
+        GrammarMask.prefetch_together(together)
+        for mask in alone:
+            mask.prefetch()
+        for walk, a, b, c in zip(walks, asked, alone, together, strict=True):
+            assert torch.equal(a.allowed(), b.allowed()) and torch.equal(a.allowed(), c.allowed())
+            if step < len(walk):
+                for mask in (a, b, c):
+                    mask.advance(walk[step])
+    assert all(m.complete for m in (*asked, *alone, *together))
+
+
+def test_a_batchs_masks_go_on_its_rows_together_as_each_alone(bundled):
+    """``apply_together`` (a device batch's one set of operations) writes each row as its own ``apply`` would,
+    leaves a row without a mask alone, and each mask's ``apply`` then finds its row done; a mask whose grammar
+    fails is left for its own ``apply`` to raise."""
+    tok, gtok = bundled
+    lark = "start: " + response_lark({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, SPACED)
+    walk = next(w for seed in range(8) if (w := _random_walk(gtok, lark, random.Random(seed))))
+    masks = [GrammarMask(gtok, lark), None, GrammarMask(gtok, lark)]
+    for token in walk[:5]:
+        masks[2].advance(token)  # the two masks at different places in the answer
+    logits = torch.randn(3, gtok.vocab_size, generator=torch.Generator().manual_seed(0)) * 4
+    alone = [m.apply(row) if m is not None else row.clone() for m, row in zip(masks, logits, strict=True)]
+    GrammarMask.apply_together(logits, masks)
+    for mask, row, expected in zip(masks, logits, alone, strict=True):
+        torch.testing.assert_close(row, expected, rtol=1e-5, atol=1e-5)
+        if mask is not None:
+            assert mask.apply(row, scratch=True) is row
+            mask.advance(int(row.argmax()))
+            assert mask._applied is None  # the next token's row is masked afresh
+    broken = GrammarMask(gtok, 'start: "ok"')
+    broken.plan = lambda: (_ for _ in ()).throw(ValueError("broken"))  # type: ignore[method-assign]
+    GrammarMask.apply_together(torch.zeros(1, gtok.vocab_size), [broken])
+    with pytest.raises(ValueError, match="broken"):
+        broken.apply(torch.zeros(gtok.vocab_size))

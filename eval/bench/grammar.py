@@ -14,12 +14,17 @@ Each prompt is decoded twice in lockstep, a step of one then a step of the other
 ``response_format`` ``json_schema`` (an object with one free string, so a random model keeps writing inside it;
 a free answer's stop ids are cleared, so it runs to ``--max-new-tokens`` too). On a shared machine whatever else
 runs slows both alike, so their ratio holds where the seconds do not. Decode tokens/s is the decode steps over
-their time. The mask's own time is measured beside them: each token the masked run chose is replayed through a
+their time.
+
+The mask's own time is measured beside them (``Replay``): each token the masked run chose is replayed through a
 fresh ``GrammarMask`` (``apply`` on a logits row of the model's width, then ``advance``) with no model in the
-loop; its share is that time over a masked step's. Beside it, the floor: llguidance alone on the same grammar and
-tokens (its mask into a packed buffer, then the token), ``library_mask_ms_per_token``.
-``extra_share_of_masked_step`` is the other reading: what a masked step costs beyond a free one, over the masked
-step.
+loop, each mask computed when asked, so this is all the mask's work (in decoding most of it runs on a worker
+thread while the forward does: ``GrammarMask.prefetch``); its share is that time over a masked step's. Beside
+it, the floor: llguidance alone on the same grammar and tokens (its mask into a packed buffer, then the token),
+``library_mask_ms_per_token``. Both replays run right after a decode step, each after the free and the masked
+one in turn, as a mask in decoding finds the caches a forward has just swept; ``back_to_back`` replays both
+again with nothing between tokens, as the library's own benchmarks run. ``extra_share_of_masked_step`` is the
+other reading: what a masked step costs beyond a free one, over the masked step.
 """
 
 from __future__ import annotations
@@ -108,37 +113,56 @@ def _timed_step(run: Generation) -> float:
     return time.perf_counter() - start
 
 
+class Replay:
+    """The masked run's tokens replayed with no model in the loop, through ``GrammarMask`` (``apply`` on a logits
+    row of the model's width, handed over as a decode step hands it, then ``advance``; each mask computed when
+    asked) or through llguidance alone (its mask into a packed buffer, then the token): their seconds."""
+
+    def __init__(self, engine: Engine, ours: bool) -> None:
+        tokenizer = engine.grammar_tokenizer()
+        self.ours, self.done, self.seconds = ours, 0, 0.0
+        self.mask = GrammarMask(tokenizer, LARK) if ours else None
+        self.library = None if ours else tokenizer.matcher(LARK)
+        self.words = torch.empty((tokenizer.vocab_size + 31) // 32, dtype=torch.int32)
+        self.row = torch.zeros(engine.config.vocab_size)
+
+    def catch_up(self, tokens: list[int]) -> None:
+        for token in tokens[self.done :]:
+            if self.mask is not None:
+                scratch = self.row.clone()  # outside the time, as the decoder's own row
+                begin = time.perf_counter()
+                self.mask.apply(scratch, scratch=True)
+                self.mask.advance(token)
+            else:
+                begin = time.perf_counter()
+                self.library.unsafe_compute_mask_ptr(self.words.data_ptr(), self.words.numel() * 4)
+                self.library.consume_token(token)
+            self.seconds += time.perf_counter() - begin
+        self.done = len(tokens)
+
+
 def lockstep(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens: int) -> dict[str, Any]:
     """One prompt decoded free and masked in lockstep (a step of one, then of the other, in turns that swap each
-    time), with each token the masked run chose replayed through a fresh mask right after: the three share
-    whatever else the machine is doing. Seconds and decode steps of each, and the masked answer's tokens."""
+    time), the masked run's tokens replayed through our mask and through llguidance alone right after a step
+    (each after the other step in turn: both find the caches as a forward leaves them), then both again back
+    to back, as the library's own benchmarks run. Seconds and decode steps of each, and the masked answer."""
     free, masked = _start(engine, prompt, max_new_tokens, False), _start(engine, prompt, max_new_tokens, True)
-    replay = GrammarMask(engine.grammar_tokenizer(), LARK)
-    library = engine.grammar_tokenizer().matcher(LARK)  # llguidance alone: its mask into a buffer, then the token
-    words = torch.empty((engine.grammar_tokenizer().vocab_size + 31) // 32, dtype=torch.int32)
-    row = torch.zeros(engine.config.vocab_size)
     picked = masked.decoder.picker.picked
-    replay.apply(row)
-    replay.advance(picked[0])  # the first token, chosen with the prefill
-    library.consume_token(picked[0])
-    replayed = 1
-    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0, "library": 0.0}
+    replays = [Replay(engine, ours=True), Replay(engine, ours=False)]
+    seconds = {"free": 0.0, "masked": 0.0}
     turn = 0
     while not (free.done and masked.done):
-        for name, run in [("free", free), ("masked", masked)][:: 1 if turn % 2 == 0 else -1]:
+        runs = [("free", free), ("masked", masked)][:: 1 if turn % 2 == 0 else -1]
+        for (name, run), replay in zip(runs, replays[:: 1 if turn % 4 < 2 else -1], strict=True):
             if not run.done:
                 seconds[name] += _timed_step(run)
-        for token in picked[replayed:]:
-            begin = time.perf_counter()
-            replay.apply(row)
-            replay.advance(token)
-            seconds["mask"] += time.perf_counter() - begin
-            begin = time.perf_counter()
-            library.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
-            library.consume_token(token)
-            seconds["library"] += time.perf_counter() - begin
-        replayed = len(picked)
+            replay.catch_up(picked)
         turn += 1
+    seconds["mask"], seconds["library"] = replays[0].seconds, replays[1].seconds
+    for ours in (True, False):  # back to back
+        replay = Replay(engine, ours)
+        replay.catch_up(picked)
+        seconds["mask_back_to_back" if ours else "library_back_to_back"] = replay.seconds
     steps = {"free": len(free.decoder.picker.picked) - 1, "masked": len(picked) - 1}
     return {"seconds": seconds, "steps": steps, "tokens": list(masked.output().token_ids)}
 
@@ -148,7 +172,7 @@ def measure(
 ) -> dict[str, Any]:
     """Every prompt in lockstep (after a short warm-up); decode tokens/s free and masked, the mask's time."""
     lockstep(engine, prompts[0], 4)
-    seconds = {"free": 0.0, "masked": 0.0, "mask": 0.0, "library": 0.0}
+    seconds = dict.fromkeys(("free", "masked", "mask", "library", "mask_back_to_back", "library_back_to_back"), 0.0)
     steps = {"free": 0, "masked": 0}
     for i, prompt in enumerate(prompts):
         one = lockstep(engine, prompt, max_new_tokens)
@@ -160,8 +184,11 @@ def measure(
             json.loads(engine.decode(one["tokens"]))
         log(f"  prompt {i + 1}/{len(prompts)}")
     free_rate, masked_rate = steps["free"] / seconds["free"], steps["masked"] / seconds["masked"]
-    mask_ms = 1000 * seconds["mask"] / steps["masked"]
-    library_ms = 1000 * seconds["library"] / steps["masked"]
+    replayed = steps["masked"] + 1  # the first token too, chosen with the prefill
+    mask_ms = 1000 * seconds["mask"] / replayed
+    library_ms = 1000 * seconds["library"] / replayed
+    warm_ms = 1000 * seconds["mask_back_to_back"] / replayed
+    warm_library_ms = 1000 * seconds["library_back_to_back"] / replayed
     return {
         "decode_tokens_per_s": round(free_rate, 2),
         "masked_decode_tokens_per_s": round(masked_rate, 2),
@@ -171,6 +198,11 @@ def measure(
         "mask_ms_per_token": round(mask_ms, 3),
         "library_mask_ms_per_token": round(library_ms, 4),
         "mask_over_library": round(mask_ms / library_ms, 2),
+        "back_to_back": {
+            "mask_ms_per_token": round(warm_ms, 4),
+            "library_mask_ms_per_token": round(warm_library_ms, 4),
+            "mask_over_library": round(warm_ms / warm_library_ms, 2),
+        },
         "mask_share_of_masked_step": round(mask_ms * masked_rate / 1000, 4),
         # what the masked step costs beyond the free one, as a share of it (the mask's work and whatever it
         # takes from the forward, e.g. llguidance's threads competing for the cores)
