@@ -145,6 +145,24 @@ def response_lark(response_format: Mapping[str, Any], separators: tuple[str, str
     raise ValueError(f"response_format {kind!r} holds no grammar")
 
 
+def asks_json(response_format: Mapping[str, Any] | None) -> bool:
+    """Whether ``response_format`` asks for JSON, whose answer the grammar steers to close near its budget."""
+    return response_format is not None and response_format["type"] in ("json_object", "json_schema")
+
+
+def refused(where: str, exc: ValueError) -> ValueError:
+    """The grammar compiler's refusal as a ``ValueError`` that begins with the request field ``where``."""
+    return ValueError(f"{where}: the grammar cannot hold it: {exc}")
+
+
+def compile_checked(tokenizer: GrammarTokenizer, lark: str, where: str) -> None:
+    """``tokenizer.matcher(lark)``, its refusal ``refused``."""
+    try:
+        tokenizer.matcher(lark)
+    except ValueError as exc:
+        raise refused(where, exc) from None
+
+
 def _grammar(lark: str) -> str:
     return _llguidance().LLMatcher.grammar_from_lark("%llguidance {}\n" + lark)
 

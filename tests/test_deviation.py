@@ -21,7 +21,7 @@ def _warm(checkpoint, kind="kimi_linear"):
     segs, query = _segments([30, 41, 25]), Segment(token_ids=[5, 6, 7, 8])
     engine.generate(segs, query, max_new_tokens=1)  # every segment cached
     plan = engine.plan(engine.build_prompt(segs, query))
-    return engine, plan, engine._lookup(plan)
+    return engine, plan, engine.prefill_program.lookup(plan)
 
 
 def test_the_probe_places_only_the_layers_it_reads(checkpoint, monkeypatch):

@@ -188,8 +188,8 @@ WEATHER = {
 
 def test_tool_choice_forces_the_opening_of_a_call(engine):
     named = {"type": "function", "function": {"name": "get_weather"}}
-    plain = engine._render(_ask(DOCS), [WEATHER], None, "auto")
-    rendered, prompt, opening_ids = engine._force_call(*plain, "get_weather", thinking_opened(plain[0].text))
+    plain = engine.chats.render(_ask(DOCS), [WEATHER], None, "auto")
+    rendered, prompt, opening_ids = engine.chats.force_call(*plain, "get_weather", thinking_opened(plain[0].text))
     assert rendered.answer_prefix == '<tool_call>\n{"name": "get_weather", "arguments":'
     assert rendered.text == engine.render(_ask(DOCS), [WEATHER]).text + rendered.answer_prefix
     forced_ids = engine.encode(rendered.answer_prefix)  # tokenized on its own, as the model would write it

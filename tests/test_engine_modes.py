@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import hypic_rag.engine as engine_module
+import hypic_rag.prefill as prefill_module
 from hypic_rag import Engine, Segment
 
 KINDS = [
@@ -355,13 +356,13 @@ def test_a_request_the_guard_computes_exactly_still_caches_its_misses(checkpoint
 
 def _spy_fills(monkeypatch) -> list[tuple[int, int]]:
     """(length, remainder width) of every segment the engine prefills in isolation."""
-    filled, prefill = [], engine_module.prefill_isolated
+    filled, prefill = [], prefill_module.prefill_isolated
 
     def spy(model, ids, widths, **kwargs):
         filled.extend(zip(map(len, ids), widths, strict=True))
         return prefill(model, ids, widths, **kwargs)
 
-    monkeypatch.setattr(engine_module, "prefill_isolated", spy)
+    monkeypatch.setattr(prefill_module, "prefill_isolated", spy)
     return filled
 
 

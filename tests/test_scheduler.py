@@ -185,13 +185,13 @@ def test_d3_no_step_runs_more_than_the_budget_but_a_lone_atomic_piece(engine):
 def test_d4_under_the_exact_policy_the_first_token_goes_out_before_the_deferred_fill(monkeypatch):
     engine = Engine.from_pretrained(cold_policy="exact", min_cached_tokens=0)
     log: list[str] = []
-    fill = engine._fill
+    fill = engine.prefill_program.fill
 
     def logged_fill(misses):
         log.append("fill")
         return fill(misses)
 
-    monkeypatch.setattr(engine, "_fill", logged_fill)
+    monkeypatch.setattr(engine.prefill_program, "fill", logged_fill)
 
     def request(query: str) -> Request:
         on_token = lambda _id, _delta: log.append("token")  # noqa: E731

@@ -65,7 +65,7 @@ def measure(engine: Engine, prompts: Iterator[tuple[list[Segment], Segment]]) ->
         full = engine.prompt_logits(segments, query, mode="full")
         hypic = engine.prompt_logits(segments, query, mode="hypic", seam=SEAM)  # fills the cache too
         plan = engine.plan(engine.build_prompt(segments, query), "hypic", SEAM)
-        found = engine._lookup(plan)
+        found = engine.prefill_program.lookup(plan)
         dev = boundary_deviation(engine.model, plan, found, deep=True)
         if not dev.per_boundary:
             continue

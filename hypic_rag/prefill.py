@@ -1,0 +1,283 @@
+"""The prefill program: a prompt to its first logits and request state, in its mode. ``full`` runs it in context,
+``prefix`` restores the longest cached prefix and runs the rest; the composed modes (``pic``, ``hypic``) go plan
+→ look up → (guard) → fill the misses → assemble → first logits, each step in its own module (``plan``,
+``cache``, ``guard``, ``entries``, ``assembly``), orchestrated here. Written as a generator that yields each
+``Piece`` (a forward's tokens) before running it, so a scheduler can budget a prompt a piece at a time; ``run``
+drains it whole."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+from .assembly import assemble, assemble_fused, fresh_tokens, run_in_context
+from .cache import CachedSegment, PrefixStore, RemainderEntry, SegmentEntry, SegmentStore, segment_key
+from .decoding import Piece
+from .entries import prefill_isolated
+from .guard import guard
+from .kernels.indices import int64
+from .model import HybridModel, RequestState
+from .options import ADAPTIVE, RequestOptions, check_mode
+from .outputs import RequestStats
+from .plan import Prompt, RequestPlan, SegmentPlan, plan_request
+from .settings import PrefillSettings
+
+
+@dataclass
+class Prefilled:
+    """A prompt run through the model: next-token logits ``[V]``, the request state after it, its
+    stats, and the misses whose entries are made once the first token is out (``deferred``: the exact
+    cold policy), each with what the cache had of it."""
+
+    logits: torch.Tensor
+    state: RequestState
+    stats: RequestStats
+    deferred: list[tuple[SegmentPlan, CachedSegment | None]]
+
+
+def missing(seg: SegmentPlan, found: CachedSegment | None) -> bool:
+    """A cacheable segment without its entry, or without the remainder its plan composes."""
+    return seg.key is not None and (found is None or (seg.remainder > 0 and found.remainder is None))
+
+
+T = TypeVar("T")
+
+
+def drain(steps: Generator[Piece, int | None, T]) -> T:
+    """Run a prefill that pauses before each piece to its end, every piece whole; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+class PrefillProgram:
+    """One engine's prefill: its model, its segment and prefix stores, its settings (read at each request, so a
+    change between requests holds) and, optionally, a pool that prefills cold segments elsewhere
+    (``ray_prefill.RayPrefill``)."""
+
+    def __init__(
+        self,
+        model: HybridModel,
+        settings: PrefillSettings,
+        segment_store: SegmentStore,
+        prefix_store: PrefixStore,
+        fingerprint: str,
+        pool: Any = None,
+    ) -> None:
+        self.model, self.settings, self.fingerprint, self.pool = model, settings, fingerprint, pool
+        self.segment_store, self.prefix_store = segment_store, prefix_store
+
+    def plan(self, prompt: Prompt, mode: str = "hypic", seam: int | float | None = None) -> RequestPlan:
+        """How a composed request (``pic`` or ``hypic``) will serve each segment of ``prompt``."""
+        check_mode(mode)
+        seam = 0 if mode == "pic" else self.settings.seam if seam is None else seam
+        return plan_request(
+            prompt,
+            seam=seam,
+            default_seam=self.settings.seam,
+            variant=self.settings.seam_variant,
+            min_cached_tokens=self.settings.min_cached_tokens,
+            key=lambda ids: segment_key(ids, self.fingerprint, self.model.dtype),
+        )
+
+    def run(
+        self, prompt: Prompt, mode: str, seam: int | float | str | None, options: RequestOptions | None = None
+    ) -> Prefilled:
+        return drain(self.steps(prompt, mode, seam, None, options))
+
+    @torch.inference_mode()
+    def steps(
+        self,
+        prompt: Prompt,
+        mode: str,
+        seam: int | float | str | None,
+        chunk: int | None,
+        options: RequestOptions | None = None,
+    ) -> Generator[Piece, int | None, Prefilled]:
+        """The prompt's prefill, run whole (``chunk`` None) or a piece at a time: before each forward it yields
+        the ``Piece`` it is (its tokens) and is sent how many tokens it may run. A prompt run in context
+        (``full``, ``prefix``'s uncached segments) goes in chunks of at most ``chunk`` tokens, cut to what it is
+        sent; a composed one a cold segment, a probe, then its fused forward at a time."""
+        before = dict(self.segment_store.counters)
+        done = yield from self._mode(prompt, mode, seam, chunk, options or RequestOptions())
+        after = self.segment_store.counters
+        counted = ("memory_hits", "disk_hits", "remote_hits", "corrupt", "tier_errors")
+        done.stats.store_counters = {k: after[k] - before[k] for k in counted}
+        return done
+
+    def _mode(
+        self, prompt: Prompt, mode: str, seam: int | float | str | None, chunk: int | None, options: RequestOptions
+    ) -> Generator[Piece, int | None, Prefilled]:
+        state = self.model.new_state()
+        stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
+        if mode in ("pic", "hypic"):
+            plan = self.plan(prompt, mode, seam)
+            logits, deferred = yield from self._composed(plan, state, stats, chunk, options, prompt.kinds)
+            if logits is not None:
+                return Prefilled(logits, state, stats, deferred)
+            state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
+            stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids) + stats.filled_tokens, 0
+            logits = yield from self._in_context(prompt.ids, state, chunk)
+            return Prefilled(logits, state, stats, deferred)
+        last: Sequence[int] = prompt.ids  # full: the whole prompt in context
+        if mode == "prefix":
+            yield from self._prefix(prompt, state, stats, chunk)
+            last = prompt.query
+        logits = yield from self._in_context(last, state, chunk)
+        return Prefilled(logits, state, stats, [])
+
+    def _in_context(
+        self, ids: Sequence[int], state: RequestState, chunk: int | None
+    ) -> Generator[Piece, int | None, torch.Tensor]:
+        """Run ``ids`` after ``state`` in chunks of at most ``chunk`` tokens, each cut to what it is sent (None:
+        whole); the next-token logits."""
+        last = list(ids)
+        while chunk is not None:
+            piece = Piece(min(len(last), chunk), splittable=True)
+            take = piece.runs((yield piece))
+            if take >= len(last):
+                break  # the last chunk: run with the logits below
+            run_in_context(self.model, state, last[:take])
+            last = last[take:]
+        return self.last_logits(last, state)
+
+    def last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
+        """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
+        tensor = int64(ids, self.model.device)[None]
+        return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
+
+    def _prefix(
+        self, prompt: Prompt, state: RequestState, stats: RequestStats, chunk: int | None
+    ) -> Generator[Piece, int | None, None]:
+        keys = self.prefix_store.chain_keys(prompt.segments)
+        depth = self.prefix_store.longest(keys)
+        if depth:
+            self.prefix_store.restore(keys[:depth], state)
+        for key, ids in zip(keys[depth:], prompt.segments[depth:], strict=True):
+            start, at = state.seq_len, 0
+            while at < len(ids):
+                take = len(ids) - at
+                if chunk is not None:
+                    piece = Piece(min(take, chunk), splittable=True)
+                    take = piece.runs((yield piece))
+                run_in_context(self.model, state, ids[at : at + take])
+                at += take
+            self.prefix_store.snapshot(key, state, start)
+        stats.hit_segments, stats.miss_segments = depth, len(keys) - depth
+        stats.recomputed_tokens = len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth])
+        stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
+
+    def _composed(
+        self,
+        plan: RequestPlan,
+        state: RequestState,
+        stats: RequestStats,
+        chunk: int | None,
+        options: RequestOptions,
+        kinds: Sequence[str] | None = None,
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor | None, list[tuple[SegmentPlan, CachedSegment | None]]]]:
+        """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
+        the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
+        fidelity budget probes the boundaries first (``_guard``); logits None: the guard wants it computed
+        exactly, and the misses are still filled after its first token, so the cache learns them."""
+        stats.memory_segments = sum(seg.key is not None and seg.key in self.segment_store for seg in plan.segments)
+        found = self.lookup(plan, kinds)
+        budget = options.fidelity_budget if options.fidelity_budget is not None else self.settings.fidelity_budget
+        prefilled: list[int] = []  # misses the guard filled before its probes (auto)
+        filled = 0  # tokens run in isolation to make entries; the guard's fills count whatever it chose
+        if plan.seam in ADAPTIVE or budget is not None:
+            guarded = yield from guard(self, plan, found, stats, options.seam_budget, budget, chunk, prefilled)
+            filled = sum(len(plan.segments[i].ids) for i in prefilled)
+            if guarded is None:
+                stats.filled_tokens = filled
+                return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if missing(seg, found[i])]
+            plan = guarded
+        missed = [i for i, seg in enumerate(plan.segments) if missing(seg, found[i])]
+        deferred = [(plan.segments[i], found[i]) for i in missed]
+        made_here = set(missed).union(prefilled)  # not held before the request
+        hits = sum(f is not None and i not in made_here for i, f in enumerate(found))
+        stats.cached_tokens = sum(
+            len(seg.ids) - seg.seam
+            for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
+            if f is not None and i not in made_here and not seg.in_context
+        )
+        if deferred and self.settings.cold_policy == "parallel":
+            made = yield from self.fill_steps(deferred, chunk)
+            for i, entry in zip(missed, made, strict=True):
+                found[i] = entry
+            # a segment the guard filled whose remainder it lacked is filled again: both count
+            filled += sum(len(seg.ids) for seg, _ in deferred)
+            deferred = []
+        for i in missed if deferred else ():  # exact policy: the misses run in context
+            found[i] = None
+        stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
+        if chunk is not None:
+            yield Piece(fresh_tokens(plan, found))  # the seams, what runs in context and the query, one forward
+        if self.settings.fuse_forwards:
+            logits, ran = assemble_fused(self.model, state, plan, found)
+        else:
+            ran = assemble(self.model, state, plan, found) + len(plan.query)
+            logits = self.last_logits(plan.query, state)
+        stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
+        held = zip(plan.segments, found, strict=True)
+        stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
+        stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.settings.cold_policy
+        return logits, deferred
+
+    def find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None:
+        """``found`` gets the remainder each cached segment of ``plan`` composes at its (new) width."""
+        for i, seg in enumerate(plan.segments):
+            had = found[i]
+            composes = had.remainder.seam if had is not None and had.remainder is not None else 0
+            if had is not None and seg.key is not None and composes != seg.remainder:
+                found[i] = CachedSegment(had.entry, self._remainder(seg, had.entry))
+
+    def lookup(self, plan: RequestPlan, kinds: Sequence[str] | None = None) -> list[CachedSegment | None]:
+        """Each cached segment's entry, with the remainder its plan composes when that is cached too."""
+        out: list[CachedSegment | None] = []
+        store = self.segment_store
+        for i, seg in enumerate(plan.segments):
+            kind = kinds[i] if kinds is not None else None
+            entry = store.get(seg.key, seg.ids, kind) if seg.key is not None else None
+            out.append(CachedSegment(entry, self._remainder(seg, entry)) if entry is not None else None)
+        return out
+
+    def _remainder(self, seg: SegmentPlan, entry: SegmentEntry) -> RemainderEntry | None:
+        """The remainder ``seg``'s plan composes: a view of an entry that keeps its tokens, else the store's."""
+        if not seg.remainder:
+            return None
+        derived = entry.derived_remainder(seg.remainder)
+        return derived if derived is not None else self.segment_store.get_remainder(seg.key, seg.ids, seg.remainder)
+
+    def fill_steps(
+        self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]], chunk: int | None
+    ) -> Generator[Piece, int | None, list[CachedSegment]]:
+        """``_fill`` all at once, or under ``chunk`` (continuous batching) one segment a piece."""
+        if chunk is None:
+            return self.fill(misses)
+        made: list[CachedSegment] = []
+        for miss in misses:
+            yield Piece(len(miss[0].ids))
+            made += self.fill([miss])
+        return made
+
+    def fill(self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]]) -> list[CachedSegment]:
+        """Prefill the missed segments in isolation, all at once, and store what the cache lacked: the
+        entry, or only the remainder where the entry was there (so no seam width evicts another's)."""
+        ids, widths = [list(seg.ids) for seg, _ in misses], [seg.record_remainder for seg, _ in misses]
+        pool = self.pool
+        fresh = pool.prefill(ids, widths) if pool is not None else prefill_isolated(self.model, ids, widths)
+        out = []
+        for (seg, had), made in zip(misses, fresh, strict=True):
+            entry = had.entry if had else self.segment_store.put(seg.key, made.entry)
+            # a remainder derived from the entry as stored (so that cold equals warm), else stored beside it
+            remainder = entry.derived_remainder(seg.record_remainder)
+            if remainder is None and made.remainder is not None:
+                remainder = self.segment_store.put_remainder(seg.key, made.remainder)
+            out.append(CachedSegment(entry, remainder if seg.remainder else None))
+        return out
