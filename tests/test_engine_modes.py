@@ -8,6 +8,7 @@ import torch
 import hypic_rag.engine as engine_module
 import hypic_rag.prefill as prefill_module
 from hypic_rag import Engine, Segment
+from hypic_rag.model.context import Forward
 
 KINDS = [
     "qwen3_next",
@@ -25,6 +26,8 @@ KINDS = [
     "bailing_hybrid",
 ]
 TOL = 1e-4
+
+NO_ROPE = (torch.empty(0), torch.empty(0), torch.empty(0))  # the delta rule reads no rotary embedding
 
 
 def _segments(lengths, seed=0):
@@ -135,7 +138,7 @@ def test_variant_a_first_linear_layer_differs_only_through_the_conv_boundary(che
             if state is not None:
                 # Cached segments restart the conv from zeros; the query reads the true tail.
                 run.set_linear(0, tail if i == len(segs) else torch.zeros_like(tail), state)
-            layer.linear_attn(x, run)
+            layer.linear_attn(x, Forward(torch.arange(len(ids)), NO_ROPE, run))
             state, tail = run.linear(0).recurrent, run.linear(0).conv
     hypic = _first_linear_state(engine, segs, q, "hypic", 4)
     full = _first_linear_state(engine, segs, q, "full")

@@ -18,6 +18,7 @@ from hypic_rag.kernels.stitch import stitch
 
 from .batch import BatchState
 from .config import HybridConfig
+from .context import Forward
 from .layers import PlainRMSNorm, RMSNorm
 from .linear import Linear
 from .state import RequestState
@@ -95,14 +96,8 @@ class Attention(nn.Module):
         self.scale = config.attention_scale if config.attention_scale is not None else hd**-0.5
         self.rotary = config.rotary_dim > 0
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
+        positions, rope, state, pad_mask = ctx.positions, ctx.rope, ctx.state, ctx.pad_mask
         b, t, _ = x.shape
         hd = self.head_dim
         q, k = self.q_proj(x), self.k_proj(x)
@@ -139,16 +134,10 @@ class GatedAttention(nn.Module):
         self.q_norm = RMSNorm(hd, config.rms_norm_eps)
         self.k_norm = RMSNorm(hd, config.rms_norm_eps)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """``rope`` is (cos, sin) at ``positions`` and the inverse frequencies. ``pad_mask [B, T]``
         (True for real tokens) hides padding keys; it is for a fresh state only."""
+        positions, rope, state, pad_mask = ctx.positions, ctx.rope, ctx.state, ctx.pad_mask
         b, t, _ = x.shape
         hd = self.head_dim
         q, gate = self.q_proj(x).view(b, t, self.num_heads, 2 * hd).chunk(2, dim=-1)
@@ -200,14 +189,8 @@ class MultiLatentAttention(nn.Module):
         if rotate_and_gate:
             self.g_proj = Linear(h, heads, bias=False)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
+        positions, rope, state, pad_mask = ctx.positions, ctx.rope, ctx.state, ctx.pad_mask
         b, t, _ = x.shape
         if hasattr(self, "q_proj"):
             q = self.q_proj(x)

@@ -3,8 +3,8 @@
 
 Each family names the parts as its checkpoints do (Qwen's ``linear_attn``/``self_attn`` and ``mlp``, LFM2's
 ``conv``/``operator_norm``/``feed_forward``, Ring-linear's ``attention``, ...): the names are given, the
-modules registered under them, so weights load by name and the layer's logic is written once. Linear mixers
-take ``(x, state, pad_mask, capture, jumps, rope=...)``; attention ``(x, positions, rope, state, pad_mask)``.
+modules registered under them, so weights load by name and the layer's logic is written once. Every mixer,
+linear or attention, takes ``(x, ctx)``: the hidden states and the pass's ``context.Forward``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from .config import LINEAR, HybridConfig
+from .context import Forward
 from .layers import Experts, GroupRouter, MoE, PlainRMSNorm, SwiGLU
-from .state import RequestState, SegmentJumps, TransitionCapture
 
 
 class PreNormLayer(nn.Module):
@@ -46,22 +46,9 @@ class PreNormLayer(nn.Module):
         """The named feed-forward; a family whose feed-forward is several modules overrides this."""
         return getattr(self, self._parts[1])(x)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         mixer, _, norm_in, norm_ffn = self._parts
-        h = getattr(self, norm_in)(x)
-        if self.is_linear:
-            h = getattr(self, mixer)(h, state, pad_mask, capture, jumps, rope=rope)
-        else:
-            h = getattr(self, mixer)(h, positions, rope, state, pad_mask)
+        h = getattr(self, mixer)(getattr(self, norm_in)(x), ctx)
         m = self.residual_multiplier
         x = x + h * m if m != 1.0 else x + h
         out = self.ffn(getattr(self, norm_ffn)(x))

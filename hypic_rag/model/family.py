@@ -34,7 +34,7 @@ class Family:
     - ``read_config(cls, data)``: the ``HybridConfig`` of a ``config.json`` object, the family's defaults
       (transformers') applied; ``ValueError`` for what the runtime cannot run.
     - ``layer(config, idx)``: decoder layer ``idx``, a module with ``is_linear``, ``linear_mixer`` (the
-      linear layers' token mixer) and ``forward(x, positions, rope, state, pad_mask, capture, jumps)``.
+      linear layers' token mixer) and ``forward(x, ctx)`` (``context.Forward``).
     - ``root``, ``embeddings``, ``final_norm``: where the stack sits, as the checkpoints name it
       (``{root}.{embeddings}``, ``{root}.layers.N``, ``{root}.{final_norm}``); ``norm``, the final norm's class.
     - ``linear_sizes``: config fields that must be >= 1 when the model has linear layers; ``validate(config)``:

@@ -11,6 +11,7 @@ from hypic_rag.kernels.rope import rope_cos_sin, rope_inv_freq
 
 from .batch import BatchState
 from .config import HybridConfig
+from .context import Forward
 from .families import family_of
 from .family import Family
 from .linear import Linear, LMHead
@@ -127,8 +128,9 @@ class HybridModel(nn.Module):
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
+        ctx = Forward(positions, rope, state, pad_mask, capture, jumps)
         for i, layer in enumerate(layers):
-            x = layer(x, positions, rope, state, pad_mask, capture, jumps)
+            x = layer(x, ctx)
             if i == through_layer:
                 return x
         if state is not None:
@@ -150,8 +152,9 @@ class HybridModel(nn.Module):
             x = x * self.config.embedding_multiplier
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
         rope = (cos[:, None, None], sin[:, None, None], self.inv_freq)  # [B, 1, 1, rot]: a position per row
+        ctx = Forward(positions, rope, batch)
         for layer in layers:
-            x = layer(x, positions, rope, batch)
+            x = layer(x, ctx)
         batch.advance(1)
         logits = self.lm_head(norm(x)[:, 0])
         return logits if self.config.logits_scaling == 1.0 else logits / self.config.logits_scaling

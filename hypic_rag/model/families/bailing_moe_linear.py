@@ -22,11 +22,11 @@ from hypic_rag.kernels.rope import apply_rope
 from ..attention import attend
 from ..block import GroupRoutedLayer
 from ..config import FULL, LINEAR, HybridConfig
+from ..context import Forward
 from ..family import Family
 from ..layers import PlainRMSNorm
 from ..linear import Linear
 from ..mixers.lightning import RingLightningAttention
-from ..state import RequestState
 from ..weight_names import drop, stack_experts
 from .reading import check_act, check_experts, check_rotary, common_fields, layer_names, merge
 
@@ -155,14 +155,8 @@ class RingSoftmaxAttention(nn.Module):
             self.key_layernorm = PlainRMSNorm(hd, config.rms_norm_eps)
         self.dense = Linear(self.heads * hd, h, bias=config.attention_bias)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
+        positions, rope, state, pad_mask = ctx.positions, ctx.rope, ctx.state, ctx.pad_mask
         b, t, _ = x.shape
         hd = self.head_dim
         q, k, v = self.query_key_value(x).split((self.heads * hd, self.kv_heads * hd, self.kv_heads * hd), dim=-1)

@@ -15,10 +15,10 @@ from torch import nn
 
 from ..attention import Attention
 from ..config import HYBRID, HybridConfig
+from ..context import Forward
 from ..family import Family
 from ..layers import PlainRMSNorm, SwiGLU
 from ..mixers.mamba2 import Mamba2Mixer
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from .reading import (
     MAMBA2_DEFAULTS,
     MAMBA2_SIZES,
@@ -125,18 +125,9 @@ class FalconH1Layer(nn.Module):
     def linear_mixer(self) -> nn.Module:
         return self.mamba
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         h = self.input_layernorm(x)
-        x = x + self.mamba(h, state, pad_mask, capture, jumps) + self.self_attn(h, positions, rope, state, pad_mask)
+        x = x + self.mamba(h, ctx) + self.self_attn(h, ctx)
         return x + self.feed_forward(self.pre_ff_layernorm(x))
 
 

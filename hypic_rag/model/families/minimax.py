@@ -15,10 +15,10 @@ from torch import nn
 
 from ..attention import Attention
 from ..config import FULL, LINEAR, HybridConfig
+from ..context import Forward
 from ..family import Family
 from ..layers import Experts, MoE, PlainRMSNorm, Router
 from ..mixers.lightning import LightningAttention
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from ..weight_names import drop, merge_expert_modules
 from .reading import check_act, check_experts, check_rotary, common_fields, layer_names, merge, rope_fields
 
@@ -123,21 +123,12 @@ class MiniMaxLayer(nn.Module):
     def linear_mixer(self) -> nn.Module:
         return self.self_attn
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         h = self.input_layernorm(x)
         if self.is_linear:
-            out = self.self_attn(h, state, pad_mask, capture, jumps)
+            out = self.self_attn(h, ctx)
         else:
-            out = self.self_attn(h, positions, rope, state, pad_mask)
+            out = self.self_attn(h, ctx)
         h = self.post_attention_layernorm(h * self.attn_alpha + out * self.attn_beta)
         return h * self.mlp_alpha + self.mlp(h) * self.mlp_beta
 

@@ -18,11 +18,11 @@ from torch import nn
 
 from ..attention import Attention
 from ..config import FULL, LINEAR, MLP, MOE, HybridConfig
+from ..context import Forward
 from ..family import Family
 from ..layers import GroupRouter, PlainRMSNorm
 from ..linear import Linear
 from ..mixers.mamba2 import Mamba2Mixer
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from ..weight_names import expert_groups
 from .reading import MAMBA2_SIZES, check_act, check_mamba2, common_fields, layer_names, merge
 
@@ -205,21 +205,12 @@ class NemotronBlock(nn.Module):
     def linear_mixer(self) -> nn.Module:
         return self.mixer
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         h = self.norm(x)
         if self.kind == LINEAR:
-            h = self.mixer(h, state, pad_mask, capture, jumps)
+            h = self.mixer(h, ctx)
         elif self.kind == FULL:
-            h = self.mixer(h, positions, rope, state, pad_mask)
+            h = self.mixer(h, ctx)
         else:
             h = self.mixer(h)
         return x + h

@@ -15,10 +15,10 @@ from torch import nn
 
 from ..attention import Attention
 from ..config import FULL, LINEAR, HybridConfig
+from ..context import Forward
 from ..family import Family
 from ..layers import PlainRMSNorm, SwiGLU
 from ..mixers.deltanet import GatedDeltaNet
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from .reading import DELTA_SIZES, check_act, check_rotary, common_fields, layer_names, merge, rope_fields
 
 OLMO_HYBRID: dict[str, Any] = {
@@ -114,20 +114,11 @@ class OlmoHybridLayer(nn.Module):
     def linear_mixer(self) -> nn.Module:
         return self.linear_attn
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         if self.is_linear:
-            x = x + self.linear_attn(self.input_layernorm(x), state, pad_mask, capture, jumps)
+            x = x + self.linear_attn(self.input_layernorm(x), ctx)
             return x + self.mlp(self.post_attention_layernorm(x))
-        x = x + self.post_attention_layernorm(self.self_attn(x, positions, rope, state, pad_mask))
+        x = x + self.post_attention_layernorm(self.self_attn(x, ctx))
         return x + self.post_feedforward_layernorm(self.mlp(x))
 
 

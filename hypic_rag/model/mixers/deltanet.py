@@ -18,9 +18,9 @@ from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurre
 from hypic_rag.kernels.scan import Jumps, scan_with_jumps
 
 from ..config import HybridConfig
+from ..context import Forward
 from ..layers import GatedRMSNorm
 from ..linear import Linear
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 
 
@@ -64,19 +64,12 @@ class GatedDeltaNet(nn.Module):
         heads = self.num_v_heads
         return {"keys": (self.num_k_heads, self.dk), "values": (heads, self.dv), "gates": (heads, 2)}
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """``pad_mask [B, T]`` is True for real tokens. Padding is made an exact identity for the state
         (zero input and zero decay), so left-padded rows end in the state of their real tokens.
         ``capture`` records this layer's segment operators (zero start only); ``jumps`` skips the
         state over cached segments between the tokens of a fused forward."""
+        state, pad_mask, capture, jumps = ctx.state, ctx.pad_mask, ctx.capture, ctx.jumps
         b, t, _ = x.shape
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)

@@ -16,9 +16,9 @@ from hypic_rag.kernels.delta_rule import l2norm
 from hypic_rag.kernels.kda import kda_scan
 
 from ..config import HybridConfig
+from ..context import Forward
 from ..layers import PlainRMSNorm
 from ..linear import Linear
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 from .recurrence import run_recurrence
 
@@ -74,16 +74,9 @@ class DeltaAttentionBase(nn.Module):
         d = self.dim
         return {"b": (self.heads, d, d), "p": (self.heads, d, d), "conv_tail": (3 * self.heads * d, self.kernel - 1)}
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """Padding is an exact identity (zero conv input, ``g = beta = 0``)."""
+        state, pad_mask, capture, jumps = ctx.state, ctx.pad_mask, ctx.capture, ctx.jumps
         b, t, _ = x.shape
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)

@@ -25,6 +25,7 @@ from hypic_rag.kernels.rope import apply_rope
 from hypic_rag.kernels.ssd import ssd_scan
 
 from ..config import HybridConfig
+from ..context import Forward
 from ..layers import PlainRMSNorm
 from ..linear import Linear
 from ..state import RequestState, SegmentJumps, TransitionCapture
@@ -100,16 +101,9 @@ class LightningAttention(nn.Module):
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"b": (self.heads, self.head_dim, self.head_dim), "p": (self.heads,), "conv_tail": (0, 0)}
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """Padding is an exact identity (``lightning``)."""
+        state, pad_mask, capture, jumps = ctx.state, ctx.pad_mask, ctx.capture, ctx.jumps
         b, t, _ = x.shape
         qkv = torch.nn.functional.silu(self.qkv_proj(x)).view(b, t, self.heads, 3 * self.head_dim)
         q, k, v = qkv.split(self.head_dim, dim=-1)
@@ -188,18 +182,9 @@ class RingLightningAttention(nn.Module):
         delta = torch.full((b.shape[-2],), offset, device=b.device)
         return rerotate(b, delta, inv_freq)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """``rope`` (cos, sin at the tokens' positions, and the frequencies) is required: its keys rotate."""
-        if rope is None:
-            raise ValueError("Ring-linear's Lightning layers need the RoPE tables of the tokens' positions")
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
+        """Its keys rotate as the softmax ones do, by the pass's ``ctx.rope``."""
+        state, pad_mask, capture, jumps, rope = ctx.state, ctx.pad_mask, ctx.capture, ctx.jumps, ctx.rope
         b, t, _ = x.shape
         qkv = self.query_key_value(x)
         if self.silu:

@@ -16,8 +16,8 @@ from hypic_rag.kernels.algebra import SCALAR, ssd_split_transition
 from hypic_rag.kernels.ssd import ssd_scan
 
 from ..config import HybridConfig
+from ..context import Forward
 from ..linear import Linear
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 from .recurrence import run_recurrence
 
@@ -77,16 +77,9 @@ class Mamba2Mixer(nn.Module):
             "conv_tail": (self.conv_dim, self.kernel - 1),
         }
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """As ``GatedDeltaNet.forward``: padding is an exact identity (zero conv input, ``dt = 0``)."""
+        state, pad_mask, capture, jumps = ctx.state, ctx.pad_mask, ctx.capture, ctx.jumps
         b, t, _ = x.shape
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)

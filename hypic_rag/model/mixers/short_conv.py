@@ -14,8 +14,8 @@ from torch import nn
 from hypic_rag.kernels.algebra import NONE, SplitTransition
 
 from ..config import HybridConfig
+from ..context import Forward
 from ..linear import Linear
-from ..state import RequestState, SegmentJumps, TransitionCapture
 from .conv import request_conv
 
 
@@ -34,16 +34,9 @@ class ShortConv(nn.Module):
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"b": (0,), "p": (0,), "conv_tail": (self.conv.weight.shape[0], self.kernel - 1)}
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        state: RequestState | None,
-        pad_mask: torch.Tensor | None = None,
-        capture: TransitionCapture | None = None,
-        jumps: SegmentJumps | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """Padding is zero conv input (projection biases too), so a left-padded row is its real tokens alone."""
+        state, pad_mask, capture, jumps = ctx.state, ctx.pad_mask, ctx.capture, ctx.jumps
         b = x.shape[0]
         if pad_mask is not None:
             x = torch.where(pad_mask[..., None], x, 0.0)
