@@ -494,6 +494,7 @@ def build_ring_checkpoint(out: str | Path, overrides: dict[str, Any] | None = No
     config = {**TINY_RING, **(overrides or {})}
     model = HybridModel(read_config(config))
     randomize(model, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
     tensors: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict().items():
         if name.endswith("experts.gate_up_proj"):
@@ -505,8 +506,9 @@ def build_ring_checkpoint(out: str | Path, overrides: dict[str, Any] | None = No
             prefix = name[: -len("down_proj")]
             for e, w in enumerate(t):
                 tensors[f"{prefix}{e}.down_proj.weight"] = w
-        elif name.endswith("gate.e_score_correction_bias"):
-            tensors[name.replace("e_score_correction_bias", "expert_bias")] = torch.randn(t.shape) * 0.1
+        elif name.endswith("gate.e_score_correction_bias"):  # from the seed, not whatever ran before
+            bias = torch.randn(t.shape, generator=generator) * 0.1
+            tensors[name.replace("e_score_correction_bias", "expert_bias")] = bias
         else:
             tensors[name] = t
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
