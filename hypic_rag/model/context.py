@@ -21,7 +21,8 @@ class Forward:
     inverse frequencies); ``state`` the request's (a ``batch.BatchState`` in a batched decode step; None: no
     cache); ``pad_mask`` ``[B, T]`` the real tokens of left-padded rows; ``capture`` records the linear layers'
     segment operators of a zero-start forward; ``jumps`` the cached segments a fused forward skips between its
-    tokens."""
+    tokens; ``embeds`` ``[B, T, H]`` the pass's tokens as the first layer received them (Zamba2's shared
+    attention reads them beside the hidden states)."""
 
     positions: torch.Tensor
     rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -29,3 +30,4 @@ class Forward:
     pad_mask: torch.Tensor | None = None
     capture: TransitionCapture | None = None
     jumps: SegmentJumps | None = None
+    embeds: torch.Tensor | None = None

@@ -128,7 +128,7 @@ class HybridModel(nn.Module):
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
-        ctx = Forward(positions, rope, state, pad_mask, capture, jumps)
+        ctx = Forward(positions, rope, state, pad_mask, capture, jumps, embeds=x)
         for i, layer in enumerate(layers):
             x = layer(x, ctx)
             if i == through_layer:
@@ -152,7 +152,7 @@ class HybridModel(nn.Module):
             x = x * self.config.embedding_multiplier
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
         rope = (cos[:, None, None], sin[:, None, None], self.inv_freq)  # [B, 1, 1, rot]: a position per row
-        ctx = Forward(positions, rope, batch)
+        ctx = Forward(positions, rope, batch, embeds=x)
         for layer in layers:
             x = layer(x, ctx)
         batch.advance(1)
