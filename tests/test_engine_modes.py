@@ -24,6 +24,7 @@ KINDS = [
     "bailing_moe_linear",
     "jamba",
     "bailing_hybrid",
+    "zamba2",
 ]
 TOL = 1e-4
 

@@ -61,6 +61,8 @@ SHAPES: dict[str, dict[str, Any]] = {
               "attn_layer_offset": 3, "num_experts": 2},
     "bailing_hybrid": {"model_type": "bailing_hybrid", **_SMALL, "num_hidden_layers": 4, "layer_group_size": 4,
                        "num_experts": 8, "n_group": 1, "topk_group": 1, "moe_intermediate_size": 64},
+    "zamba2": {"model_type": "zamba2", **_SMALL, "num_hidden_layers": 4,
+               "layers_block_type": ["mamba"] * 3 + ["hybrid"]},
 }  # fmt: skip
 SHAPE_NOTES = {
     "qwen3_5_text": "Qwen3.5-0.8B: Gated DeltaNet 16 heads, K = V = 128; attention 2 kv heads x 256",
@@ -75,6 +77,7 @@ SHAPE_NOTES = {
     "bailing_moe_linear": "Ring-mini-linear-2.0: Lightning 16 heads x 128 x 128; attention 4 kv x 128",
     "jamba": "Jamba (defaults): Mamba1 8,192 channels x state 16; attention 8 kv x 128",
     "bailing_hybrid": "Ling 3.0 (defaults): KDA 32 heads x 128 x 128; MLA 32 heads x K 192 (V padded)",
+    "zamba2": "Zamba2 (defaults): Mamba2 8 heads x 640 x state 64; shared attention 32 kv x 160 at the hybrid layer",
 }
 _FIDELITY_BASE = {"vocab_size": 2048, "hidden_size": 256, "intermediate_size": 512, "max_position_embeddings": 8192,
                   "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2}  # fmt: skip
@@ -110,6 +113,10 @@ FIDELITY: dict[str, dict[str, Any]] = {
     "bailing_hybrid": {"model_type": "bailing_hybrid", **_FIDELITY_BASE, "layer_group_size": 4, "head_dim": 32,
                        "num_experts": 8, "n_group": 2, "topk_group": 1, "moe_intermediate_size": 64,
                        "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32},
+    "zamba2": {"model_type": "zamba2", **_FIDELITY_BASE, "num_key_value_heads": 8, "n_mamba_heads": 8,
+               "mamba_d_state": 32, "mamba_ngroups": 2, "use_mem_rope": True, "num_mem_blocks": 2,
+               "use_shared_attention_adapter": True, "adapter_rank": 16,
+               "layers_block_type": ["hybrid" if t == "full_attention" else "mamba" for t in _FID_LAYERS]},
 }  # fmt: skip
 FAMILIES = tuple(SHAPES)
 # The tiny checkpoint each family's parity is measured on; Ring-linear has no transformers class (see tests).

@@ -137,6 +137,31 @@ TINY_GRANITE: dict[str, Any] = dict(
     logits_scaling=1.5,
 )
 
+# Zamba2 on tiny shapes: three hybrid layers sharing two blocks (the third reuses the first's), each with its
+# own adapters, and rotary attention.
+TINY_ZAMBA2: dict[str, Any] = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba"],
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=4,  # the adapters write every head's width: transformers' Zamba2 has no GQA with them
+    n_mamba_heads=8,
+    mamba_d_state=16,
+    mamba_ngroups=2,
+    mamba_d_conv=4,
+    chunk_size=64,
+    num_mem_blocks=2,
+    use_shared_attention_adapter=True,
+    adapter_rank=8,
+    use_mem_rope=True,
+    max_position_embeddings=1024,
+    eos_token_id=1,
+    pad_token_id=0,
+    bos_token_id=None,
+)
+
 KINDS = (
     "qwen3_next",
     "qwen3_next_moe",
@@ -153,6 +178,7 @@ KINDS = (
     "falcon_h1",
     "jamba",
     "bailing_hybrid",
+    "zamba2",
 )
 TINY_LING: dict[str, Any] = dict(
     vocab_size=320,
@@ -336,6 +362,7 @@ _PLAIN_NORM_FAMILIES = (
     "bailing_moe_linear",
     "jamba",
     "bailing_hybrid",
+    "zamba2",
 )
 
 
@@ -389,6 +416,7 @@ REFERENCES: dict[str, Reference] = {
     ),
     "bailing_hybrid": Reference("BailingHybridForCausalLM", "BailingHybridConfig", lambda o: {**TINY_LING, **o}),
     "jamba": Reference("JambaForCausalLM", "JambaConfig", lambda o: {**TINY_JAMBA, **o}),
+    "zamba2": Reference("Zamba2ForCausalLM", "Zamba2Config", lambda o: {**TINY_ZAMBA2, **o}),
     "falcon_h1": Reference("FalconH1ForCausalLM", "FalconH1Config", lambda o: {**TINY_FALCON, **o}),
     "olmo_hybrid": Reference("OlmoHybridForCausalLM", "OlmoHybridConfig", lambda o: {**TINY_OLMO, **o}),
     "kimi_linear": Reference("KimiLinearForCausalLM", "KimiLinearConfig", lambda o: {**TINY_KIMI, **o}),

@@ -8,8 +8,9 @@ import torch
 from hypic_rag.model import load_model
 from hypic_rag.testing.parity import rounding_bound
 
-# Gated DeltaNet, Mamba2 (Nemotron-H), Mamba2 with MoE (Granite-4.0-H), an MoE with Gated DeltaNet, KDA + MLA.
-KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "qwen3_5_moe_text", "kimi_linear"]
+# Gated DeltaNet, Mamba2 (Nemotron-H), Mamba2 with MoE (Granite-4.0-H), an MoE with Gated DeltaNet, KDA + MLA,
+# and Zamba2's shared blocks, which read each row's token embeddings.
+KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "qwen3_5_moe_text", "kimi_linear", "zamba2"]
 STEPS = 5
 
 
