@@ -11,6 +11,7 @@ event in a 200 stream. A client that goes away cancels its generation at the nex
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import math
 import re
@@ -169,38 +170,20 @@ def create_app(
     if engine.chat_setup is None:
         raise ValueError(f"checkpoint {engine.name!r} has no chat template; the chat API needs one")
     names = list(dict.fromkeys([*model_names, engine.name]))
-    state: dict[str, float] = {"service_s": 1.0}  # a running mean of request time, for Retry-After
-    worker: EngineWorker
-
-    def observe(job: Job, out: GenerationOutput) -> None:
-        now = time.perf_counter()
-        assert job.started is not None
-        ttft = job.started - job.enqueued + out.ttft_s
-        reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
-        queued = job.started - job.enqueued
-        metrics.record(job.arguments["options"].mode, out.stats, ttft, now - job.enqueued, reason, queued)
-        state["service_s"] = 0.8 * state["service_s"] + 0.2 * (now - job.started)
-
-    def retry_after() -> int:
-        return max(1, math.ceil(state["service_s"] * (worker.queue.qsize() + 1) / max_active))
-
-    def shadowed(job: Job, kl: float) -> None:
-        metrics.shadow_kl.labels(job.arguments["options"].mode).observe(kl)
-
+    clock = _ServiceClock(max_active)
     worker = EngineWorker(
         engine,
         max_queue=max_queue,
         max_active=max_active,
         max_num_batched_tokens=max_num_batched_tokens,
         queue_timeout_s=queue_timeout_s,
-        observe=observe,
+        observe=lambda job, out: clock.observe(job, out, metrics),
         observe_step=lambda running, tokens: metrics.step(running, tokens),
         shadow_rate=shadow_rate,
-        shadowed=shadowed,
+        shadowed=lambda job, kl: metrics.shadow_kl.labels(job.arguments["options"].mode).observe(kl),
     )
     metrics = ServerMetrics(engine, worker.queue.qsize, lambda: len(worker.active))
-
-    compiler = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="hypic-grammar")
+    compiler = _Compiler()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -208,15 +191,54 @@ def create_app(
         try:
             yield
         finally:
-            compiler.shutdown(wait=False, cancel_futures=True)
+            compiler.shutdown()
             await asyncio.to_thread(worker.stop)
 
-    async def compiled(check: Callable[[], None]) -> None:
-        """Build the request's output grammar (``Engine.check_chat``) on the compiler's threads, within
-        ``COMPILE_TIMEOUT_S``: a schema it cannot hold is a 400 naming the field before the request is queued,
-        and neither the engine nor the event loop waits on the compiler."""
+    app = FastAPI(title="hypic-rag", lifespan=lifespan)
+    app.state.engine, app.state.worker, app.state.metrics = engine, worker, metrics
+    _add_middleware(app, api_key, allowed_origins, metrics)
+    _add_error_handlers(app)
+    read_json = _JsonReader(max_body_bytes, body_timeout_s)
+    retry_after = functools.partial(clock.retry_after, worker)
+    serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, _next_event, retry_after, compiler)
+    _add_model_routes(app, names)
+    _add_chat_route(app, serving)
+    _add_completions_route(app, serving)
+    _add_service_routes(app, names, worker, metrics)
+    return app
+
+
+class _ServiceClock:
+    """A running mean of a request's service time, which a 429's ``Retry-After`` is reckoned from, and what
+    each finished request tells the metrics."""
+
+    def __init__(self, max_active: int) -> None:
+        self.max_active, self.service_s = max_active, 1.0
+
+    def observe(self, job: Job, out: GenerationOutput, metrics: ServerMetrics) -> None:
+        now = time.perf_counter()
+        assert job.started is not None
+        ttft = job.started - job.enqueued + out.ttft_s
+        reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
+        queued = job.started - job.enqueued
+        metrics.record(job.arguments["options"].mode, out.stats, ttft, now - job.enqueued, reason, queued)
+        self.service_s = 0.8 * self.service_s + 0.2 * (now - job.started)
+
+    def retry_after(self, worker: EngineWorker) -> int:
+        return max(1, math.ceil(self.service_s * (worker.queue.qsize() + 1) / self.max_active))
+
+
+class _Compiler:
+    """The threads a request's output grammar is built on (``Engine.check_chat``), within ``COMPILE_TIMEOUT_S``:
+    a schema it cannot hold is a 400 naming the field before the request is queued, and neither the engine nor
+    the event loop waits on the compiler."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="hypic-grammar")
+
+    async def __call__(self, check: Callable[[], None]) -> None:
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(compiler, check), COMPILE_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self.pool, check), COMPILE_TIMEOUT_S)
         except TimeoutError:
             raise APIError(
                 400, f"the output grammar took over {COMPILE_TIMEOUT_S:g} s to build: simplify the schema"
@@ -226,8 +248,61 @@ def create_app(
             field = message.split(":", 1)[0] if FIELD.fullmatch(message.split(":", 1)[0]) else None
             raise APIError(400, message, param=field) from None
 
-    app = FastAPI(title="hypic-rag", lifespan=lifespan)
-    app.state.engine, app.state.worker, app.state.metrics = engine, worker, metrics
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _JsonReader:
+    """A request's JSON body, read whole within ``timeout_s`` and ``max_bytes``: a form or a slow or oversized
+    body is refused before it is parsed."""
+
+    def __init__(self, max_bytes: int, timeout_s: float) -> None:
+        self.max_bytes, self.timeout_s = max_bytes, timeout_s
+
+    async def __call__(self, request: Request) -> Any:
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            # a form or text/plain body is what a page on any origin may send without a CORS preflight
+            raise APIError(
+                415,
+                f"the request body must be JSON sent as Content-Type: application/json, not {media or 'none'}",
+                code="unsupported_media_type",
+            )
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            raise self._too_large()
+        body = bytearray()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async for piece in request.stream():
+                    body += piece
+                    if len(body) > self.max_bytes:
+                        raise self._too_large()
+        except TimeoutError:
+            raise APIError(
+                408, f"the request body did not arrive within {self.timeout_s:g} s", code="request_timeout"
+            ) from None
+        try:
+            return loads(bytes(body))
+        except BadBody as exc:
+            raise APIError(400, str(exc), param=exc.param) from None
+
+    def _too_large(self) -> APIError:
+        return APIError(413, f"the request body is over {self.max_bytes} bytes", code="request_too_large")
+
+
+async def _next_event(job: Job, request: Request) -> tuple[str, Any]:
+    """The job's next event; a client gone meanwhile cancels it (``_Gone``)."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.events.get(), POLL_S)
+        except TimeoutError:
+            if await request.is_disconnected():
+                job.cancelled.set()
+                raise _Gone from None
+
+
+def _add_middleware(app: FastAPI, api_key: str | None, allowed_origins: Sequence[str], metrics: ServerMetrics) -> None:
     if api_key is not None:
         app.add_middleware(_RequireKey, key=api_key)
     if allowed_origins:
@@ -242,6 +317,10 @@ def create_app(
         )
     app.add_middleware(_CountRequests, metrics=metrics)
 
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as OpenAI's error body: ours, Starlette's (a 404, a 405) and a bug's (a 500)."""
+
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return _error(exc)
@@ -255,58 +334,8 @@ def create_app(
     async def bug(_: Request, exc: Exception) -> JSONResponse:
         return _error(_as_api_error(exc, 1))
 
-    async def read_json(request: Request) -> Any:
-        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media != "application/json" and not media.endswith("+json"):
-            # a form or text/plain body is what a page on any origin may send without a CORS preflight
-            raise APIError(
-                415,
-                f"the request body must be JSON sent as Content-Type: application/json, not {media or 'none'}",
-                code="unsupported_media_type",
-            )
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise APIError(413, f"the request body is over {max_body_bytes} bytes", code="request_too_large")
-        body = bytearray()
-        try:
-            async with asyncio.timeout(body_timeout_s):
-                async for piece in request.stream():
-                    body += piece
-                    if len(body) > max_body_bytes:
-                        raise APIError(
-                            413, f"the request body is over {max_body_bytes} bytes", code="request_too_large"
-                        )
-        except TimeoutError:
-            raise APIError(
-                408, f"the request body did not arrive within {body_timeout_s:g} s", code="request_timeout"
-            ) from None
-        try:
-            return loads(bytes(body))
-        except BadBody as exc:
-            raise APIError(400, str(exc), param=exc.param) from None
 
-    async def next_event(job: Job, request: Request) -> tuple[str, Any]:
-        while True:
-            try:
-                return await asyncio.wait_for(job.events.get(), POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    job.cancelled.set()
-                    raise _Gone from None
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        created = int(time.time())
-        return {
-            "object": "list",
-            "data": [{"id": n, "object": "model", "created": created, "owned_by": "hypic-rag"} for n in names],
-        }
-
-    _add_model_route(app, names)
-    serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, next_event, retry_after, compiled)
-    _add_chat_route(app, serving)
-    _add_completions_route(app, serving)
-
+def _add_service_routes(app: FastAPI, names: list[str], worker: EngineWorker, metrics: ServerMetrics) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         if not worker.alive:
@@ -316,8 +345,6 @@ def create_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return app
 
 
 async def _stream(
@@ -446,7 +473,15 @@ def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
                 job.cancelled.set()  # a no-op once done; stops the work of a request that failed or was left
 
 
-def _add_model_route(app: FastAPI, names: list[str]) -> None:
+def _add_model_routes(app: FastAPI, names: list[str]) -> None:
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": created, "owned_by": "hypic-rag"} for n in names],
+        }
+
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
         if model_id not in names:
