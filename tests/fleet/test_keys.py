@@ -57,14 +57,14 @@ def body(order: list[int], mode: str | None = "hypic", **extra) -> dict:
 def recorded_keys(engine: Engine, monkeypatch, run) -> list[str]:
     """The keys of the segments the engine's plans look up while ``run()`` runs."""
     seen: list[str] = []
-    real = engine.plan
+    real = engine.prefill_program.plan
 
     def recording(*args, **kwargs):
         plan = real(*args, **kwargs)
         seen.extend(s.key for s in plan.segments if s.key is not None)
         return plan
 
-    monkeypatch.setattr(engine, "plan", recording)
+    monkeypatch.setattr(engine.prefill_program, "plan", recording)
     run()
     monkeypatch.undo()
     return sorted(set(seen))
