@@ -5,8 +5,8 @@ to exact compute instead (docs/design.md §8). A generator, as the prefill progr
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Sequence
+from typing import Protocol
 
 from .cache import CachedSegment
 from .decoding import Piece
@@ -19,16 +19,28 @@ from .deviation import (
     reading_tokens,
     token_deviation,
 )
+from .model import HybridModel
 from .options import AUTO, BLEND
 from .outputs import RequestStats
-from .plan import RequestPlan, choose_widths, recomputes_every_segment, with_widths
+from .plan import RequestPlan, SegmentPlan, choose_widths, recomputes_every_segment, with_widths
+from .settings import PrefillSettings
 
-if TYPE_CHECKING:
-    from .prefill import PrefillProgram
+
+class Program(Protocol):
+    """What the guard reads of the prefill program it runs in (``prefill.PrefillProgram``)."""
+
+    model: HybridModel
+    settings: PrefillSettings
+
+    def fill_steps(
+        self, misses: Sequence[tuple[SegmentPlan, CachedSegment | None]], chunk: int | None
+    ) -> Generator[Piece, int | None, list[CachedSegment]]: ...
+
+    def find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None: ...
 
 
 def guard(
-    program: PrefillProgram,
+    program: Program,
     plan: RequestPlan,
     found: list[CachedSegment | None],
     stats: RequestStats,
@@ -85,7 +97,7 @@ def guard(
 
 
 def probe_cold(
-    program: PrefillProgram,
+    program: Program,
     plan: RequestPlan,
     found: list[CachedSegment | None],
     chunk: int | None,

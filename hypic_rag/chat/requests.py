@@ -9,14 +9,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..grammar import SPACED, asks_json, compile_checked, json_lark, refused, response_lark
+from ..grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, json_lark, refused, response_lark
 from ..inputs import as_list
 from ..logits import Banned
 from ..options import RequestOptions
 from ..outputs import GenerationOutput
 from ..plan import Prompt
+from ..segments import Segment
 from .caller_text import literal_pieces
 from .conversation import ChatSetup, thinking_opened
 from .grammar import (
@@ -31,8 +32,23 @@ from .grammar import (
 from .segmentation import RenderedPrompt, segment_prompt
 from .tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
 
-if TYPE_CHECKING:
-    from ..engine import Engine
+
+class ChatEngine(Protocol):
+    """What a chat request reads of its engine (``engine.Engine``)."""
+
+    name: str
+    tokenizer: Any
+    chat_setup: ChatSetup | None
+
+    def _require_tokenizer(self) -> Any: ...
+
+    def _check_context(self, tokens: int) -> None: ...
+
+    def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer: ...
 
 
 @dataclass
@@ -57,7 +73,7 @@ class PreparedChat:
 class ChatRequests:
     """One engine's chat side, over its template, tokenizer and grammar tokenizers."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ChatEngine) -> None:
         self.engine = engine
 
     def setup(self) -> ChatSetup:
