@@ -122,7 +122,16 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
             raise ValueError(
                 f"weight {name} has shape {tuple(state[name].shape)}, expected {tuple(shape)} from the config"
             )
-    params = {name: state[name].to(device=device, dtype=_dtype_of(name, config, dtype)) for name in expected}
+    # A tensor the checkpoint ties to several names (a family's map_weights may copy one name to others) is
+    # converted once, so the names keep sharing it whatever the dtype or device.
+    converted: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+    params = {}
+    for name in expected:
+        source, want = state[name], _dtype_of(name, config, dtype)
+        key = (id(source), want)
+        if key not in converted:
+            converted[key] = source.to(device=device, dtype=want)
+        params[name] = converted[key]
     if config.tie_word_embeddings:
         params["lm_head.weight"] = params[model.embedding_name]
     model.load_state_dict(params, assign=True, strict=False)

@@ -86,3 +86,17 @@ def test_moe_router_name_is_only_a_name():
     assert "router.weight" in dict(router.named_parameters()) and not hasattr(router, "gate")
     x = torch.randn(2, 5, 16)
     assert torch.equal(gate(x), router(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_block_a_checkpoint_ties_to_several_layers_is_held_once(checkpoint, dtype):
+    """Zamba2's third hybrid layer reuses the first one's shared block, which the checkpoint stores once: loaded,
+    both layers' parameters share one tensor at any dtype, and the adapters stay each layer's own."""
+    model = load_model(checkpoint("zamba2"), dtype=dtype)
+    layers = model._stack[1]
+    first, third = layers[1].shared_transformer, layers[4].shared_transformer
+    assert first.self_attn.q_proj.weight.data_ptr() == third.self_attn.q_proj.weight.data_ptr()
+    assert first.feed_forward.down_proj.weight.data_ptr() == third.feed_forward.down_proj.weight.data_ptr()
+    assert first.self_attn.q_adapter[0].weight.data_ptr() != third.self_attn.q_adapter[0].weight.data_ptr()
+    second = layers[3].shared_transformer  # the other block
+    assert second.self_attn.q_proj.weight.data_ptr() != first.self_attn.q_proj.weight.data_ptr()

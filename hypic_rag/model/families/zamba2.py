@@ -5,8 +5,9 @@ The shared block reads the hidden states beside the pass's token embeddings (``[
 ``(head_dim / 2) ** -0.5``, and runs a GELU MLP; its output, through the layer's own ``linear``, is added to the
 Mamba2 layer's input (not to its residual). ``num_mem_blocks`` blocks are shared round-robin across the hybrid
 layers, and each hybrid layer adds its own low-rank adapters to the block's q, k, v (``use_shared_attention_
-adapter``) and gate-up projections. Every hybrid layer here holds its block's weights and its own adapters
-(``map_weights`` copies a tied block to each layer that reuses it), so a layer is one module as any other.
+adapter``) and gate-up projections. Every hybrid layer here is one module as any other, with its block's
+weights and its own adapters: a checkpoint stores a tied block once, ``map_weights`` names its tensors for each
+layer that reuses it, and the loader keeps one tensor for them (``loading.load_model``).
 
 For HYPIC a hybrid layer is attention and a linear mixer in one layer (``config.HYBRID``, as Falcon-H1's): its
 attention keeps KV and its Mamba2 a state. The shared weights change nothing there: each layer's keys are its
