@@ -176,7 +176,6 @@ class Engine:
             model, self.settings, self.segment_store, self.prefix_store, self.fingerprint, prefill_pool
         )
         self._grammar_tokenizers: dict[tuple[int, ...], GrammarTokenizer] = {}
-        self.chats = ChatRequests(self)
 
     @classmethod
     def from_pretrained(
@@ -228,6 +227,12 @@ class Engine:
             fingerprint=fingerprint,
             **options,
         )
+
+    @property
+    def chats(self) -> ChatRequests:
+        """The engine's chat side (``chat/requests.py``), made when asked: held, it would tie the engine in a
+        reference cycle, and an engine let go must close its caches at once, not at the next collection."""
+        return ChatRequests(self)
 
     @property
     def prefill_pool(self) -> Any:

@@ -172,3 +172,20 @@ def test_entry_dtype_names_the_store_and_its_fingerprint(checkpoint):
     assert half.plan(Prompt([ids], [3])).segments[0].key != wide.plan(Prompt([ids], [3])).segments[0].key
     with pytest.raises(ValueError, match="entry_dtype must be one of float32, bfloat16, float16, got 'fp8'"):
         Engine.from_pretrained(path, entry_dtype="fp8")
+
+
+def test_an_engine_let_go_is_freed_at_once():
+    """No reference cycle holds an engine (its caches close when the last reference goes, not at the next
+    garbage collection): a chat request prepared through it leaves none behind either."""
+    import gc
+    import weakref
+
+    engine = Engine.from_pretrained()
+    engine.chat([{"role": "user", "content": "Where does Bo Ek live?"}], max_new_tokens=2)
+    gone = weakref.ref(engine)
+    gc.disable()
+    try:
+        del engine
+        assert gone() is None
+    finally:
+        gc.enable()
