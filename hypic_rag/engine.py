@@ -436,7 +436,7 @@ class Engine:
         request also stops at ``stop_ids`` (the template's end of turn) and every EOS id. ``grammar`` (Lark,
         ``hypic_rag.grammar``) masks every token chosen; ``forced_ids`` are the tokens of it the prompt already
         ends with (a forced call's opening). With ``chunk``, nothing runs yet: the ``Prefilling`` returned runs
-        the prompt a chunk at a time (``_prefill_chunks``)."""
+        the prompt a chunk at a time (``PrefillProgram.steps``)."""
         if options.stop and self.tokenizer is None:
             raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")
         sampler = Sampler.of(options)

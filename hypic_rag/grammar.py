@@ -9,7 +9,7 @@ grammars (text or calls of the offered tools) are built in ``chat.grammar``; thi
 ``response_format`` and the library.
 
 A token the grammar forbids is not simply dropped: its probability goes to the longest allowed token that spells
-a prefix of it (``GrammarTokenizer.prefixes``). BPE merges text across the grammar's boundaries (``"},"`` closes a
+a prefix of it (``GrammarTokenizer.prefix_table``). BPE merges text across the grammar's boundaries (``"},"`` closes a
 string and an object at once), so a model that means "close the string here" may put nearly all its mass on a merged
 token the grammar refuses; masking it alone leaves the choice to the noise among the rest, and a string that should
 have closed runs on until ``max_tokens``. Handing the mass to ``"`` keeps what the model meant. llguidance gives

@@ -43,6 +43,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.decoding import Generation
 from hypic_rag.grammar import SPACED, GrammarMask, check_response_format, response_lark
+from hypic_rag.masking import words_for
 
 from ..data.corpus import corpus
 from .common import RandomSegments, layer_shapes, write_report
@@ -123,7 +124,7 @@ class Replay:
         self.ours, self.done, self.seconds = ours, 0, 0.0
         self.mask = GrammarMask(tokenizer, LARK) if ours else None
         self.library = None if ours else tokenizer.matcher(LARK)
-        self.words = torch.empty((tokenizer.vocab_size + 31) // 32, dtype=torch.int32)
+        self.words = torch.empty(words_for(tokenizer.vocab_size), dtype=torch.int32)
         self.row = torch.zeros(engine.config.vocab_size)
 
     def catch_up(self, tokens: list[int]) -> None:
