@@ -43,10 +43,11 @@ redis-server:
 		if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q redis-server; \
 		else sudo apt-get install -y -q redis-server; fi; }
 
+# --durations: every run ends with its 30 slowest tests, so a test that grew is seen where it grew.
 test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=30
 
 bench: $(STAMP)
 	$(VENV)/bin/hypic-rag bench --runtime --json bench-runtime.json
