@@ -3,6 +3,9 @@
 # versions pinned in constraints.txt; `make lock` resolves pyproject.toml's ranges anew and rewrites it.
 PYTHON ?= python3
 VENV ?= .venv
+# pytest-xdist workers: every core, at most 8 (`make test JOBS=0`: no workers, one process).
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 8 ? n : 8 )))
+PYTEST_JOBS = -n $(JOBS) --dist loadgroup
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hypic-installed
 
@@ -32,7 +35,7 @@ test-latest: redis-server
 	rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/pip install -q "torch==2.13.0" && $(LATEST_VENV)/bin/pip install -q -e ".[all]"
 	$(LATEST_VENV)/bin/pip list 2>/dev/null | grep -iE '^(transformers|kernels|torch|llguidance) '
-	$(LATEST_VENV)/bin/pytest; status=$$?; rm -rf $(LATEST_VENV); exit $$status
+	$(LATEST_VENV)/bin/pytest $(PYTEST_JOBS); status=$$?; rm -rf $(LATEST_VENV); exit $$status
 
 demo: $(STAMP)
 	$(VENV)/bin/hypic-rag demo
@@ -47,7 +50,7 @@ redis-server:
 test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest --durations=30
+	$(VENV)/bin/pytest $(PYTEST_JOBS) --durations=30
 
 bench: $(STAMP)
 	$(VENV)/bin/hypic-rag bench --runtime --json bench-runtime.json

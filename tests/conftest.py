@@ -3,6 +3,12 @@ from __future__ import annotations
 import argparse
 import os
 
+# Under pytest-xdist (`make test`) each worker is one of several processes sharing the cores: one torch thread
+# each, and for every process it starts (servers, Ray's workers), or oversubscribed threads make small prefills
+# many times slower. Set before anything imports torch.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
 # Triton kernels read this when they are decorated, so it is set before anything imports them; the
 # kernels run only where a test forces backend="triton".
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -19,6 +25,7 @@ if "HYPIC_CACHE_DIR" not in os.environ:
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from _pytest.nodeid import coerce_node_id  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 # Property tests draw the same examples on every run (a red CI run is then a real regression, reproducible
@@ -27,9 +34,32 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+import torch  # noqa: E402
+
 from hypic_rag.testing.parity import load_reference  # noqa: E402
 from hypic_rag.testing.synthetic import build_checkpoint  # noqa: E402
 from hypic_rag.training.train import TRAIN_MIX  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` the tests of one ``xdist_group`` run on one worker, one after another; tests that
+    start a local Ray cluster (marked ``ray``) form the group ``ray``: two clusters at once would share /tmp/ray
+    and oversubscribe the cores. xdist names an item's group by a suffix of its node id, which xdist 3.8 writes
+    where pytest 9 no longer reads it (``item._nodeid``), so the suffix is written here, after xdist's own hook,
+    where pytest 9 reads it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = {str(mark.args[0]) for mark in item.iter_markers("xdist_group")}
+        if item.get_closest_marker("ray"):
+            groups.add("ray")
+        suffix = "@" + "_".join(sorted(groups))
+        if groups and not item.nodeid.endswith(suffix):
+            item._id = coerce_node_id(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session")

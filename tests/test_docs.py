@@ -4,6 +4,7 @@ sections docs/design.md has; and the README's quickstart prints what the README 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -201,6 +202,7 @@ def bundled_server() -> str:
         yield url
 
 
+@pytest.mark.xdist_group("docs-server")  # one worker runs them all, so one server starts
 @pytest.mark.parametrize("code", RUNNABLE_SHELL)
 def test_a_shell_example_runs_as_written_against_the_bundled_server(code, bundled_server):
     """``localhost:8000``, the docs' address of ``hypic-rag serve``, is the test server's."""
@@ -214,15 +216,40 @@ def test_a_shell_example_runs_as_written_against_the_bundled_server(code, bundle
         assert answer["choices"][0]["message"]["content"], answer
 
 
-def test_every_python_example_runs_on_the_bundled_model():
-    """Each fenced Python block of README.md and docs/ runs, by pytest-markdown-docs in a pytest of its own (it
-    would import every test module again to read their docstrings). A block marked ``notest`` says why in its
-    first line; ``continuation`` goes on from the block before. pytest-recording (langchain-tests') is off there:
-    its module-scoped fixture cannot attach to a Markdown file."""
+PYTHON = ("python", "py", "python3")
+
+
+def python_examples() -> list:
+    """Each runnable Python block as pytest-markdown-docs names it (``PAGE::[CodeFence#N][line:L]``, N counting
+    the page's runnable Python blocks), so that each runs as a test of its own."""
+    out = []
+    for page in PAGES:
+        runnable = [line for line, lang, options, _ in fences(page) if lang in PYTHON and "notest" not in options]
+        rel = page.relative_to(ROOT)
+        out += [
+            pytest.param(f"{rel}::[CodeFence#{n}][line:{line}]", id=f"{rel}:{line}")
+            for n, line in enumerate(runnable, 1)
+        ]
+    return out
+
+
+def test_every_python_example_runs_or_says_why_not():
+    """A block marked ``notest`` says why in its first line."""
+    assert python_examples()
     for _, lang, options, code in (f for page in PAGES for f in fences(page)):
-        if lang == "python" and "notest" in options:
+        if lang in PYTHON and "notest" in options:
             assert code.startswith("# not run by the tests"), code
-    command = [sys.executable, "-m", "pytest", "--markdown-docs", "-p", "no:recording", "-p", "no:cacheprovider"]
-    done = subprocess.run([*command, "-q", "README.md", "docs"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("example", python_examples())
+def test_a_python_example_runs_on_the_bundled_model(example):
+    """The block runs by pytest-markdown-docs (``continuation`` goes on from the block before) in a pytest of its
+    own, so that what it sets up (LlamaIndex's ``Settings.llm``, a process's shared engine and its warm cache)
+    meets no other test. That pytest loads only this plugin: the others cost most of its start, and
+    pytest-recording's module-scoped fixture cannot attach to a Markdown file."""
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "pytest_markdown_docs.plugin", "--markdown-docs"]
+    command += ["-p", "no:cacheprovider", "-W", "ignore::pytest.PytestConfigWarning", "-q", example]
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and "skipped" not in done.stdout
+    assert "1 passed" in done.stdout and "skipped" not in done.stdout, done.stdout

@@ -32,6 +32,7 @@ def ray_engine(tmp_path_factory):
     ray.shutdown()
 
 
+@pytest.mark.ray
 def test_ray_workers_answer_as_the_in_process_policy_and_fill_the_shared_tier(ray_engine):
     engine, redis = ray_engine
     local = Engine.from_pretrained(min_cached_tokens=1)

@@ -15,6 +15,7 @@ import pytest
 from hypic_rag import Engine
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 
 def _listening() -> set[tuple[int, str, int]]:

@@ -15,7 +15,9 @@ def pytest_generate_tests(metafunc):
     """Tests marked ``fleet`` run twice: against one process, and against a two-replica Ray Serve fleet
     (``hypic-rag serve --replicas 2``), whose answers, errors and streams must be the same."""
     if "server" in metafunc.fixturenames:
-        kinds = ["process", "fleet"] if metafunc.definition.get_closest_marker("fleet") else ["process"]
+        kinds: list = ["process"]
+        if metafunc.definition.get_closest_marker("fleet"):
+            kinds.append(pytest.param("fleet", marks=pytest.mark.ray))
         metafunc.parametrize("server", kinds, indirect=True, scope="package")
 
 

@@ -15,7 +15,7 @@ KEY = "sk-test-0123456789"
 ORIGIN = "http://localhost:5173"
 
 
-@pytest.fixture(scope="module", params=["process", "fleet"])
+@pytest.fixture(scope="module", params=["process", pytest.param("fleet", marks=pytest.mark.ray)])
 def guarded(request) -> str:
     """The bundled model behind ``--api-key`` and ``--allowed-origins``: one process, or a fleet."""
     if request.param == "fleet":

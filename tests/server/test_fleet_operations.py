@@ -20,6 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import MODEL, fleet
 
+pytestmark = pytest.mark.ray
+
 NAMES = ["Ana Lee", "Bo Ek", "Cy Orr", "Di Park", "Ed Sol", "Fa Tam", "Gus Ng", "Hal Vo"]
 CITIES = ["Oslo", "Rome", "Lima", "Pune", "Kiev", "Baku", "Cork", "Nice"]
 

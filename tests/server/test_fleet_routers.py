@@ -8,6 +8,8 @@ import pytest
 
 from .conftest import MODEL, fleet
 
+pytestmark = pytest.mark.ray
+
 QUESTION = [{"role": "user", "content": "Where does Bo Ek live? Bo Ek lives in Rome and works as a nurse."}]
 
 
