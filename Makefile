@@ -9,7 +9,7 @@ PYTEST_JOBS = -n $(JOBS) --dist loadgroup
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hypic-installed
 
-.PHONY: demo test test-latest bench lint clean redis-server lock
+.PHONY: demo test test-fast test-latest bench lint clean redis-server lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest $(PYTEST_JOBS) --durations=30
+
+# The inner loop: everything but the slow tiers (pyproject.toml's markers); `make test` runs them all.
+FAST := not (ray or training or bench or standard or docs)
+test-fast: $(STAMP) redis-server
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest $(PYTEST_JOBS) -m "$(FAST)" --durations=10
 
 bench: $(STAMP)
 	$(VENV)/bin/hypic-rag bench --runtime --json bench-runtime.json

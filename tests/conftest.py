@@ -44,6 +44,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+# Folders whose every test belongs to a slow tier (pyproject.toml's markers; `make test-fast` leaves them out).
+TIER_FOLDERS = {"training": "training", "eval/bench": "bench"}
+TESTS = Path(__file__).parent
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    folder = item.path.parent.relative_to(TESTS).as_posix()
+    for prefix, tier in TIER_FOLDERS.items():
+        if folder == prefix or folder.startswith(prefix + "/"):
+            item.add_marker(tier)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` the tests of one ``xdist_group`` run on one worker, one after another; tests that

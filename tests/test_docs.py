@@ -148,6 +148,7 @@ def quickstart() -> tuple[str, str]:
     return code, printed
 
 
+@pytest.mark.docs
 def test_the_readme_quickstart_prints_what_the_readme_says():
     code, printed = quickstart()
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -202,6 +203,7 @@ def bundled_server() -> str:
         yield url
 
 
+@pytest.mark.docs
 @pytest.mark.xdist_group("docs-server")  # one worker runs them all, so one server starts
 @pytest.mark.parametrize("code", RUNNABLE_SHELL)
 def test_a_shell_example_runs_as_written_against_the_bundled_server(code, bundled_server):
@@ -241,6 +243,7 @@ def test_every_python_example_runs_or_says_why_not():
             assert code.startswith("# not run by the tests"), code
 
 
+@pytest.mark.docs
 @pytest.mark.parametrize("example", python_examples())
 def test_a_python_example_runs_on_the_bundled_model(example):
     """The block runs by pytest-markdown-docs (``continuation`` goes on from the block before) in a pytest of its

@@ -546,6 +546,7 @@ def test_stream_holds_back_what_may_become_a_call_or_a_stop():
     assert _Visible("none", False, ["STOP"])("abcdef") == "ab"
 
 
+@pytest.mark.standard
 class TestChatHypicUnit(ChatModelUnitTests):
     @property
     def chat_model_class(self):

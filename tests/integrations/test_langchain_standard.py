@@ -26,6 +26,7 @@ COPIES_NO_LITERAL = "the bundled model copies no literal in a script it never sa
 NAMES_NO_KEYS = "JSON mode holds the answer to JSON; the bundled model does not take its keys from the prompt's words"
 
 
+@pytest.mark.standard  # a slow tier, with every subclass (tests/server runs it over HTTP)
 class BundledModelTests(ChatModelIntegrationTests):
     """What the bundled model declares and where it falls short, for every path to it (in process, over HTTP)."""
 
