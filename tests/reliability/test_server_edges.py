@@ -204,6 +204,7 @@ class _Canary:
     def _run(self) -> None:
         while not self.stop.is_set():
             self.latencies.append(self.once())
+            self.stop.wait(0.2)  # a steady request, not a flood: the fuzz is what loads the server
 
 
 @pytest.fixture(scope="module")
