@@ -138,3 +138,19 @@ def _train_args(out) -> argparse.Namespace:
 def train_args():
     """``train_args(out)`` -> the training script's arguments for a 3-step run of a tiny model into ``out``."""
     return _train_args
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Work goes to the workers a module at a time (an ``xdist_group`` at a time where one is named), largest
+    first: a module's fixtures (its engines, its checkpoints, its server) are then built once, by the worker
+    that runs it, instead of by every worker that gets one of its tests. xdist's own ``LoadGroupScheduling``
+    hands out single tests; this is its scope rule with the module in place of the test."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if "@" in nodeid:
+                return nodeid.rsplit("@", 1)[-1]
+            return nodeid.split("::", 1)[0]
+
+    return ModulesAndGroups(config, log)
