@@ -34,25 +34,17 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-import torch  # noqa: E402
-
 from hypic_rag.testing.parity import load_reference  # noqa: E402
 from hypic_rag.testing.synthetic import build_checkpoint  # noqa: E402
 from hypic_rag.training.train import TRAIN_MIX  # noqa: E402
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)
-
-
 # Folders whose every test belongs to a slow tier (pyproject.toml's markers; `make test-fast` leaves them out).
-TIER_FOLDERS = {"training": "training", "eval/bench": "bench"}
-TESTS = Path(__file__).parent
+TIER_FOLDERS = {Path(__file__).parent / "training": "training", Path(__file__).parent / "eval" / "bench": "bench"}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    folder = item.path.parent.relative_to(TESTS).as_posix()
-    for prefix, tier in TIER_FOLDERS.items():
-        if folder == prefix or folder.startswith(prefix + "/"):
+    for folder, tier in TIER_FOLDERS.items():
+        if item.path.is_relative_to(folder):
             item.add_marker(tier)
 
 

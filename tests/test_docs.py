@@ -235,16 +235,19 @@ def python_examples() -> list:
     return out
 
 
+PYTHON_EXAMPLES = python_examples()
+
+
 def test_every_python_example_runs_or_says_why_not():
     """A block marked ``notest`` says why in its first line."""
-    assert python_examples()
+    assert PYTHON_EXAMPLES
     for _, lang, options, code in (f for page in PAGES for f in fences(page)):
         if lang in PYTHON and "notest" in options:
             assert code.startswith("# not run by the tests"), code
 
 
 @pytest.mark.docs
-@pytest.mark.parametrize("example", python_examples())
+@pytest.mark.parametrize("example", PYTHON_EXAMPLES)
 def test_a_python_example_runs_on_the_bundled_model(example):
     """The block runs by pytest-markdown-docs (``continuation`` goes on from the block before) in a pytest of its
     own, so that what it sets up (LlamaIndex's ``Settings.llm``, a process's shared engine and its warm cache)

@@ -4,7 +4,6 @@ grace period, then are cut, and the process exits (a real server process, on loo
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,18 +12,13 @@ import time
 import httpx
 
 from hypic_rag.server import GRACE_S
+from hypic_rag.testing.server import free_port
 
 LONG = {"type": "regex", "regex": "([a-z]{10} ){1500}"}  # no stop before about 4,000 tokens: many seconds
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_sigterm_with_answers_decoding_cuts_them_after_the_grace_and_exits():
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "hypic_rag.cli", "serve", "--port", str(port), "--max-active", "2"],
         stdout=subprocess.DEVNULL,
