@@ -56,8 +56,8 @@ class HybridConfig:
     mamba_conv_kernel: int = 0
     mamba_conv_bias: bool = True
     mamba_proj_bias: bool = False
-    time_step_min: float = 0.0
-    time_step_max: float = float("inf")
+    # the clamp on softplus(dt): transformers' ``time_step_limit``, read as each family's class reads it
+    time_step_limit: tuple[float, float] = (0.0, float("inf"))
     mamba_norm: str = "gate_then_norm"  # or "norm_then_gate", "none" (Falcon-H1)
     mamba_out_bias: bool | None = None  # None: mamba_proj_bias
     # Mamba1 (Jamba): channels and the dt projection's rank

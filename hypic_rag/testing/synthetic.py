@@ -366,9 +366,15 @@ _PLAIN_NORM_FAMILIES = (
 )
 
 
-def randomize(model: torch.nn.Module, seed: int) -> None:
+# ``small_dt``: every other head's ``dt_bias`` this low, so its softplus(dt) mostly falls below the 0.001 that
+# Mamba2 configs give as ``time_step_min`` (whether dt is clamped there is what such a checkpoint tells apart).
+SMALL_DT_BIAS = -7.5
+
+
+def randomize(model: torch.nn.Module, seed: int, small_dt: bool = False) -> None:
     """Redraw every parameter: matrices ~ N(0, 1/fan_in), norm weights near their neutral value, and
-    the Gated DeltaNet decay slow enough that states carry information across segments."""
+    the Gated DeltaNet decay slow enough that states carry information across segments. ``small_dt``:
+    half the heads' ``dt_bias`` near ``SMALL_DT_BIAS``."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -377,6 +383,8 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
             elif name.endswith("dt_bias"):
                 # Trained models forget slowly: exp(g) mostly 0.7-0.99 per token, not ~e^-1.
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5 - 2.0)
+                if small_dt:
+                    p[1::2] += SMALL_DT_BIAS + 2.0
             elif p.dim() == 1:
                 plain = (
                     name.endswith("linear_attn.norm.weight")
@@ -443,9 +451,11 @@ REFERENCES: dict[str, Reference] = {
 }
 
 
-def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> torch.nn.Module:
+def build_reference_model(
+    kind: str, overrides: dict[str, Any] | None = None, seed: int = 0, small_dt: bool = False
+) -> torch.nn.Module:
     """A randomised transformers model of ``kind`` (one of ``KINDS`` with a ``REFERENCES`` entry) on tiny or
-    overridden shapes."""
+    overridden shapes (``small_dt``: ``randomize``'s)."""
     reference = REFERENCES.get(kind)
     if reference is None:
         raise ValueError(f"unknown checkpoint kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -453,17 +463,19 @@ def build_reference_model(kind: str, overrides: dict[str, Any] | None = None, se
     module = importlib.import_module(reference.module)
     config = getattr(module, reference.config)(**reference.shapes(dict(overrides or {})))
     model = getattr(module, reference.model)(config)
-    randomize(model, seed)
+    randomize(model, seed, small_dt)
     return model.eval()
 
 
-def build_checkpoint(kind: str, out: str | Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+def build_checkpoint(
+    kind: str, out: str | Path, overrides: dict[str, Any] | None = None, seed: int = 0, small_dt: bool = False
+) -> Path:
     """Build, randomise and ``save_pretrained`` one checkpoint; returns its directory. ``OWN_KINDS`` (no
     transformers class) are written by ``build_ring_checkpoint`` instead."""
     out = Path(out)
     if kind == "bailing_moe_linear":
         return build_ring_checkpoint(out, overrides, seed)
-    build_reference_model(kind, overrides, seed).save_pretrained(out)
+    build_reference_model(kind, overrides, seed, small_dt).save_pretrained(out)
     return out
 
 

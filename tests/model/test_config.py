@@ -129,7 +129,7 @@ def test_saved_granite_and_bamba_configs_read_back(checkpoint, kind):
     assert family_of(cfg.model_type).mixer == "mamba2"
     assert cfg.layer_types == ("linear_attention", "full_attention") * 2
     assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size) == (8, 16, 16)
-    assert cfg.time_step_max == float("inf")  # written as {"__float__": "Infinity"}
+    assert cfg.time_step_limit == (0.0, float("inf"))  # written as {"__float__": "Infinity"}
     if kind == "granitemoehybrid":
         assert cfg.rotary_dim == 16 and cfg.num_experts == 4 and cfg.attention_scale == 0.2
         assert (cfg.embedding_multiplier, cfg.residual_multiplier, cfg.logits_scaling) == (2.0, 0.5, 1.5)
@@ -149,7 +149,7 @@ def test_granite_reads_published_spellings():
     cfg = read_config(json.loads(text))
     assert cfg.layer_types == ("linear_attention", "linear_attention", "full_attention")
     assert cfg.mamba_head_dim == 16 and cfg.rotary_dim == 0 and cfg.num_experts == 0
-    assert cfg.time_step_max == float("inf")
+    assert cfg.time_step_limit == (0.0, float("inf"))
 
 
 @pytest.mark.parametrize(
@@ -281,8 +281,8 @@ def test_review_fixes_in_the_readers():
     assert granite.num_key_value_heads == 8 and granite.head_dim == 64
     assert read_config({"model_type": "bamba", "num_key_value_heads": None}).num_key_value_heads == 32
     # Nemotron-H: JSON nulls mean the default, as in the other readers.
-    nemotron = read_config({"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "time_step_min": None})
-    assert nemotron.time_step_min == 0.001
+    nemotron = read_config({"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "time_step_limit": None})
+    assert nemotron.time_step_limit == (0.0, float("inf"))
     with pytest.raises(ValueError, match="norm_head"):
         read_config({"model_type": "bailing_moe_linear", "num_hidden_layers": 2, "norm_head": True})
 
@@ -298,3 +298,19 @@ def test_ling_reads_release_and_saved_head_widths(checkpoint):
     assert release.linear_value_head_dim == 128 and release.layer_types[2] == "full_attention"
     with pytest.raises(ValueError, match="rope_type"):
         read_config({"model_type": "bailing_hybrid", "rope_parameters": {"rope_type": "yarn"}})
+
+
+def test_the_dt_clamp_is_read_as_each_family_reads_it():
+    """Nemotron-H, Granite, Bamba and Falcon-H1 clamp dt to ``time_step_limit`` (Nemotron-H also under its release
+    name ``mamba_dt_limit``); Zamba2 to ``time_step_min`` and up."""
+    nemotron = {"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "time_step_min": 0.01}
+    assert read_config(nemotron).time_step_limit == (0.0, float("inf"))  # time_step_min is not a clamp
+    assert read_config({**nemotron, "mamba_dt_limit": [0.001, 0.1]}).time_step_limit == (0.001, 0.1)
+    infinity = {"__float__": "Infinity"}
+    for model_type in ("granitemoehybrid", "bamba", "falcon_h1"):
+        cfg = read_config({"model_type": model_type, "time_step_limit": [0.002, infinity]})
+        assert cfg.time_step_limit == (0.002, float("inf"))
+    assert read_config({"model_type": "zamba2", "time_step_min": 0.01}).time_step_limit == (0.01, float("inf"))
+    for bad in ([0.1], [0.2, 0.1], [-1.0, 1.0], "0.1"):
+        with pytest.raises(ValueError, match="time_step_limit must"):
+            read_config({**nemotron, "time_step_limit": bad})

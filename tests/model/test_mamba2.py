@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from hypic_rag import Engine, Segment
 from hypic_rag.cache.entry import CorruptEntry, LinearEntry
@@ -11,6 +12,13 @@ from hypic_rag.cache.validate import EntryLayout
 from hypic_rag.entries import prefill_isolated
 from hypic_rag.kernels.algebra import SCALAR
 from hypic_rag.model import load_model
+from hypic_rag.model.mixers.mamba2 import Mamba2Mixer
+from hypic_rag.testing.parity import assert_matches_transformers, well_conditioned_ids
+from hypic_rag.testing.synthetic import build_checkpoint
+
+# The time_step_min Mamba2 configs carry (an initialisation bound; Nemotron-H clamped dt there before
+# transformers 5.25, Zamba2 still does).
+TIME_STEP_MIN = 1e-3
 
 
 def _segments(lengths, seed=0):
@@ -55,3 +63,45 @@ def test_a_disk_round_trip_serves_a_reordered_prompt(checkpoint, tmp_path):
     out = second.generate(segs, q, max_new_tokens=1)
     assert out.stats["hit_segments"] == 3 and out.stats["memory_hits"] == 0 and out.stats["disk_hits"] >= 3
     assert (out.prompt_logits - want).abs().max() < 1e-5
+
+
+class _SoftplusRecorder(TorchFunctionMode):
+    """Every softplus output: a Mamba2 mixer's dt before its clamp."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: list[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") == "softplus":
+            self.outputs.append(out.detach().flatten())
+        return out
+
+
+@pytest.mark.parametrize(
+    "kind,overrides",
+    [
+        ("nemotron_h", {}),  # time_step_limit (0, inf): dt below time_step_min is kept
+        ("nemotron_h", {"time_step_limit": (5e-4, 0.05)}),
+        ("granitemoehybrid", {}),
+        ("granitemoehybrid", {"time_step_limit": (5e-4, 0.05)}),
+        ("bamba", {}),
+        ("falcon_h1", {}),
+        ("falcon_h1", {"time_step_limit": (5e-4, 0.05)}),
+        ("zamba2", {}),  # clamped at time_step_min
+        ("zamba2", {"time_step_min": 5e-4}),
+    ],
+)
+def test_dt_below_time_step_min_matches_transformers(tmp_path, kind, overrides):
+    """Each Mamba2 family clamps dt as its transformers class does, on a checkpoint where half the heads'
+    dt falls below time_step_min (which a clamp at time_step_min would change)."""
+    path = build_checkpoint(kind, tmp_path, overrides, small_dt=True)
+    ours = load_model(path)
+    ids = well_conditioned_ids(ours, (2, 512))
+    with _SoftplusRecorder() as seen, torch.inference_mode():
+        ours(ids)
+    dt = torch.cat(seen.outputs)
+    assert len(seen.outputs) == sum(isinstance(m, Mamba2Mixer) for m in ours.modules())
+    assert float((dt < TIME_STEP_MIN).float().mean()) > 0.2  # the case this test is for
+    assert_matches_transformers(ours, path, ids)

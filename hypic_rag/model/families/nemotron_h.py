@@ -24,7 +24,7 @@ from ..layers import GroupRouter, PlainRMSNorm
 from ..linear import Linear
 from ..mixers.mamba2 import Mamba2Mixer
 from ..weight_names import expert_groups
-from .reading import MAMBA2_SIZES, check_act, check_mamba2, common_fields, layer_names, merge
+from .reading import MAMBA2_SIZES, check_act, check_mamba2, common_fields, layer_names, merge, time_step_limit
 
 # ``hybrid_override_pattern``: one character per layer.
 NEMOTRON_PATTERN = {"M": LINEAR, "*": FULL, "-": MLP, "E": MOE}
@@ -47,7 +47,7 @@ NEMOTRON_H: dict[str, Any] = {
     "n_groups": 8,
     "conv_kernel": 4,
     "use_conv_bias": True,
-    "time_step_min": 0.001,
+    "time_step_limit": [0.0, float("inf")],
     "use_bias": False,
     "n_routed_experts": 8,
     "moe_intermediate_size": 7688,
@@ -67,7 +67,7 @@ NEMOTRON_ALIASES = {
     "mamba_n_groups": "n_groups",
     "mamba_d_conv": "conv_kernel",
     "mamba_conv_bias": "use_conv_bias",
-    "mamba_dt_min": "time_step_min",
+    "mamba_dt_limit": "time_step_limit",
 }
 
 
@@ -118,7 +118,9 @@ def read_nemotron_h(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConf
         mamba_conv_kernel=int(d["conv_kernel"]),
         mamba_conv_bias=bool(d["use_conv_bias"]),
         mamba_proj_bias=bool(d["use_bias"]),
-        time_step_min=float(d["time_step_min"]),  # the mixer clamps dt to (time_step_min, inf)
+        # transformers 5.25 clamps dt to time_step_limit, as the reference implementation does (5.24: to
+        # time_step_min and up); time_step_min only bounds dt_bias's initialisation
+        time_step_limit=time_step_limit(d),
         mlp_bias=bool(d["mlp_bias"]),
         moe_latent_size=int(d["moe_latent_size"]) if d.get("moe_latent_size") else None,
         moe_n_group=int(d["n_group"]),

@@ -118,7 +118,6 @@ def mamba2_fields(d: dict[str, Any]) -> dict[str, Any]:
     head_dim = d["mamba_d_head"]
     if head_dim == "auto":
         head_dim = int(d["mamba_expand"]) * int(d["hidden_size"]) // heads
-    limit = d.get("time_step_limit") or [0.0, float("inf")]
     return {
         "mamba_num_heads": heads,
         "mamba_head_dim": int(head_dim),
@@ -127,9 +126,19 @@ def mamba2_fields(d: dict[str, Any]) -> dict[str, Any]:
         "mamba_conv_kernel": int(d["mamba_d_conv"]),
         "mamba_conv_bias": bool(d["mamba_conv_bias"]),
         "mamba_proj_bias": bool(d["mamba_proj_bias"]),
-        "time_step_min": json_float(limit[0]),
-        "time_step_max": json_float(limit[1]),
+        "time_step_limit": time_step_limit(d),
     }
+
+
+def time_step_limit(d: dict[str, Any]) -> tuple[float, float]:
+    """The dt clamp ``(low, high)`` from ``time_step_limit`` (null or missing: none)."""
+    limit = d.get("time_step_limit") or [0.0, float("inf")]
+    if not isinstance(limit, list | tuple) or len(limit) != 2:
+        raise ValueError(f"time_step_limit must be [low, high], got {limit!r}")
+    low, high = json_float(limit[0]), json_float(limit[1])
+    if not 0.0 <= low <= high:
+        raise ValueError(f"time_step_limit must satisfy 0 <= low <= high, got {limit!r}")
+    return low, high
 
 
 def check_act(d: dict[str, Any], name: str, want: str) -> None:

@@ -113,8 +113,7 @@ def read_zamba2(cls: type[HybridConfig], data: dict[str, Any]) -> HybridConfig:
         mamba_conv_kernel=int(d["mamba_d_conv"]),
         mamba_conv_bias=bool(d["use_conv_bias"]),
         mamba_proj_bias=bool(d["add_bias_linear"]),
-        time_step_min=float(d["time_step_min"]),
-        time_step_max=float("inf"),
+        time_step_limit=(float(d["time_step_min"]), float("inf")),  # transformers' Zamba2 clamps dt there
         mlp_bias=bool(d["add_bias_linear"]),
     )
 

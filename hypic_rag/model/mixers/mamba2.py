@@ -53,7 +53,7 @@ class Mamba2Mixer(nn.Module):
         self.inner = config.mamba_intermediate
         self.conv_dim = config.mamba_conv_dim
         self.kernel = config.mamba_conv_kernel
-        self.dt_min, self.dt_max = config.time_step_min, config.time_step_max
+        self.dt_min, self.dt_max = config.time_step_limit
         h = config.hidden_size
         self.in_proj = Linear(h, self.inner + self.conv_dim + self.heads, bias=config.mamba_proj_bias)
         self.conv1d = nn.Conv1d(
