@@ -8,15 +8,22 @@ JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 8 ? n : 8 )))
 PYTEST_JOBS = -n $(JOBS) --dist loadgroup
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hypic-installed
+DEMO_STAMP := $(VENV)/.hypic-demo-installed
 
 .PHONY: demo test test-fast test-latest bench lint clean redis-server lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml constraints.txt | $(PY)
+$(STAMP): pyproject.toml setup.py constraints.txt | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
 	$(PY) -m pip install -c constraints.txt -e ".[all]"
+	touch $@
+
+# The demo needs only the engine and its own extra (not Ray, the test tools or the benchmarks' reference).
+$(DEMO_STAMP): pyproject.toml setup.py constraints.txt | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
+	$(PY) -m pip install -c constraints.txt -e ".[demo]"
 	touch $@
 
 # Resolve the extras afresh in a scratch venv and pin what came out (torch aside: the line above installs
@@ -37,7 +44,7 @@ test-latest: redis-server
 	$(LATEST_VENV)/bin/pip list 2>/dev/null | grep -iE '^(transformers|kernels|torch|llguidance) '
 	$(LATEST_VENV)/bin/pytest $(PYTEST_JOBS); status=$$?; rm -rf $(LATEST_VENV); exit $$status
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/hypic-rag demo
 
 # The Redis tier's tests start a real redis-server (the Debian package) on loopback.
@@ -53,7 +60,7 @@ test: $(STAMP) redis-server
 	$(VENV)/bin/pytest $(PYTEST_JOBS) --durations=30
 
 # The inner loop: everything but the slow tiers (pyproject.toml's markers); `make test` runs them all.
-FAST := not (ray or training or bench or standard or docs)
+FAST := not (ray or training or bench or standard or docs or wheel)
 test-fast: $(STAMP) redis-server
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

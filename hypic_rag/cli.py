@@ -8,7 +8,7 @@ import os
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 def _csv(cast: type, minimum: float, what: str):
@@ -458,12 +458,20 @@ def _run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     return 0
 
 
+def _missing_extra(parser: argparse.ArgumentParser, exc: ImportError, advice: str) -> NoReturn:
+    """An extra's package is missing: say which extra to install. A module of hypic-rag itself missing is a broken
+    install, which installing an extra would not mend, so it is raised as it is."""
+    if (exc.name or "").split(".")[0] == "hypic_rag":
+        raise exc
+    parser.error(f"{advice} ({exc})")
+
+
 def _serve_one(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``serve``: one process."""
     try:
         from hypic_rag.server import serve
     except ImportError as exc:
-        parser.error(f"the server needs its extra: pip install 'hypic-rag[server]' ({exc})")
+        _missing_extra(parser, exc, "the server needs its extra: pip install 'hypic-rag[server]'")
     serve(
         args.model,
         mode=args.mode,
@@ -537,7 +545,7 @@ def _serve_fleet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         from hypic_rag.fleet.deployment import default_autoscaling
         from hypic_rag.fleet.launch import serve_fleet
     except ImportError as exc:
-        parser.error(f"the fleet needs its extras: pip install 'hypic-rag[server,ray]' ({exc})")
+        _missing_extra(parser, exc, "the fleet needs its extras: pip install 'hypic-rag[server,ray]'")
     from hypic_rag.fleet.routing import make_policy
 
     make_policy(args.routing, args.routing_epsilon, burst=args.routing_burst)  # the router's slacks, checked first

@@ -184,3 +184,20 @@ def test_a_report_opens_with_the_run_header(tmp_path, capsys):
     assert set(run) == {"benchmark", "hypic_rag", "revision", "python", "torch", "device", "threads", "argv"}
     assert f"wrote {out}" in capsys.readouterr().out
     write_report({"x": 1}, None, "ttft")  # no path: nothing written
+
+
+def test_a_missing_extra_is_named_and_a_missing_module_of_ours_is_not_blamed_on_one(capsys, monkeypatch):
+    """``serve --replicas`` without Ray asks for the extras; with hypic-rag's own fleet module missing (a broken
+    install), it says so instead."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "hypic_rag.fleet.deployment", raising=False)
+    monkeypatch.delitem(sys.modules, "hypic_rag.fleet.launch", raising=False)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(SystemExit):
+        main(["serve", "--replicas", "1"])
+    assert "the fleet needs its extras: pip install 'hypic-rag[server,ray]'" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "hypic_rag.fleet.deployment", None)
+    with pytest.raises(ImportError) as missing:
+        main(["serve", "--replicas", "1"])
+    assert missing.value.name == "hypic_rag.fleet.deployment"
