@@ -90,8 +90,8 @@ def install_segment(model: HybridModel, state: RequestState, cached: CachedSegme
 
 
 def assemble(model: HybridModel, state: RequestState, plan: RequestPlan, cached: Sequence[CachedSegment | None]) -> int:
-    """Advance an empty ``state`` through the plan's segments; returns the tokens that went through the
-    model. ``cached[i]`` None means segment ``i`` runs in context."""
+    """Advance ``state`` (empty, or an exact prefix) through the plan's segments; returns the tokens that went
+    through the model. ``cached[i]`` None means segment ``i`` runs in context."""
     recomputed = 0
     stretch: list[int] = []
     for seg, found in zip(plan.segments, cached, strict=True):
@@ -137,11 +137,12 @@ def fused_inputs(
     cached: Sequence[CachedSegment | None],
     through_layer: int | None = None,
 ) -> FusedInputs:
-    """Place the cached segments' keys in the empty ``state`` (rotated once, every layer together) and
-    gather the tokens the plan recomputes, with the jumps the linear layers make over cached segments.
-    ``through_layer``: only the layers up to it get keys and jumps (a forward that stops there, the probe)."""
+    """Place the cached segments' keys in ``state`` (rotated once, every layer together) after what it holds (an
+    exact prefix restored into it, or nothing) and gather the tokens the plan recomputes, with the jumps the
+    linear layers make over cached segments. ``through_layer``: only the layers up to it get keys and jumps (a
+    forward that stops there, the probe)."""
     device = model.device
-    state.reserve(sum(len(seg.ids) for seg in plan.segments) + len(plan.query) + 1)
+    state.reserve(state.seq_len + sum(len(seg.ids) for seg in plan.segments) + len(plan.query) + 1)
     fresh: list[int] = []
     positions: list[int] = []
     at: list[int] = []
@@ -157,7 +158,7 @@ def fused_inputs(
     shifts: list[int] = []  # per placed key, the rotation it still owes: where its segment now begins
     seams: dict[int, range] = {}
     offsets: dict[int, int] = {}
-    offset = 0
+    offset = state.seq_len
     for k, (seg, found) in enumerate(zip(plan.segments, cached, strict=True)):
         n = len(seg.ids)
         offsets[k] = offset

@@ -30,6 +30,9 @@ class RequestStats:
     # of hit_segments' lookups, the segments the memory tier held when the request looked them up (the others
     # came from a persistent tier or were made): what a fleet's routing is for
     memory_segments: int = 0
+    # of hit_segments, the leading segments a composed request restored exactly from the prefix store (the
+    # nodes ``prefix`` mode writes) before composing the others onto them
+    prefix_segments: int | None = None
     recomputed_tokens: int = 0
     cached_tokens: int = 0
     cache_bytes: int = 0

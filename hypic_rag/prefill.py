@@ -1,14 +1,15 @@
 """The prefill program: a prompt to its first logits and request state, in its mode. ``full`` runs it in context,
 ``prefix`` restores the longest cached prefix and runs the rest; the composed modes (``pic``, ``hypic``) go plan
-→ look up → (guard) → fill the misses → assemble → first logits, each step in its own module (``plan``,
-``cache``, ``guard``, ``entries``, ``assembly``), orchestrated here. Written as a generator that yields each
+→ restore the longest exactly cached prefix → look up → (guard) → fill the misses → assemble the segments after
+the prefix → first logits, each step in its own module (``plan``, ``cache``, ``guard``, ``entries``,
+``assembly``), orchestrated here. Written as a generator that yields each
 ``Piece`` (a forward's tokens) before running it, so a scheduler can budget a prompt a piece at a time; ``run``
 drains it whole."""
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import torch
@@ -185,12 +186,22 @@ class PrefillProgram:
         the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
         fidelity budget probes the boundaries first (``_guard``); logits None: the guard wants it computed
         exactly, and the misses are still filled after its first token, so the cache learns them."""
-        stats.memory_segments = sum(seg.key is not None and seg.key in self.segment_store for seg in plan.segments)
-        found = self.lookup(plan, kinds)
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.settings.fidelity_budget
+        guarded_plan = plan.seam in ADAPTIVE or budget is not None
+        # The guard probes a plan from the prompt's start, so a guarded request composes every segment.
+        depth = 0 if guarded_plan else self._restore_prefix(plan, state)
+        restored = sum(len(seg.ids) for seg in plan.segments[:depth])
+        if depth:  # the segments after the exact prefix compose onto it; the first of them keeps its seam
+            plan = replace(plan, segments=plan.segments[depth:])
+            kinds = kinds[depth:] if kinds is not None else None
+        stats.memory_segments = depth + sum(
+            seg.key is not None and seg.key in self.segment_store for seg in plan.segments
+        )
+        stats.prefix_segments = depth
+        found = self.lookup(plan, kinds)
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)
         filled = 0  # tokens run in isolation to make entries; the guard's fills count whatever it chose
-        if plan.seam in ADAPTIVE or budget is not None:
+        if guarded_plan:
             guarded = yield from guard(self, plan, found, stats, options.seam_budget, budget, chunk, prefilled)
             filled = sum(len(plan.segments[i].ids) for i in prefilled)
             if guarded is None:
@@ -200,8 +211,8 @@ class PrefillProgram:
         missed = [i for i, seg in enumerate(plan.segments) if missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
         made_here = set(missed).union(prefilled)  # not held before the request
-        hits = sum(f is not None and i not in made_here for i, f in enumerate(found))
-        stats.cached_tokens = sum(
+        hits = depth + sum(f is not None and i not in made_here for i, f in enumerate(found))
+        stats.cached_tokens = restored + sum(
             len(seg.ids) - seg.seam
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
             if f is not None and i not in made_here and not seg.in_context
@@ -215,7 +226,7 @@ class PrefillProgram:
             deferred = []
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
-        stats.hit_segments, stats.miss_segments = hits, len(plan.segments) - hits
+        stats.hit_segments, stats.miss_segments = hits, depth + len(plan.segments) - hits
         if chunk is not None:
             yield Piece(fresh_tokens(plan, found))  # the seams, what runs in context and the query, one forward
         if self.settings.fuse_forwards:
@@ -228,6 +239,15 @@ class PrefillProgram:
         stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.settings.cold_policy
         return logits, deferred
+
+    def _restore_prefix(self, plan: RequestPlan, state: RequestState) -> int:
+        """Restore into the empty ``state`` the longest run of the plan's leading segments that the prefix store
+        holds exactly (the nodes ``prefix`` mode writes); how many segments that is."""
+        keys = self.prefix_store.chain_keys([seg.ids for seg in plan.segments])
+        depth = self.prefix_store.longest(keys)
+        if depth:
+            self.prefix_store.restore(keys[:depth], state)
+        return depth
 
     def find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None:
         """``found`` gets the remainder each cached segment of ``plan`` composes at its (new) width."""
