@@ -19,15 +19,27 @@ TokenCallback = Callable[[int, "str | None"], None]
 FLUSH = -1
 
 
+# A token's text may re-decode this many trailing characters of the text before it (an unfinished UTF-8
+# character completed), so a search for a new stop string starts this far before where the last one ended.
+REDECODED = 8
+
+
 def partial_suffix(text: str, tags: Sequence[str]) -> int:
     """Length of the longest tail of ``text`` that is a proper prefix of one of ``tags``: what a stream holds
-    back until it knows whether a tag (a stop string, a tool-call tag) begins there."""
+    back until it knows whether a tag (a stop string, a tool-call tag) begins there. Only the last ``len(tag) - 1``
+    characters are read, and each candidate start is one where the tag's first character sits, so the work per
+    call is bounded by the tags' lengths, not the text's."""
     best = 0
     for tag in tags:
-        for n in range(min(len(tag) - 1, len(text)), best, -1):
-            if text.endswith(tag[:n]):
-                best = n
+        if len(tag) < 2:
+            continue
+        tail = text[-(len(tag) - 1) :]
+        at = tail.find(tag[0])
+        while 0 <= at < len(tail) - best:  # the earliest start is the longest tail
+            if tag.startswith(tail[at:]):
+                best = len(tail) - at
                 break
+            at = tail.find(tag[0], at + 1)
     return best
 
 
@@ -72,6 +84,8 @@ class Decoder:
         self.stops, self.max_new_tokens = stops, max_new_tokens
         self.on_token, self.detokenize = on_token, detokenize
         self.stop_strings = [s for s in stop_strings if s]
+        self._stop_reach = max((len(s) for s in self.stop_strings), default=0) + REDECODED
+        self._searched = 0  # the text's length when it was last searched for a stop string
         self.cancelled = cancelled
         self.picker = picker if picker is not None else Picker(sampler, generator)
         self.ids: list[int] = []
@@ -149,7 +163,10 @@ class Decoder:
         if self.on_token is None and not self.stop_strings:
             return False
         text = self.detokenize(self.ids)
-        cut = min((at for s in self.stop_strings if (at := text.find(s)) >= 0), default=-1)
+        # a stop string new in this text ends within its new characters: search only from the last one's reach
+        start = max(0, self._searched - self._stop_reach)
+        cut = min((at for s in self.stop_strings if (at := text.find(s, start)) >= 0), default=-1)
+        self._searched = len(text)
         if cut >= 0:
             text = self.text = text[:cut]
         safe = len(text) if cut >= 0 else len(text) - _held_back(text, self.stop_strings)

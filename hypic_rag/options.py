@@ -81,6 +81,10 @@ def check_sampling(temperature: Any, top_p: Any, top_k: Any, seed: Any) -> None:
         raise OptionError("seed", f"seed must be an integer that fits in 64 bits, or None, got {seed!r}")
 
 
+# Every generated token is matched against the stop strings' tails, so their total length bounds that work.
+STOP_CHARS = 4096
+
+
 def _strings(name: str, value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -169,6 +173,10 @@ class RequestOptions:
             raise OptionError("max_new_tokens", f"max_new_tokens must be an integer >= 1, got {tokens!r}")
         check_sampling(self.temperature, self.top_p, self.top_k, self.seed)
         object.__setattr__(self, "stop", _strings("stop", self.stop))
+        if self.stop is not None and sum(map(len, self.stop)) > STOP_CHARS:
+            raise OptionError(
+                "stop", f"stop strings may hold {STOP_CHARS:,} characters in all, got {sum(map(len, self.stop)):,}"
+            )
         object.__setattr__(self, "stop_token_ids", _ids("stop_token_ids", self.stop_token_ids))
         self._check_logits_options()
         try:

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hypic_rag import Engine, Segment
+from hypic_rag.decoding import REDECODED, Decoder, partial_suffix
 from hypic_rag.logits import Sampler
 
 
@@ -65,3 +68,61 @@ def test_engine_generate_passes_top_k(checkpoint):
     assert top1 == greedy
     with pytest.raises(ValueError, match="top_k"):
         engine.generate([], query, mode="full", temperature=1.0, top_k=-2)
+
+
+def _partial_suffix_by_definition(text: str, tags) -> int:
+    """The longest tail of ``text`` that is a proper prefix of a tag, tried length by length."""
+    return max(
+        (n for tag in tags for n in range(1, min(len(tag) - 1, len(text)) + 1) if text.endswith(tag[:n])), default=0
+    )
+
+
+@given(
+    st.text(alphabet="ab<", max_size=30),
+    st.lists(st.text(alphabet="ab<", min_size=1, max_size=12), min_size=1, max_size=4),
+)
+def test_partial_suffix_is_the_longest_tail_that_begins_a_tag(text, tags):
+    assert partial_suffix(text, tags) == _partial_suffix_by_definition(text, tags)
+
+
+class _SearchLog(str):
+    """A text that records where each search for a stop string starts."""
+
+    starts: list[tuple[int, int]] = []
+
+    def find(self, sub, start=0, *args):
+        _SearchLog.starts.append((len(self), start))
+        return str.find(self, sub, start, *args)
+
+
+def test_stop_strings_are_searched_for_only_near_the_end_of_the_answer(checkpoint):
+    """Each token's search starts at most the longest stop string (and a few re-decoded characters) before the
+    text's previous end, so matching stays linear in the answer, and a stop string is still found where it ends."""
+    engine = Engine.from_pretrained(checkpoint("qwen3_5_text"))
+    words = [f" w{i}" for i in range(60)]
+    stops = ["w58 w5", "never in it"]
+    model = engine.model
+    state = model.new_state()
+    with torch.inference_mode():
+        model(torch.tensor([[3, 4, 5]]), state=state)
+    _SearchLog.starts = []
+    decoder = Decoder(
+        model,
+        state,
+        0,
+        Sampler(),
+        None,
+        stops=(),
+        max_new_tokens=200,
+        detokenize=lambda ids: _SearchLog("".join(words[i % 60] for i in range(len(ids)))),
+        stop_strings=stops,
+    )
+    decoder.picker.pick = lambda logits, **kwargs: 0  # the text is the fake detokenizer's, whatever is picked
+    decoder.run()
+    assert decoder.finish == "stop" and decoder.text == "".join(words[:58]) + " "
+    reach = max(map(len, stops)) + REDECODED
+    lengths = sorted({length for length, _ in _SearchLog.starts})
+    before = dict(zip(lengths[1:], lengths, strict=False))  # each token's text length -> the token before's
+    for length, start in _SearchLog.starts:
+        assert start >= before.get(length, 0) - reach
+    assert max(start for _, start in _SearchLog.starts) > 200  # it moved along: not the whole text each time

@@ -25,6 +25,7 @@ BAD = [
     ({"top_k": True}, "top_k", "top_k"),
     ({"seed": 2**64}, "seed", "64 bits"),
     ({"stop": "x"}, "stop", "stop must be a list of strings"),
+    ({"stop": ["x" * 4000, "y" * 97]}, "stop", "4,096 characters in all, got 4,097"),
     ({"stop_token_ids": [1, -2]}, "stop_token_ids", "stop_token_ids must be a list of token ids"),
     ({"segmentation": "words"}, "segmentation", "segmentation must be one of explicit, auto, none"),
     ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs", "may not set tools"),

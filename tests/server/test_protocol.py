@@ -56,6 +56,7 @@ def test_body_fields_and_the_extension_become_the_request_options():
         ({"max_tokens": 2, "max_completion_tokens": 3}, "max_completion_tokens", "disagree"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4"),
         ({"stop": [""]}, "stop", "non-empty"),
+        ({"stop": ["x" * 100_000] * 4}, "stop", "4,096 characters in all"),
         ({"hypic": {"mode": "fast"}}, "hypic.mode", "hypic.mode: unknown mode 'fast'"),
         ({"hypic": {"seem": 4}}, "hypic.seem", "'seem' is not a request option"),
         ({"hypic": {"seam": 1.5}}, "hypic.seam", "fractional seam"),
