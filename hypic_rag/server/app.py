@@ -41,6 +41,7 @@ from .completions import (
     text_completion,
 )
 from .completions import completion_id as text_completion_id
+from .fields import ignored_header_value
 from .limits import BODY_TIMEOUT_S, BadBody, finite, loads
 from .metrics import ServerMetrics
 from .protocol import (
@@ -448,7 +449,7 @@ def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
         arguments = engine_arguments(body, serving.default_mode, engine.chat_format)
         await serving.compiled(partial(engine.check_chat, **arguments))
         job = Job(arguments, asyncio.get_running_loop())
-        ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
+        ignored = {IGNORED_HEADER: ignored_header_value(body.ignored_fields)} if body.ignored_fields else {}
         serving.submit(job)
         streaming = False
         try:
@@ -502,7 +503,7 @@ def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
             for prompt in prompts(body, serving.max_queue)
         ]
         await serving.compiled(partial(serving.engine.check_start, jobs[0].arguments["options"]))
-        ignored = {IGNORED_HEADER: ", ".join(body.ignored_fields)} if body.ignored_fields else {}
+        ignored = {IGNORED_HEADER: ignored_header_value(body.ignored_fields)} if body.ignored_fields else {}
         submitted: list[Job] = []
         streaming = False
         try:

@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from ..options import OPTIONS, SPELLINGS
 
@@ -145,3 +146,27 @@ def _json_format(schema: Any, where: str) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise FieldError(where, f"{where} must be a JSON schema object")
     return {"type": "json_schema", "json_schema": {"name": None, "schema": dict(schema)}}
+
+
+# The ignored fields' header: names as a client sent them may hold any character, and a header value may not
+# (CR/LF would split the response, non-latin-1 fails to encode), so each is percent-encoded outside printable
+# ASCII, and the list is cut to a bounded length (the body's ``hypic.ignored_fields`` lists them all, as sent).
+HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in "%,")
+IGNORED_HEADER_CHARS = 1024
+
+
+def ignored_header_value(names: Sequence[str]) -> str:
+    """The header value naming ``names``: each percent-encoded outside printable ASCII, at most
+    ``IGNORED_HEADER_CHARS`` characters, ending in how many more there were when cut."""
+    shown: list[str] = []
+    used = 0
+    for i, name in enumerate(names):
+        safe = quote(name, safe=HEADER_SAFE + " ")
+        last = i == len(names) - 1
+        room = IGNORED_HEADER_CHARS - used - (0 if last else len(f", ... ({len(names) - i - 1} more)"))
+        if len(safe) > room:
+            shown.append(f"... ({len(names) - i} more)")
+            break
+        shown.append(safe)
+        used += len(safe) + 2
+    return ", ".join(shown)

@@ -94,3 +94,16 @@ def test_tool_results_are_normalised_as_chat_hypic_normalises_them():
     literal = str({"name": "Bo Ek", "city": "Kothvenville"})
     history[-1] = {**history[-1], "content": literal}
     assert _messages("Where is Bo?", *history, fmt=BUNDLED)[-1]["content"] == messages[-1]["content"]
+
+
+def test_the_ignored_fields_header_value_is_printable_ascii_and_bounded():
+    from hypic_rag.server.fields import IGNORED_HEADER_CHARS, ignored_header_value
+
+    assert ignored_header_value(["a", "b c"]) == "a, b c"
+    assert ignored_header_value(["x\ny", "é"]) == "x%0Ay, %C3%A9"
+    names = [f"n{i:03d}" for i in range(400)]
+    value = ignored_header_value(names)
+    assert len(value) <= IGNORED_HEADER_CHARS and value.startswith("n000, n001") and value.endswith(" more)")
+    kept = value.split(", ")[:-1]
+    assert kept == names[: len(kept)] and value.endswith(f"... ({400 - len(kept)} more)")
+    assert ignored_header_value(["z" * 5000]) == "... (1 more)"

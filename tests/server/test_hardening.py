@@ -292,3 +292,21 @@ def test_small_misuses_are_each_a_clear_4xx(server):
     error = error_of(_post(server, {"messages": QUESTION, "n": 0}), 400)
     assert error["param"] == "n" and "n must be 1" in error["message"]
     assert _post(server, {"messages": QUESTION, "n": 1, "max_tokens": 4}).status_code == 200
+
+
+@pytest.mark.fleet
+def test_ignored_field_names_of_any_characters_reach_the_header_encoded(server):
+    """An ignored field named with CR/LF, non-latin-1 characters or a comma is named in the header percent-encoded
+    (and as sent in the body); a thousand of them are cut to a bounded header."""
+    odd = ["evil\r\nX-Injected: 1", "naïve", "名前", "a,b"]
+    response = _post(server, {"messages": QUESTION, "max_tokens": 2, **{name: 1 for name in odd}})
+    assert response.status_code == 200 and "x-injected" not in response.headers
+    assert response.json()["hypic"]["ignored_fields"] == sorted(odd)
+    assert (
+        response.headers["x-hypic-ignored-fields"] == "a%2Cb, evil%0D%0AX-Injected: 1, na%C3%AFve, %E5%90%8D%E5%89%8D"
+    )
+    many = {f"field_{i:04d}": 1 for i in range(1000)}
+    response = _post(server, {"messages": QUESTION, "max_tokens": 2, **many})
+    header = response.headers["x-hypic-ignored-fields"]
+    assert response.status_code == 200 and len(header) <= 1024 and header.endswith(" more)")
+    assert len(response.json()["hypic"]["ignored_fields"]) == 1000
