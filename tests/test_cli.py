@@ -201,3 +201,46 @@ def test_a_missing_extra_is_named_and_a_missing_module_of_ours_is_not_blamed_on_
     with pytest.raises(ImportError) as missing:
         main(["serve", "--replicas", "1"])
     assert missing.value.name == "hypic_rag.fleet.deployment"
+
+
+def test_a_busy_port_is_refused_before_the_model_loads(capsys, monkeypatch):
+    """``serve`` and ``serve --replicas`` refuse a port another process holds at once, not after loading."""
+    import socket
+
+    import hypic_rag.engine as engine_module
+    import hypic_rag.fleet.launch as launch
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded for a port that cannot be had")
+
+    monkeypatch.setattr(engine_module.Engine, "from_pretrained", no_loading)
+    monkeypatch.setattr(launch, "running_fleet", no_loading)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        for argv in (["serve", "--port", port], ["serve", "--port", port, "--replicas", "1"]):
+            with pytest.raises(SystemExit):
+                main(argv)
+            assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err, argv
+
+
+def test_serve_names_a_cache_tier_it_cannot_reach_as_it_starts(capsys, monkeypatch):
+    import hypic_rag.fleet.launch as launch
+    from hypic_rag.testing.server import free_port
+
+    url = f"redis://:secret@127.0.0.1:{free_port()}/0"
+    monkeypatch.setattr(launch, "running_fleet", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert main(["serve", "--replicas", "1", "--port", str(free_port()), "--cache-url", url]) == 0
+    err = capsys.readouterr().err
+    shown = url.replace(":secret@", ":***@")
+    assert f"warning: the shared cache tier {shown} cannot be reached" in err and "secret" not in err
+    import uvicorn
+
+    served: list = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(sockets))
+    assert main(["serve", "--port", str(free_port()), "--cache-url", url]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: the shared cache tier {shown} cannot be reached" in err and "secret" not in err
+    assert len(served) == 1 and served[0][0].getsockname()[0] == "127.0.0.1"  # the socket bound before loading
+    served[0][0].close()

@@ -76,6 +76,10 @@ class RedisTier:
     def delete(self, key: str) -> None:
         self.client.delete(PREFIX + key)
 
+    def check(self) -> None:
+        """A ping: raises what any call would raise while the server cannot be reached (for start-up and health)."""
+        self.client.ping()
+
     def clear(self) -> int:
         self.flush()
         removed = 0
@@ -86,7 +90,7 @@ class RedisTier:
     def stats(self) -> dict[str, Any]:
         info = self.client.info("memory")
         return {
-            "url": _redacted(self.url),
+            "url": redacted(self.url),
             "bytes": int(info.get("used_memory", 0)),
             "entries": sum(1 for _ in self.client.scan_iter(match=PREFIX + "*", count=1000)),
             "dropped_writes": self.dropped_writes,
@@ -130,7 +134,8 @@ def _batches(items: Any, size: int) -> Any:
         yield batch
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
+    """``url`` without its password, for logs and warnings."""
     parsed = urlparse(url)
     if parsed.password:
         return url.replace(f":{parsed.password}@", ":***@")

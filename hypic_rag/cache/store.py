@@ -64,6 +64,7 @@ class _Tier:
         self.name, self.tier = name, tier
         self.down_until = 0.0
         self.warned = False
+        self.reason: str | None = None  # why its last call failed; None once one succeeds
 
 
 class SegmentStore:
@@ -203,7 +204,9 @@ class SegmentStore:
         if time.monotonic() < tier.down_until:
             return None
         try:
-            return call(tier.tier)
+            out = call(tier.tier)
+            tier.reason = None
+            return out
         except (PickledValue, ForeignPath, UnreadableKey):
             if corrupt:  # the tier deleted the record already; count it
                 self.counters["corrupt"] += 1
@@ -211,6 +214,7 @@ class SegmentStore:
         except Exception as exc:  # any failure of the tier: the request goes on without it
             self.counters["tier_errors"] += 1
             tier.down_until = time.monotonic() + self.retry_s
+            tier.reason = f"{type(exc).__name__}: {exc}"
             if not tier.warned:
                 tier.warned = True
                 log.warning(
@@ -284,6 +288,18 @@ class SegmentStore:
         """Per segment kind, the share of its entry lookups that some tier answered."""
         kinds = {kind for kind, _ in self.lookups}
         return {k: self.lookups[k, "hit"] / (self.lookups[k, "hit"] + self.lookups[k, "miss"]) for k in sorted(kinds)}
+
+    def check_tiers(self) -> dict[str, str | None]:
+        """Ask each persistent tier that can be asked (a ``check`` method: the shared tier's ping) whether it
+        answers now; one that fails is bypassed as a failed lookup would be. ``tier_status`` after it."""
+        for tier in self._tiers.values():
+            if hasattr(tier.tier, "check"):
+                self._call(tier, lambda t: t.check())
+        return self.tier_status()
+
+    def tier_status(self) -> dict[str, str | None]:
+        """Each persistent tier's reason for being bypassed (its last failure), None for one in use; no call."""
+        return {name: tier.reason for name, tier in self._tiers.items()}
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {

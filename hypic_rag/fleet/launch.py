@@ -111,7 +111,14 @@ def serve_fleet(
     autoscaling: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> None:
-    """Run the fleet until Ctrl-C, then stop what was started here."""
+    """Run the fleet until Ctrl-C, then stop what was started here. A busy port is refused (``ValueError``) before
+    Ray starts; a shared tier that cannot be reached is named once (each replica bypasses it until it answers)."""
+    from ..cache.remote import redacted
+    from ..server.startup import check_port, check_remote_url, report_tier
+
+    check_port(host, port)
+    url = options.get("cache_url")
+    report_tier(redacted(url) if url else None, lambda: check_remote_url(url))
     most = most_replicas(replicas, autoscaling)
     least = int(autoscaling.get("min_replicas", 1)) if autoscaling else most
     print(f"hypic-rag: starting {most if least == most else f'{least}..{most}'} replicas ...", flush=True)

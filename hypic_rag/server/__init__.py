@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .app import create_app
+from .startup import bind, report_tier
 
 __all__ = ["create_app", "serve"]
 
@@ -37,9 +38,13 @@ def serve(
     seconds, cuts the rest and exits."""
     import uvicorn
 
+    from ..cache.remote import redacted
     from ..engine import Engine
 
+    sock = bind(host, port)  # a busy port is refused before the model loads
     engine = Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url, **engine_options)
+    shown = redacted(cache_url) if cache_url is not None else None
+    report_tier(shown, lambda: engine.segment_store.check_tiers().get("remote"))
     names = [name or model or "hypic-default"]
     app = create_app(
         engine,
@@ -54,4 +59,6 @@ def serve(
         shadow_rate=shadow_rate,
     )
     print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_S)
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=GRACE_S)
+    uvicorn.Server(config).run(sockets=[sock])
+

@@ -339,9 +339,17 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _add_service_routes(app: FastAPI, names: list[str], worker: EngineWorker, metrics: ServerMetrics) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
+        """``ok``, or ``degraded`` (still a 200: answers go on, computed without it) while a persistent cache
+        tier cannot be reached, with the reason; a 500 when the engine has stopped."""
         if not worker.alive:
             raise APIError(500, "the engine worker has stopped", type="server_error")
-        return JSONResponse({"status": "ok", "model": names[0], "queue_depth": worker.queue.qsize()})
+        tiers = await asyncio.to_thread(worker.engine.segment_store.check_tiers)
+        down = {f"{name}_tier": reason for name, reason in tiers.items() if reason is not None}
+        body: dict[str, Any] = {"status": "degraded" if down else "ok", "model": names[0]}
+        body["queue_depth"] = worker.queue.qsize()
+        if down:
+            body["degraded"] = down
+        return JSONResponse(body)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -43,6 +43,12 @@ class _CacheBytes(Collector):
                 entries.add_metric([tier], segments[tier]["entries"])
         yield held
         yield entries
+        up = GaugeMetricFamily(
+            "hypic_cache_tier_up", "1 while a persistent cache tier is in use, 0 while it is bypassed", labels=["tier"]
+        )
+        for tier, reason in self.engine.segment_store.tier_status().items():
+            up.add_metric([tier], 0 if reason else 1)
+        yield up
         refused = CounterMetricFamily(
             "hypic_cache_admissions_refused", "Entries the memory tier did not admit, by reason", labels=["reason"]
         )

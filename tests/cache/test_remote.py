@@ -141,3 +141,16 @@ def test_16_bit_entries_round_trip_through_redis_and_never_mix_with_float32(redi
     out = _ask(wide)
     assert out.stats["remote_hits"] == 0 and out.stats["corrupt"] == 0 and out.stats["hit_segments"] == 0
     assert warm.stats["cache_bytes"] * 2 == pytest.approx(out.stats["cache_bytes"], rel=0.01)
+
+
+def test_the_store_checks_its_tiers_and_says_why_one_is_bypassed(redis_server):
+    engine = _engine(cache_url=redis_server.url)
+    store = engine.segment_store
+    store.retry_s = 0.2
+    assert store.check_tiers() == {"remote": None} and store.tier_status() == {"remote": None}
+    redis_server.kill()
+    reason = store.check_tiers()["remote"]
+    assert reason is not None and "Connection" in reason and store.tier_status() == {"remote": reason}
+    redis_server.start()
+    time.sleep(0.25)  # past retry_s: the next check tries it again
+    assert store.check_tiers() == {"remote": None}

@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from hypic_rag import Engine
 from hypic_rag.eval.data import TOOLS
 from hypic_rag.server import create_app
 from hypic_rag.testing.server import serve_in_thread
@@ -331,3 +332,17 @@ def test_cache_control_marks_a_part_as_a_document_and_the_seam_is_the_bodys(clie
     again = client.chat.completions.create(model=MODEL, messages=marked([2, 0, 1]), max_tokens=2, extra_body=seam)
     stats = again.model_extra["hypic"]
     assert stats["hit_segments"] == 3 and stats["seam"] == 4
+
+
+def test_an_unreachable_cache_tier_is_health_degraded_and_a_metric(tmp_path):
+    """The server keeps answering without the shared tier; /health says degraded and why, /metrics has it down."""
+    from hypic_rag.testing.server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    engine = Engine.from_pretrained(cache_url=url)
+    with serve_in_thread(create_app(engine, model_names=[MODEL])) as base:
+        health = httpx.get(base + "/health", timeout=30).json()
+        assert health["status"] == "degraded" and "Connection" in health["degraded"]["remote_tier"]
+        assert 'hypic_cache_tier_up{tier="remote"} 0.0' in httpx.get(base + "/metrics", timeout=30).text
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Where does Ana live?"}], "max_tokens": 2}
+        assert httpx.post(base + "/v1/chat/completions", json=body, timeout=120).status_code == 200
