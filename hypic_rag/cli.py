@@ -217,6 +217,12 @@ def _add_serve(sub: Any) -> None:
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--cache-dir", default=None, help="add a persistent segment tier here")
     srv.add_argument("--cache-url", default=None, help="a shared remote segment tier")
+    srv.add_argument(
+        "--cache-secret",
+        default=None,
+        help="seals the disk and shared tiers' entries, so that who can write them cannot change answers "
+        "(default: $HYPIC_CACHE_SECRET, else none; 16 bytes or more)",
+    )
     srv.add_argument("--mode", default="hypic", help="for requests that do not set hypic.mode")
     srv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past that, 429")
     srv.add_argument("--max-active", type=int, default=16, help="requests decoded together, in one forward a step")
@@ -525,6 +531,7 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
         "shadow_rate": args.shadow_rate,
         "cache_dir": args.cache_dir,
         "cache_url": args.cache_url,
+        "cache_secret": args.cache_secret or os.environ.get("HYPIC_CACHE_SECRET") or None,
         "dtype": args.dtype,
         "entry_dtype": args.entry_dtype,
         "device": args.device,

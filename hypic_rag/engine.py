@@ -31,6 +31,7 @@ from .cache.entry import entry_dtype as entry_dtype_of
 from .cache.keys import entry_fingerprint
 from .cache.lru import ByteLRU
 from .cache.remote import RedisTier, check_url
+from .cache.seal import secret_bytes, secret_id
 from .cache.validate import EntryLayout
 from .chat.conversation import ChatSetup
 from .chat.formats.base import NONE, ChatFormat
@@ -114,6 +115,7 @@ class Engine:
         fidelity_budget: float | None = None,
         entry_dtype: str | torch.dtype = "float32",
         cache_policy: str = "value",
+        cache_secret: str | bytes | None = None,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
@@ -134,7 +136,9 @@ class Engine:
         ``entry_dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``) is what cache entries are kept in (states,
         operators, KV; compute stays in the model's dtypes), part of their fingerprint; ``cache_policy`` is the
         memory tier's: ``"value"`` admits a segment that needs room only once it recurs and evicts by prefill saved
-        per byte, ``"lru"`` keeps the least recently used out (``cache/lru.py``)."""
+        per byte, ``"lru"`` keeps the least recently used out (``cache/lru.py``). ``cache_secret`` (16 bytes or more)
+        seals what the disk and shared tiers hold, so that whoever can write them without it cannot make an entry
+        this engine uses (``cache/seal.py``); engines with different secrets, or none, share no entries."""
         self.settings = PrefillSettings(
             seam, seam_variant, cold_policy, min_cached_tokens, fuse_forwards, fidelity_budget
         )
@@ -153,7 +157,10 @@ class Engine:
         if flush_denormals:
             torch.set_flush_denormal(True)
         self.entry_dtype = entry_dtype_of(entry_dtype)
+        secret = secret_bytes(cache_secret) if cache_secret is not None else None
         self.fingerprint = entry_fingerprint(fingerprint or module_fingerprint(model), self.entry_dtype)
+        if secret is not None:
+            self.fingerprint += f"+sealed:{secret_id(secret)}"
         disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
         self.cache_url = cache_url
         remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
@@ -169,6 +176,7 @@ class Engine:
             remote=remote,
             entry_dtype=self.entry_dtype,
             model_dtype=model.dtype,
+            secret=secret,
         )
         self.prefix_store = PrefixStore(self.fingerprint, self.memory)
         # ray_prefill.RayPrefill as the pool: cold misses prefilled across Ray actors

@@ -229,18 +229,22 @@ def test_serve_names_a_cache_tier_it_cannot_reach_as_it_starts(capsys, monkeypat
     import hypic_rag.fleet.launch as launch
     from hypic_rag.testing.server import free_port
 
-    url = f"redis://:secret@127.0.0.1:{free_port()}/0"
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     monkeypatch.setattr(launch, "running_fleet", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert main(["serve", "--replicas", "1", "--port", str(free_port()), "--cache-url", url]) == 0
     err = capsys.readouterr().err
-    shown = url.replace(":secret@", ":***@")
-    assert f"warning: the shared cache tier {shown} cannot be reached" in err and "secret" not in err
+    shown = url.replace(":hunter2@", ":***@")
+    assert f"warning: the shared cache tier {shown} cannot be reached" in err and "hunter2" not in err
+    assert f"warning: the shared cache tier {shown} is not sealed" in err
+    secret = ["--cache-secret", "0123456789abcdef0123"]
+    assert main(["serve", "--replicas", "1", "--port", str(free_port()), "--cache-url", url, *secret]) == 0
+    assert "is not sealed" not in capsys.readouterr().err
     import uvicorn
 
     served: list = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(sockets))
     assert main(["serve", "--port", str(free_port()), "--cache-url", url]) == 0
     err = capsys.readouterr().err
-    assert f"warning: the shared cache tier {shown} cannot be reached" in err and "secret" not in err
+    assert f"warning: the shared cache tier {shown} cannot be reached" in err and "hunter2" not in err
     assert len(served) == 1 and served[0][0].getsockname()[0] == "127.0.0.1"  # the socket bound before loading
     served[0][0].close()

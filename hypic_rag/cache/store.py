@@ -36,6 +36,7 @@ from .disk import ForeignPath, PickledValue
 from .entry import CachedSegment, CacheEntry, CorruptEntry, RemainderEntry, SegmentEntry
 from .keys import remainder_key
 from .lru import ByteLRU, Space, memory_space
+from .seal import seal, unseal
 from .tier import BytesTier, UnreadableKey
 from .validate import EntryLayout
 
@@ -79,17 +80,20 @@ class SegmentStore:
         remote: BytesTier | None = None,
         entry_dtype: torch.dtype = torch.float32,
         model_dtype: torch.dtype = torch.float32,
+        secret: bytes | None = None,
     ) -> None:
         """Lookups go memory, then ``disk``, then ``remote`` (a shared tier), and a hit is copied to the faster
         tiers. Entries read from a tier are checked against ``layout`` (the model's) and placed on ``device``.
         ``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own. Entries are
         kept in ``entry_dtype`` and handed out in the compute dtypes (fp32 states, ``model_dtype`` KV); pass a
-        ``fingerprint`` that names the entry dtype (``keys.entry_fingerprint``)."""
+        ``fingerprint`` that names the entry dtype (``keys.entry_fingerprint``). With a ``secret``, what the
+        persistent tiers hold is sealed with it (``seal.py``) and an entry without its seal is refused."""
         self.device = torch.device(device)
         self.fingerprint = fingerprint
         self.layout = layout
         self.entry_dtype, self.model_dtype = entry_dtype, model_dtype
         self.retry_s = retry_s
+        self.secret = secret
         self._memory: Space[CacheEntry] = memory_space(memory, "segment")
         self._tiers: dict[str, _Tier] = {}
         self.disk, self.remote = disk, remote
@@ -188,7 +192,7 @@ class SegmentStore:
         if data is None:
             return None, b""
         try:
-            entry = kind.from_bytes(data, self.fingerprint)
+            entry = kind.from_bytes(unseal(data, self.secret) if self.secret else data, self.fingerprint)
             if entry.token_ids != token_ids:
                 raise CorruptEntry("token ids differ: a key collision")
             if self.layout is not None:
@@ -242,6 +246,8 @@ class SegmentStore:
         kept = self._memory.put(key, stored, segment)
         if self._tiers:
             data = stored.to_bytes(self.fingerprint)
+            if self.secret:
+                data = seal(data, self.secret)
             for tier in self._tiers.values():
                 if not self._admits(tier, segment, len(data)):
                     self.counters[f"{tier.name}_refused"] += 1

@@ -118,7 +118,7 @@ def serve_fleet(
 
     check_port(host, port)
     url = options.get("cache_url")
-    report_tier(redacted(url) if url else None, lambda: check_remote_url(url))
+    report_tier(redacted(url) if url else None, lambda: check_remote_url(url), bool(options.get("cache_secret")))
     most = most_replicas(replicas, autoscaling)
     least = int(autoscaling.get("min_replicas", 1)) if autoscaling else most
     print(f"hypic-rag: starting {most if least == most else f'{least}..{most}'} replicas ...", flush=True)

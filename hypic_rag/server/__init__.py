@@ -44,7 +44,9 @@ def serve(
     sock = bind(host, port)  # a busy port is refused before the model loads
     engine = Engine.from_pretrained(model, cache_dir=cache_dir, cache_url=cache_url, **engine_options)
     shown = redacted(cache_url) if cache_url is not None else None
-    report_tier(shown, lambda: engine.segment_store.check_tiers().get("remote"))
+    report_tier(
+        shown, lambda: engine.segment_store.check_tiers().get("remote"), engine.segment_store.secret is not None
+    )
     names = [name or model or "hypic-default"]
     app = create_app(
         engine,
@@ -61,4 +63,3 @@ def serve(
     print(f"hypic-rag: serving {names[0]!r} ({engine.name}, mode {mode}) on http://{host}:{port}/v1", flush=True)
     config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=GRACE_S)
     uvicorn.Server(config).run(sockets=[sock])
-

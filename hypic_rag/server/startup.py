@@ -35,11 +35,18 @@ def tier_warning(url: str, reason: str) -> str:
     )
 
 
-def report_tier(url: str | None, check: Callable[[], str | None], out=None) -> str | None:
-    """Check the shared tier at ``url`` once (``check``: its failure, or None); a warning line when it fails.
-    Returns the failure."""
+def report_tier(url: str | None, check: Callable[[], str | None], sealed: bool = True, out=None) -> str | None:
+    """Check the shared tier at ``url`` once (``check``: its failure, or None); a warning line when it fails, and
+    one when its entries are not ``sealed`` (whoever can write it can then change answers). Returns the failure."""
     if url is None:
         return None
+    if not sealed:
+        print(
+            f"hypic-rag: warning: the shared cache tier {url} is not sealed: whoever can write to it can change "
+            "answers; set --cache-secret (or $HYPIC_CACHE_SECRET) on every replica (docs/cache.md)",
+            file=out or sys.stderr,
+            flush=True,
+        )
     reason = check()
     if reason is not None:
         print(tier_warning(url, reason), file=out or sys.stderr, flush=True)

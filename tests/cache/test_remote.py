@@ -154,3 +154,54 @@ def test_the_store_checks_its_tiers_and_says_why_one_is_bypassed(redis_server):
     redis_server.start()
     time.sleep(0.25)  # past retry_s: the next check tries it again
     assert store.check_tiers() == {"remote": None}
+
+
+def _forge(engine: Engine, doc: str, server: RedisServer) -> None:
+    """What one who can write the Redis does without the secret: take a document's entry, change its state (the
+    attention values reversed along the tokens), recompute its checksum and put it back under the same key."""
+    from dataclasses import replace
+
+    from hypic_rag.cache.entry import AttentionEntry, SegmentEntry
+    from hypic_rag.cache.seal import MAC_BYTES, MAGIC
+
+    client = RedisTier(server.url).client
+    key = PREFIX + segment_key(engine.segment_ids(Segment(doc)), engine.fingerprint, torch.float32)
+    value = client.get(key)
+    sealed = value.startswith(MAGIC)
+    body = value[len(MAGIC) + MAC_BYTES :] if sealed else value
+    entry = SegmentEntry.from_bytes(body, engine.fingerprint)
+    attention = {i: AttentionEntry(a.keys, a.values.flip(1)) for i, a in entry.attention.items()}
+    forged = replace(entry, attention=attention).to_bytes(engine.fingerprint)
+    # the attacker cannot seal, but may keep the old seal or leave it off
+    client.set(key, value[: len(MAGIC) + MAC_BYTES] + forged if sealed else forged)
+    client.close()
+
+
+def test_without_a_secret_whoever_writes_the_tier_changes_answers(redis_server, oracle):
+    """The case the secret is for: an entry re-signed with its plain checksum is used as it is."""
+    writer = _engine(cache_url=redis_server.url)
+    _ask(writer)
+    _forge(writer, DOCS[2], redis_server)
+    victim = _engine(cache_url=redis_server.url)
+    out = _ask(victim, DOCS[::-1])
+    assert out.stats["corrupt"] == 0 and out.stats["remote_hits"] >= 3
+    assert float((out.prompt_logits - oracle(DOCS[::-1])).abs().max()) > 1e-2
+
+
+def test_with_a_secret_a_forged_entry_is_refused_counted_and_recomputed(redis_server, oracle):
+    secret = "s3cret-s3cret-s3cret-0123456789"
+    writer = _engine(cache_url=redis_server.url, cache_secret=secret)
+    _ask(writer)
+    _forge(writer, DOCS[2], redis_server)
+    victim = _engine(cache_url=redis_server.url, cache_secret=secret)
+    out = _ask(victim, DOCS[::-1])
+    assert out.stats["corrupt"] == 1 and _same(out.prompt_logits, oracle(DOCS[::-1]))
+    # the refused entry was rewritten, sealed: the next engine finds all three
+    victim.segment_store.remote.flush()
+    again = _ask(_engine(cache_url=redis_server.url, cache_secret=secret), DOCS[::-1])
+    assert again.stats["corrupt"] == 0 and again.stats["remote_hits"] >= 3
+    assert _same(again.prompt_logits, oracle(DOCS[::-1]))
+    # another secret, or none, shares no key with it: nothing is read, nothing refused
+    for other in ("another-secret-0123456789abcdef", None):
+        stranger = _ask(_engine(cache_url=redis_server.url, cache_secret=other), DOCS[::-1])
+        assert stranger.stats["remote_hits"] == 0 and stranger.stats["corrupt"] == 0
