@@ -144,7 +144,7 @@ class SharedBatch:
         """Only deferred fills are left, and no caller to drive them: the last one runs them before it returns."""
         scheduler = self.scheduler
         with self._cond:
-            nobody = not scheduler.running and scheduler.prefilling is None and not self._waiting
+            nobody = not scheduler.running and not scheduler.prompts and not self._waiting
             return nobody and bool(scheduler.fills)
 
     def _take(self, wait: bool) -> Request | None:

@@ -36,6 +36,7 @@ class Request:
     pending: Prefilling | None = None  # its prompt, while it runs a piece a step
     run: Generation | None = None  # past its first token
     prefilled_tokens: int = 0  # prompt tokens its prefill ran through the model
+    order: int = 0  # when its prompt began, among those of its scheduler (first come, first served)
     output: Any = None  # the finished ``GenerationOutput``
     error: BaseException | None = None
 

@@ -4,14 +4,24 @@ every running request per step.
 Each ``step`` first runs prompt pieces (``decoding.Piece``: an in-context chunk, a cold segment's fill, a probe,
 the fused seam and query forward, a deferred fill), each announced with its token cost before it runs, under one
 token budget: ``max_num_batched_tokens`` less a token for each running request's decode (and one for the prompt's
-own, should the piece finish it). The running requests' deferred fills go first, then the prompt running and the
-ones waiting, first come first served. A splittable piece is cut to what is left; an atomic piece runs when it
-fits, or alone when nothing else has run in the step, so a step passes the budget only by one atomic piece
-(``StepReport`` says what ran). A long cold prompt thus holds the others' next token back by one piece, not by its
-whole prefill. A request whose prompt is in joins the running batch, up to ``max_active``, and its first token
-goes out at once; the cache work its prompt left for later (the ``exact`` cold policy's fill) runs as a piece of a
-later step, after that token. Then every running request decodes one token in one forward
-(``decoding.step_together``); a request leaves the batch at the step it finishes, fails or is cancelled.
+own, should the piece finish it). The running requests' deferred fills go first, then the prompts running (up to
+``MAX_PROMPTS`` at once), then the ones waiting, first come first served. A splittable piece is cut to what is
+left; an atomic piece runs when it fits, or alone when nothing else has run in the step, so a step passes the
+budget only by one atomic piece (``StepReport`` says what ran). A long cold prompt thus holds the others' next
+token back by one piece, not by its whole prefill.
+
+Several prompts run side by side, and the one that went first in a step goes last in the next (round robin),
+so a short prompt that arrives behind a long one is in within the long one's next two steps instead of after
+its whole prefill, while the long one still runs a piece at least every other step: no prompt starves, and
+prompts begin in the order they came. Round robin rather than shortest-first, since a prompt's cost is known
+only a piece at a time (a composed prompt plans its fills as it goes), and a steady stream of short prompts
+must not hold a long one back for ever.
+
+A request whose prompt is in joins the running batch (prompts and running requests together up to
+``max_active``), and its first token goes out at once; the cache work its prompt left for later (the ``exact``
+cold policy's fill) runs as a piece of a later step, after that token. Then every running request decodes one
+token in one forward (``decoding.step_together``); a request leaves the batch at the step it finishes, fails or
+is cancelled.
 
 Requests come from ``add`` or, when there is room, from ``source`` (a queue's head, pulled only then, so that a
 bounded queue in front keeps its meaning); a request begun whole (a ``Generation``, ``Engine.run_together``'s)
@@ -37,6 +47,7 @@ from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request, 
 
 STARTED, DONE, ERROR, DROPPED = "started", "done", "error", "dropped"
 MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS = 16, 2048  # the defaults every driver starts from
+MAX_PROMPTS = 4  # prompts running at once, each holding its request state while it fills
 log = logging.getLogger(__name__)
 Notify = Callable[[str, Request], None]
 Source = Callable[[bool], "Request | None"]
@@ -71,22 +82,29 @@ class Scheduler:
         self.max_active, self.max_num_batched_tokens = max_active, max_num_batched_tokens
         self.source, self.notify = source, notify
         self.waiting: deque[Request] = deque()
-        self.prefilling: Request | None = None  # the one request whose prompt is running, a piece a step
+        # the requests whose prompts are running, a piece at a time, in the order they go in the next step
+        self.prompts: deque[Request] = deque()
         self.running: list[Request] = []
         # deferred fills (the request, its fill, the piece it is), each waiting for a step with room
         self.fills: deque[tuple[Request, Callable[[], object], Piece]] = deque()
+        self._begun = 0  # prompts begun so far: each request's ``order``
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
 
     @property
+    def prefilling(self) -> Request | None:
+        """The oldest request whose prompt is running."""
+        return min(self.prompts, key=lambda r: r.order, default=None)
+
+    @property
     def idle(self) -> bool:
         """Nothing waiting here, no prompt running, nothing decoding."""
-        return not self.waiting and self.prefilling is None and not self.running and not self.fills
+        return not self.waiting and not self.prompts and not self.running and not self.fills
 
     def in_hand(self) -> list[Request]:
-        """The requests begun and not ended: the one prefilling and the running ones."""
-        return [*self.running, *([self.prefilling] if self.prefilling is not None else [])]
+        """The requests begun and not ended: the ones prefilling and the running ones."""
+        return [*self.running, *self.prompts]
 
     def step(self, wait: bool = True) -> StepReport:
         """Prompts, then one token of every running request. ``wait``: with nothing running, ``source`` may block
@@ -109,7 +127,7 @@ class Scheduler:
             self._fail(request, exc)
         self.running.clear()
         self.fills.clear()
-        self.prefilling = None
+        self.prompts.clear()
 
     # -- prompts --------------------------------------------------------------------------------------------------
 
@@ -132,22 +150,28 @@ class Scheduler:
                     self._fail(request, exc)
                 else:  # its answer is out already: only the cache missed what the fill would have stored
                     log.exception("a deferred fill failed after its request ended")
-        while len(self.running) < self.max_active:
-            if self.prefilling is None:
-                if report.pieces and self._left(report) <= 1:
-                    return  # spent: the next prompt begins in the next step
-                request = self._next(wait and not self.running and not report.pieces)
-                if request is None:
-                    return
-                if not self._begin(request):
-                    continue
-            piece = self._piece()
-            if piece is None:
-                continue
-            if not self._fits(piece, report, 1):
+        # Prompts begin when there is room, whatever the budget left: one that begins now goes in the round.
+        while len(self.running) + len(self.prompts) < self.max_active and len(self.prompts) < MAX_PROMPTS:
+            idle = not self.running and not report.pieces and not self.prompts
+            request = self._next(wait and idle)
+            if request is None:
+                break
+            self._begin(request)
+        for request in list(self.prompts):
+            self._run_prompt(request, report)
+        if len(self.prompts) > 1:
+            self.prompts.rotate(-1)  # who went first goes last next step
+
+    def _run_prompt(self, request: Request, report: StepReport) -> None:
+        """Pieces of ``request``'s prompt while they fit in the step."""
+        while request in self.prompts:
+            if report.pieces and self._left(report) <= 1:
+                return
+            piece = self._piece(request)
+            if piece is None or not self._fits(piece, report, 1):
                 return
             limit = max(1, self._left(report) - 1) if piece.splittable else None
-            self._advance(report, piece, limit)
+            self._advance(request, report, piece, limit)
 
     def _left(self, report: StepReport) -> int:
         return self.max_num_batched_tokens - len(self.running) - report.prefilled
@@ -192,36 +216,35 @@ class Scheduler:
             self._running(request, begun)
             return False
         request.pending, request.status = begun, PREFILLING
-        self.prefilling = request
+        request.order = self._begun = self._begun + 1
+        self.prompts.append(request)
         return True
 
-    def _piece(self) -> Piece | None:
-        """The next piece of the running prompt (its first look plans it); None when the prompt ended there: it
+    def _piece(self, request: Request) -> Piece | None:
+        """The next piece of ``request``'s prompt (its first look plans it); None when the prompt ended there: it
         failed, or it was in already."""
-        request = self.prefilling
-        assert request is not None and request.pending is not None
+        assert request.pending is not None
         try:
             piece = request.pending.piece
         except Exception as exc:
-            self.prefilling = None
+            self.prompts.remove(request)
             self._fail(request, exc)
             return None
         if piece is None:
             self._prompt_in(request)
         return piece
 
-    def _advance(self, report: StepReport, piece: Piece, limit: int | None) -> None:
-        """Run ``piece`` of the running prompt (cut to ``limit``). A cancelled request's prompt stops here."""
-        request = self.prefilling
-        assert request is not None and request.pending is not None
+    def _advance(self, request: Request, report: StepReport, piece: Piece, limit: int | None) -> None:
+        """Run ``piece`` of ``request``'s prompt (cut to ``limit``). A cancelled request's prompt stops here."""
+        assert request.pending is not None
         if request.cancelled():
-            self.prefilling = None
+            self.prompts.remove(request)
             self._end(request, CANCELLED, DROPPED)
             return
         try:
             ran = request.pending.advance(limit)
         except Exception as exc:
-            self.prefilling = None
+            self.prompts.remove(request)
             self._fail(request, exc)
             return
         self._ran(report, piece, ran)
@@ -231,7 +254,7 @@ class Scheduler:
 
     def _prompt_in(self, request: Request) -> None:
         assert request.pending is not None and request.pending.generation is not None
-        self.prefilling = None
+        self.prompts.remove(request)
         self._running(request, request.pending.generation)
 
     def _running(self, request: Request, run: Generation) -> None:

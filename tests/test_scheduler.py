@@ -215,3 +215,57 @@ def test_d4_under_the_exact_policy_the_first_token_goes_out_before_the_deferred_
     batch = SharedBatch()
     batch.run(partial(engine.start, DOCS, QUERIES[3], max_new_tokens=2))
     assert log == ["fill"] and batch.scheduler.idle
+
+
+@pytest.mark.parametrize("mode", ["full", "hypic"])  # splittable chunks; atomic cold fills, each over the budget
+def test_a_short_prompt_behind_a_long_one_is_in_within_two_steps_and_the_long_one_never_starves(engine, mode):
+    budget = 48
+    long_docs = [Segment(_words(70, s)) for s in range(10, 15)]  # about 350 tokens, cold
+    alone_long = engine.generate(long_docs, QUERIES[0], max_new_tokens=TOKENS, mode=mode)
+    alone_short = engine.generate(DOCS, QUERIES[1], max_new_tokens=TOKENS)
+    engine.clear_cache()
+    for query in QUERIES:
+        engine.generate(DOCS, query, max_new_tokens=2)
+    log: list = []
+    scheduler = Scheduler(max_active=4, max_num_batched_tokens=budget, notify=lambda k, r: log.append((k, r.tag)))
+    long = Request(partial(engine.start, long_docs, QUERIES[0], max_new_tokens=TOKENS, mode=mode), tag="long")
+    short = Request(partial(engine.start, DOCS, QUERIES[1], max_new_tokens=TOKENS), tag="short")
+    scheduler.add(long)
+    scheduler.step(wait=False)  # the long prompt's first step
+    scheduler.add(short)
+    progress = [long.prefilled_tokens]
+    for _ in range(2):
+        scheduler.step(wait=False)
+        progress.append(long.prefilled_tokens)
+    assert (STARTED, "short") in log and (STARTED, "long") not in log  # passed the long one, within two steps
+    steps = 0
+    while (STARTED, "long") not in log:
+        scheduler.step(wait=False)
+        progress.append(long.prefilled_tokens)
+        steps += 1
+        assert steps < 200
+    assert all(b > a for a, b in zip(progress[::2], progress[2::2], strict=False))  # a piece every other step
+    _run(scheduler, log)
+    assert long.output.token_ids == alone_long.token_ids and short.output.token_ids == alone_short.token_ids
+
+
+def test_prompts_begin_in_the_order_they_came_and_at_most_max_prompts_run_at_once(engine):
+    from hypic_rag.scheduler import MAX_PROMPTS
+
+    log: list = []
+    scheduler = Scheduler(max_active=16, max_num_batched_tokens=24, notify=lambda k, r: log.append((k, r.tag)))
+    requests = [
+        Request(partial(engine.start, DOCS, q, max_new_tokens=2, mode="full"), tag=i) for i, q in enumerate(QUERIES * 2)
+    ]
+    for request in requests:
+        scheduler.add(request)
+    most = 0
+    while not scheduler.idle:
+        scheduler.step(wait=False)
+        most = max(most, len(scheduler.prompts))
+    assert most == MAX_PROMPTS  # side by side, never more
+    assert [r.tag for r in sorted(requests, key=lambda r: r.order)] == list(
+        range(len(requests))
+    )  # first come, first begun
+    starts = [tag for kind, tag in log if kind == STARTED]
+    assert sorted(starts) == list(range(len(requests))) and all(r.status == FINISHED for r in requests)
