@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 APP_NAME = "hypic"
+STOP_GRACE_S = 5.0  # after ray.shutdown, how long what is left of the cluster has to exit before it is killed
 
 
 def start_ray(cpus: int) -> bool:
@@ -22,6 +26,7 @@ def start_ray(cpus: int) -> bool:
 
     if ray.is_initialized():
         return False
+    handler = signal.getsignal(signal.SIGTERM)
     ray.init(
         address="local",
         num_cpus=cpus,
@@ -29,6 +34,10 @@ def start_ray(cpus: int) -> bool:
         log_to_driver=False,
         _node_ip_address="127.0.0.1",
     )
+    # Ray's core puts a SIGTERM handler of its own in place (it aborts the process, leaving the cluster up); the
+    # one this process had goes back, so SIGTERM stops the fleet as Ctrl-C does.
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
     return True
 
 
@@ -59,9 +68,48 @@ def serve_proxy(host: str = "127.0.0.1", port: int = 8000, cpus: int | None = No
         serve.start(http_options={"host": host, "port": port})
         yield f"http://{host}:{port}"
     finally:
+        ours = ray_processes() if started else []
         serve.shutdown()
         if started:
             ray.shutdown()
+            stop_processes(ours)
+
+
+def ray_processes() -> list[Any]:
+    """The processes of the Ray cluster this process started (its descendants run from Ray's package or titled
+    ``ray::``: raylet, the GCS, agents, workers); none without psutil (Ray ships it)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any(part.startswith("ray::") or "ray" in Path(part).parts for part in child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def stop_processes(processes: list[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """Ray's agents outlive ``ray.shutdown`` for minutes, listening: what is left of ``processes`` is terminated,
+    then killed after ``grace_s``."""
+    import psutil
+
+    alive = [p for p in processes if p.is_running()]
+    for process in alive:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, left = psutil.wait_procs(alive, timeout=grace_s)
+    for process in left:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=grace_s)
 
 
 @contextmanager
@@ -122,11 +170,18 @@ def serve_fleet(
     most = most_replicas(replicas, autoscaling)
     least = int(autoscaling.get("min_replicas", 1)) if autoscaling else most
     print(f"hypic-rag: starting {most if least == most else f'{least}..{most}'} replicas ...", flush=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the fleet as Ctrl-C does
     try:
         with running_fleet(model, replicas=replicas, host=host, port=port, autoscaling=autoscaling, **options) as url:
             warn_exposed()
-            print(f"hypic-rag: fleet serving on {url}/v1 (Ctrl-C stops it)", flush=True)
+            print(f"hypic-rag: fleet serving on {url}/v1 (Ctrl-C or SIGTERM stops it)", flush=True)
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:
         pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,66 @@
+"""``hypic-rag serve --replicas`` as a process: SIGTERM stops the fleet and every process of its Ray cluster within
+seconds, as Ctrl-C does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from hypic_rag.testing.server import free_port
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+STOPPED_WITHIN_S = 10.0
+
+
+def test_sigterm_leaves_no_ray_process_behind(tmp_path):
+    import importlib
+
+    import ray  # noqa: F401
+
+    psutil = importlib.import_module("psutil")  # Ray's own copy, importable once ray is
+
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w+")
+    command = [sys.executable, "-m", "hypic_rag.cli", "serve", "--replicas", "1", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*command, "--threads-per-replica", "1"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, log.seek(0) or log.read()[-4000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the fleet did not come up"
+            time.sleep(0.5)
+        cluster = psutil.Process(proc.pid).children(recursive=True)
+        assert any("raylet" in p.name() for p in cluster)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        proc.wait(60)
+        assert proc.returncode == 0, log.seek(0) or log.read()[-4000:]
+        while time.monotonic() - sent < 60:
+            left = [p for p in cluster if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            if not left:
+                break
+            time.sleep(0.2)
+        took = time.monotonic() - sent
+        assert not left and took < STOPPED_WITHIN_S, f"{len(left)} of Ray's processes left after {took:.1f} s"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        log.close()
