@@ -20,13 +20,13 @@ dead one held.
 
 # No ``from __future__ import annotations``: Serve rebinds the routes, and FastAPI must still resolve their hints.
 import asyncio
-import hmac
 import json
 import logging
 import math
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,9 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.config import AutoscalingConfig, RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 
+from ..server.door import bearer_matches, cors_headers, key_refused, needs_key, parse, read_body
+from ..server.limits import BODY_TIMEOUT_S
+from ..server.protocol import APIError
 from .asgi import Head, call
 from .keys import KeySpec, RequestKeys
 from .metrics import render, texts_of
@@ -71,6 +74,8 @@ RAY_ROUTERS = {
     "prefix": "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router.PrefixCacheAffinityRouter",
 }
 KEYED = ("/v1/chat/completions", "/v1/completions")  # the routes whose requests carry segments
+KEYING_THREADS = 2
+KEYED_BODY_BYTES = 1 << 20  # a larger body is routed by load alone (it is past any context anyway)
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 HOP_BY_HOP = {"content-length", "transfer-encoding", "connection"}
 
@@ -195,9 +200,14 @@ class Ingress:
         max_body_bytes: int = 8 << 20,
         api_key: str | None = None,
         send_text: bool = False,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        allowed_origins: tuple[str, ...] = (),
     ) -> None:
         self.replicas, self.checkpoint, self.default_mode = replicas, checkpoint, default_mode
         self.max_body_bytes, self.api_key, self.send_text = max_body_bytes, api_key, send_text
+        self.body_timeout_s, self.allowed_origins = body_timeout_s, tuple(allowed_origins)
+        # parsing and tokenizing a body for its keys, off the event loop, a few at a time
+        self.keying = ThreadPoolExecutor(KEYING_THREADS, thread_name_prefix="hypic-keys")
         self.keys: RequestKeys | None = None
         self.keys_ready = asyncio.Lock()
         self.registry = CollectorRegistry()
@@ -216,18 +226,31 @@ class Ingress:
             self.registry.register(gauge)
         self.counts: Counter[str] = Counter()
 
-    async def _request_keys(self, path: str, headers: Mapping[str, str], body: bytes) -> list[str]:
-        if path not in KEYED or not self._authorised(headers):
-            return []  # the replica answers 401 itself; a caller without the key costs no tokenizing
+    async def _request_keys(self, path: str, body: bytes) -> list[str]:
+        """The segment keys of a keyed route's request, parsed and tokenized on the keying threads. None for a body
+        the replica will refuse (not JSON, nested too deep: it answers the 400 or 415 itself), nor past
+        ``KEYED_BODY_BYTES``: such a body is routed by load alone, and cannot hold the threads back for the others."""
+        if path not in KEYED:
+            return []
         async with self.keys_ready:
             if self.keys is None:
                 described = await self.replicas.describe.remote()
                 self.keys = RequestKeys(self.checkpoint, KeySpec.of(described), self.default_mode)
-        try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return []
-        return self.keys.of_body(parsed) if path == "/v1/chat/completions" else self.keys.of_completion_body(parsed)
+        keys = self.keys
+        chat = path == "/v1/chat/completions"
+
+        def work() -> list[str]:
+            if len(body) > KEYED_BODY_BYTES:
+                return []
+            try:
+                parsed = parse(body)
+            except APIError:
+                return []
+            if not isinstance(parsed, dict):
+                return []
+            return keys.of_body(parsed) if chat else keys.of_completion_body(parsed)
+
+        return await asyncio.get_running_loop().run_in_executor(self.keying, work)
 
     def _text(self, body: bytes) -> ChatText | PromptText | None:
         """The request's messages or prompt for a router that reads text (Ray's prefix router), else None."""
@@ -238,18 +261,7 @@ class Ingress:
     def _authorised(self, headers: Mapping[str, str]) -> bool:
         if self.api_key is None:
             return True
-        given = headers.get("authorization", "")
-        token = given[7:].strip() if given[:7].lower() == "bearer " else ""
-        return hmac.compare_digest(token.encode(), self.api_key.encode())
-
-    async def _body(self, request: Request) -> bytes:
-        """The body, up to one byte past the limit: the replica answers the 413 with the server's message."""
-        body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > self.max_body_bytes:
-                break
-        return bytes(body)
+        return bearer_matches(headers.get("authorization", "").encode("latin-1"), self.api_key.encode())
 
     def _router(self) -> SegmentAffinityRouter | None:
         found = routers()
@@ -292,9 +304,17 @@ class Ingress:
 
     @fleet_api.api_route("/{path:path}", methods=METHODS)
     async def forward(self, request: Request, path: str) -> Response:
-        body = await self._body(request)
+        """The single server's front door (``server.door``) first, here: the key before the body, the body within
+        its deadline and limit, its JSON parsed and keyed off the event loop; then the request goes to a replica."""
+        try:
+            if needs_key("/" + path, request.method) and not self._authorised(request.headers):
+                raise key_refused()  # before a byte of the body: a caller without the key holds nothing
+            body = await read_body(request, self.max_body_bytes, self.body_timeout_s)
+            keys = await self._request_keys("/" + path, body)
+        except APIError as exc:
+            cors = cors_headers(request.headers.get("origin"), self.allowed_origins)
+            return JSONResponse(exc.body(), status_code=exc.status, headers={**exc.headers, **cors})
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-        keys = await self._request_keys("/" + path, request.headers, body)
         args = (request.method, "/" + path, request.url.query, headers, body, self._text(body))
         for attempt in range(2):
             stream = self.replicas.options(stream=True).handle.remote(*args, keys=keys)
@@ -422,6 +442,8 @@ def build_app(
         app_options.get("max_body_bytes", 8 << 20),
         api_key,
         policy == "prefix",
+        app_options.get("body_timeout_s", BODY_TIMEOUT_S),
+        tuple(app_options.get("allowed_origins") or ()),
     )
 
 

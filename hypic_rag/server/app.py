@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import math
 import re
 import time
@@ -41,8 +40,9 @@ from .completions import (
     text_completion,
 )
 from .completions import completion_id as text_completion_id
+from .door import bearer_matches, key_refused, needs_key, parse, read_body
 from .fields import ignored_header_value
-from .limits import BODY_TIMEOUT_S, BadBody, finite, loads
+from .limits import BODY_TIMEOUT_S, finite
 from .metrics import ServerMetrics
 from .protocol import (
     APIError,
@@ -106,13 +106,10 @@ class _RequireKey:
         self.app, self.key = app, key.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1") and scope.get("method") != "OPTIONS":
+        if scope["type"] == "http" and needs_key(scope["path"], scope.get("method")):
             headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"")
-            token = given[7:].strip() if given[:7].lower() == b"bearer " else b""
-            if not hmac.compare_digest(token, self.key):
-                error = APIError(401, "a valid API key is needed: Authorization: Bearer <key>", code="invalid_api_key")
-                await _error(error)(scope, receive, send)
+            if not bearer_matches(headers.get(b"authorization", b""), self.key):
+                await _error(key_refused())(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -269,27 +266,7 @@ class _JsonReader:
                 f"the request body must be JSON sent as Content-Type: application/json, not {media or 'none'}",
                 code="unsupported_media_type",
             )
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            raise self._too_large()
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                async for piece in request.stream():
-                    body += piece
-                    if len(body) > self.max_bytes:
-                        raise self._too_large()
-        except TimeoutError:
-            raise APIError(
-                408, f"the request body did not arrive within {self.timeout_s:g} s", code="request_timeout"
-            ) from None
-        try:
-            return loads(bytes(body))
-        except BadBody as exc:
-            raise APIError(400, str(exc), param=exc.param) from None
-
-    def _too_large(self) -> APIError:
-        return APIError(413, f"the request body is over {self.max_bytes} bytes", code="request_too_large")
+        return parse(await read_body(request, self.max_bytes, self.timeout_s))
 
 
 async def _next_event(job: Job, request: Request) -> tuple[str, Any]:

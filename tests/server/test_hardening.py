@@ -310,3 +310,17 @@ def test_ignored_field_names_of_any_characters_reach_the_header_encoded(server):
     header = response.headers["x-hypic-ignored-fields"]
     assert response.status_code == 200 and len(header) <= 1024 and header.endswith(" more)")
     assert len(response.json()["hypic"]["ignored_fields"]) == 1000
+
+
+@pytest.mark.fleet
+def test_a_body_nested_5000_deep_is_the_same_400_from_either_front_door(server):
+    """The fleet's ingress parses a body for its keys with the server's own limits (off its event loop), so a
+    deep body is the replica's 400, never an ingress's 500."""
+    deep = b'{"model": "%s", "messages": [{"role": "user", "content": %s}]}' % (
+        MODEL.encode(),
+        b"[" * 5000 + b"]" * 5000,
+    )
+    response = httpx.post(
+        server + "/v1/chat/completions", content=deep, headers={"content-type": "application/json"}, timeout=60
+    )
+    assert response.status_code == 400 and "nested more than 64 levels" in response.json()["error"]["message"]
