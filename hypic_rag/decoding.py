@@ -254,6 +254,7 @@ class Prefilling:
 
     thinking_open: bool = False  # passed on to the generation (see ``Generation``)
     answer_prefix: str = ""
+    exact_content: bool = False
 
     def __init__(self, steps: PieceSteps) -> None:
         self._steps = steps
@@ -285,6 +286,7 @@ class Prefilling:
         except StopIteration as stop:
             self._piece, self.generation = None, stop.value
             self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
+            self.generation.exact_content = self.exact_content
 
 
 class Generation:
@@ -298,6 +300,7 @@ class Generation:
 
     thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
     answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
+    exact_content: bool = False  # the answer is content a grammar wrote, streamed and returned as written
 
     def __init__(
         self,
@@ -346,6 +349,7 @@ class Generation:
         if text is None and self.decoder.detokenize is not None:
             text = self.decoder.detokenize(ids)
         out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish, self.prompt_logits)
+        out.stopped_at_string = self.decoder.text is not None
         mask = self.decoder.picker.mask
         if mask is not None:
             # a stop id ends only a complete answer (the grammar allows one nowhere else); a stop string cuts text

@@ -659,7 +659,7 @@ class Engine:
             banned=chat.banned,
             closing=chat.closing,
         )
-        run.thinking_open, run.answer_prefix = chat.thinking, chat.forced
+        run.thinking_open, run.answer_prefix, run.exact_content = chat.thinking, chat.forced, chat.exact
         return run
 
     def check_chat(

@@ -82,3 +82,8 @@ class GenerationOutput:
     # A constrained answer (``response_format``, a tool-call grammar) that ended before its grammar was complete:
     # cut by ``max_new_tokens``, a stop string, the context or a cancel. Its text is not valid under the constraint.
     incomplete: bool = False
+    # ``Engine.chat`` only: a call the answer began and ``max_new_tokens`` cut, ``{"id", "name", "arguments": str}``
+    # with the arguments' text as far as it was written (the OpenAI API returns it as the answer's tool call).
+    partial_call: dict[str, Any] | None = None
+    # A stop string ended the text (its trailing whitespace is the model's, kept).
+    stopped_at_string: bool = False

@@ -442,9 +442,24 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         calls = [
             {"name": c["name"], "args": c["arguments"], "id": c["id"], "type": "tool_call"} for c in out.tool_calls
         ]
+        cut = out.partial_call
+        invalid = (
+            []
+            if cut is None
+            else [
+                {
+                    "name": cut["name"],
+                    "args": cut["arguments"],
+                    "id": cut["id"],
+                    "error": "max_tokens ended the answer before the call closed",
+                    "type": "invalid_tool_call",
+                }
+            ]
+        )
         return AIMessage(
             content=_truncate(out.text or "", stop or self.stop),
             tool_calls=calls,
+            invalid_tool_calls=invalid,
             additional_kwargs=extra,
             response_metadata=meta,
             usage_metadata=token_usage(out.stats),

@@ -68,6 +68,7 @@ class PreparedChat:
     finalize: Callable[[GenerationOutput], GenerationOutput]
     thinking: bool
     forced: str
+    exact: bool = False  # the content is a grammar's, as written
 
 
 class ChatRequests:
@@ -151,6 +152,8 @@ class ChatRequests:
             grammar = self.answer_lark(shape, parallel_tool_calls, thinking and not closed)
         free_reasoning = free_reasoning or grammar is None
         offered = bool(tool_signatures(tools)) and shape.choice != "none"
+        # content a grammar wrote (a regex, a choice, a schema): returned, and streamed, exactly as written
+        exact = structured and not offered and shape.response_tool is None and grammar is not None
         banned = None
         if not offered and grammar is None:
             bans = no_call_bans(setup.format, self.engine.grammar_tokenizer(setup.end_of_turn_ids))
@@ -170,13 +173,22 @@ class ChatRequests:
                 id_seed=seed_text,
                 reasoning=free_reasoning,
                 calls=offered,
+                exact=exact,
+                # a response format asked as a call keeps the JSON written so far as its content (``unwrap``)
+                cut=out.finish_reason == "length" and shape.response_tool is None,
+                keep_end=out.stopped_at_string,
+                named=shape.choice if shape.choice not in (None, "auto", "none", "required") else None,
             )
             content, calls = shape.unwrap(parsed.content, parsed.tool_calls)
-            return replace(out, text=content, tool_calls=calls, reasoning=parsed.reasoning)
+            return replace(
+                out, text=content, tool_calls=calls, reasoning=parsed.reasoning, partial_call=parsed.partial_call
+            )
 
         closing = forced_choice or asks_json(shape.response_format)
         ends = tuple(setup.end_of_turn_ids)
-        return PreparedChat(rendered, prompt, ends, grammar, opening_ids, banned, closing, finalize, thinking, forced)
+        return PreparedChat(
+            rendered, prompt, ends, grammar, opening_ids, banned, closing, finalize, thinking, forced, exact
+        )
 
     def answer_shape(
         self,

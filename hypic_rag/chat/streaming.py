@@ -29,9 +29,16 @@ class AnswerStream:
     name)."""
 
     def __init__(
-        self, fmt: str | ChatFormat, *, thinking_open: bool = False, tools: bool = False, answer_prefix: str = ""
+        self,
+        fmt: str | ChatFormat,
+        *,
+        thinking_open: bool = False,
+        tools: bool = False,
+        answer_prefix: str = "",
+        exact: bool = False,
     ) -> None:
-        self.fmt, self.thinking_open = get_format(fmt), thinking_open
+        """``exact``: the answer is content a grammar wrote (``Generation.exact_content``), sent as it comes."""
+        self.fmt, self.thinking_open, self.exact = get_format(fmt), thinking_open, exact
         # Where a call is the whole answer, nothing can be sent while tools are offered. A forced opening makes
         # the answer a call.
         self.hold_all = bool(answer_prefix) or (self.fmt.call_is_whole_answer and tools)
@@ -45,6 +52,8 @@ class AnswerStream:
         self.text += delta
         if self.hold_all:
             return []
+        if self.exact:
+            return self._advance(CONTENT, self.text)
         reasoning, content = self._views()
         return self._advance(REASONING, reasoning) + self._advance(CONTENT, content)
 

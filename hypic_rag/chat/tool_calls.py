@@ -26,6 +26,9 @@ class ParsedOutput:
     content: str
     reasoning: str | None
     tool_calls: list[dict]
+    # a call the answer began and ``max_new_tokens`` cut: ``{"id", "name", "arguments": str}``, the arguments' text
+    # as far as it was written (OpenAI's API returns such a call as it is)
+    partial_call: dict | None = None
 
 
 def split_reasoning(text: str, *, thinking_open: bool = False) -> tuple[str | None, str]:
@@ -57,6 +60,10 @@ def parse_output(
     id_seed: str = "",
     reasoning: bool = True,
     calls: bool = True,
+    exact: bool = False,
+    cut: bool = False,
+    keep_end: bool = False,
+    named: str | None = None,
 ) -> ParsedOutput:
     """Split a model's output into content, reasoning and tool calls in format ``fmt`` (a ``formats.ChatFormat``
     or its name).
@@ -66,15 +73,40 @@ def parse_output(
     for tests and caches; pass something that differs per turn (e.g. a hash of the prompt) as ``id_seed`` when a
     conversation may repeat the same call and its ids must stay unique. ``reasoning=False``: the answer holds no
     reasoning block (an output grammar left no room for one), so a ``</think>`` in it is text. ``calls=False``:
-    no tool was offered, so nothing in the answer is read as a call.
+    no tool was offered, so nothing in the answer is read as a call. ``exact``: the answer is content a grammar
+    made (a regex, a choice, a schema), returned as written, whitespace included. ``cut``: ``max_new_tokens``
+    ended it, so a call it began and did not close is never content: the content is what came before it, and the
+    call comes back partial when its name is known (written, or the one tool it can be). ``keep_end``: a stop
+    string ended it, and the content keeps the whitespace before it. ``named``: the tool ``tool_choice`` named,
+    the one a cut call can be.
     """
     fmt = get_format(fmt)
-    thought, body = split_reasoning(text, thinking_open=thinking_open) if reasoning else (None, text.strip())
+    if reasoning:
+        thought, body = split_reasoning(text, thinking_open=thinking_open)
+    else:
+        thought, body = None, text if exact and not calls else text.strip()
     content, found = fmt.split_calls(body, tools) if calls else (body, [])
     tool_calls = [
         {"id": call_id(i, name, args, id_seed), "name": name, "arguments": args} for i, (name, args) in enumerate(found)
     ]
-    return ParsedOutput(content=content, reasoning=thought, tool_calls=tool_calls)
+    partial = None
+    begun = fmt.cut_call(body) if cut and calls and not found else None
+    if begun is not None:
+        content, written, arguments = begun
+        name = _sole_tool(written, [t for t in tools or () if named in (None, t.get("function", {}).get("name"))])
+        if name is not None:
+            partial = {"id": call_id(0, name, arguments, id_seed), "name": name, "arguments": arguments}
+    if keep_end and not found and begun is None and content and text.rstrip().endswith(content):
+        content += text[len(text.rstrip()) :]
+    return ParsedOutput(content=content, reasoning=thought, tool_calls=tool_calls, partial_call=partial)
+
+
+def _sole_tool(written: str | None, tools: Sequence[dict] | None) -> str | None:
+    """The one offered tool whose name begins with what the call wrote of its name (all of them, before it)."""
+    names = [t.get("function", {}).get("name") for t in tools or ()]
+    fits = [n for n in names if isinstance(n, str) and n.startswith(written or "")]
+    exact = [n for n in fits if n == written]
+    return exact[0] if exact else fits[0] if len(fits) == 1 else None
 
 
 TOOL_CHOICES = ("auto", "none", "required")

@@ -341,7 +341,11 @@ async def _stream(
     setup = engine.chat_setup
     assert setup is not None
     split = AnswerStream(
-        setup.format, thinking_open=first.thinking_open, tools=tools, answer_prefix=first.answer_prefix
+        setup.format,
+        thinking_open=first.thinking_open,
+        tools=tools,
+        answer_prefix=first.answer_prefix,
+        exact=first.exact_content,
     )
 
     def piece(kind: str, text: str) -> bytes:
@@ -357,10 +361,10 @@ async def _stream(
                     yield piece(part, text)
             elif kind == DONE:
                 out: GenerationOutput = unique_call_ids(payload)
-                parsed = ParsedOutput(out.text or "", out.reasoning, out.tool_calls)
+                parsed = ParsedOutput(out.text or "", out.reasoning, out.tool_calls, out.partial_call)
                 for part, text in split.finish(parsed):
                     yield piece(part, text)
-                if out.tool_calls:
+                if out.tool_calls or out.partial_call:
                     calls = wire_tool_calls(out, streamed=True)
                     yield sse(chunk(request_id, model, created, {"tool_calls": calls}, include_usage=include_usage))
                 # Log-probabilities come with the last chunk: the deltas before it are not cut at tokens.

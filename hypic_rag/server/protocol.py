@@ -294,7 +294,7 @@ def finish_reason(out: GenerationOutput) -> str:
 def unique_call_ids(out: GenerationOutput) -> GenerationOutput:
     """``out`` with a fresh id for each call, as OpenAI gives: the engine's are stable per prompt, so two requests
     with the same prompt would get the same ids."""
-    for call in out.tool_calls:
+    for call in [*out.tool_calls, *([out.partial_call] if out.partial_call else [])]:
         call["id"] = "call_" + uuid.uuid4().hex[:24]
     return out
 
@@ -320,12 +320,17 @@ def chat_logprobs(out: GenerationOutput, token_bytes: TokenBytes) -> dict[str, A
 
 
 def wire_tool_calls(out: GenerationOutput, *, streamed: bool = False) -> list[dict[str, Any]]:
+    """The answer's calls as OpenAI writes them; a call ``max_new_tokens`` cut comes last, its arguments the text
+    written so far (not valid JSON), as OpenAI's API returns one."""
     calls = []
-    for i, call in enumerate(out.tool_calls):
+    written = [(c, json.dumps(c["arguments"], ensure_ascii=False)) for c in out.tool_calls]
+    if out.partial_call is not None:
+        written.append((out.partial_call, out.partial_call["arguments"]))
+    for i, (call, arguments) in enumerate(written):
         item: dict[str, Any] = {
             "id": call["id"],
             "type": "function",
-            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)},
+            "function": {"name": call["name"], "arguments": arguments},
         }
         calls.append({"index": i, **item} if streamed else item)
     return calls
@@ -345,8 +350,9 @@ def usage(out: GenerationOutput) -> dict[str, Any]:
 def completion(
     out: GenerationOutput, model: str, request_id: str, token_bytes: TokenBytes | None = None
 ) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": out.text if out.text or not out.tool_calls else None}
-    if out.tool_calls:
+    calls = bool(out.tool_calls or out.partial_call)
+    message: dict[str, Any] = {"role": "assistant", "content": out.text if out.text or not calls else None}
+    if calls:
         message["tool_calls"] = wire_tool_calls(out)
     if out.reasoning:
         message["reasoning_content"] = out.reasoning

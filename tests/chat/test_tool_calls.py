@@ -502,3 +502,52 @@ def test_a_forced_bundled_call_begins_with_its_sorted_first_key():
     assert [c["name"] for c in parsed.tool_calls] == ["get_weather"]
     with pytest.raises(ValueError, match="no tool-call format"):
         forced_call_prefix("none", "required")
+
+
+_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+]
+
+
+def test_content_a_grammar_wrote_is_returned_as_written():
+    for text in (" oslo", "   \n", "yes "):
+        assert parse_output(text, "bundled", reasoning=False, calls=False, exact=True).content == text
+        assert parse_output(text, "bundled", reasoning=False, calls=False).content == text.strip()
+
+
+def test_the_space_before_a_stop_string_is_kept():
+    assert parse_output("Bo lives in ", "qwen3_json", keep_end=True).content == "Bo lives in "
+    assert parse_output("Bo lives in ", "qwen3_json").content == "Bo lives in"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "content", "name", "arguments"),
+    [
+        ("bundled", '{"arguments":{"city":"Os', "", None, '{"city":"Os'),
+        ("bundled", '{"arguments":{"city":"Oslo"},"name":"get_w', "", "get_weather", '{"city": "Oslo"}'),
+        ("qwen3_json", 'Sure.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "U', "Sure.", "get_time", None),
+        (
+            "qwen3_5_xml",
+            "Hi\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=unit>\nc",
+            "Hi",
+            "get_weather",
+            '{"city": "Oslo"}',
+        ),
+    ],
+)
+def test_a_call_cut_by_max_tokens_is_never_content_and_comes_back_partial(fmt, text, content, name, arguments):
+    out = parse_output(text, fmt, _TOOLS, cut=True)
+    assert out.content == content and out.tool_calls == []
+    if name is None:  # the name is not written yet, and two tools could be it
+        assert out.partial_call is None
+        named = parse_output(text, fmt, _TOOLS, cut=True, named="get_weather").partial_call
+        assert named["name"] == "get_weather" and named["arguments"] == arguments
+    else:
+        assert out.partial_call["name"] == name and out.partial_call["id"].startswith("call_")
+        if arguments is not None:
+            assert out.partial_call["arguments"] == arguments
+        else:
+            assert out.partial_call["arguments"].startswith('{"zone": "U')
+    uncut = parse_output(text, fmt, _TOOLS)
+    assert uncut.partial_call is None

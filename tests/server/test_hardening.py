@@ -324,3 +324,56 @@ def test_a_body_nested_5000_deep_is_the_same_400_from_either_front_door(server):
         server + "/v1/chat/completions", content=deep, headers={"content-type": "application/json"}, timeout=60
     )
     assert response.status_code == 400 and "nested more than 64 levels" in response.json()["error"]["message"]
+
+
+def _streamed(server: str, body: dict) -> tuple[str, list[dict], str | None]:
+    """The content, tool-call deltas and finish reason of a streamed answer."""
+    content, calls, finish = "", [], None
+    with httpx.stream("POST", server + "/v1/chat/completions", json={"model": MODEL, **body, "stream": True}) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choice = json.loads(line[6:])["choices"][0]
+            content += choice["delta"].get("content") or ""
+            calls += choice["delta"].get("tool_calls") or []
+            finish = choice.get("finish_reason") or finish
+    return content, calls, finish
+
+
+@pytest.mark.fleet
+@pytest.mark.parametrize("pattern", [" [a-z]+", r"\s+", "[a-z]+ "])
+def test_a_regex_answer_is_returned_and_streamed_exactly_as_it_matched(server, pattern):
+    import re
+
+    body = {"messages": QUESTION, "max_tokens": 8, "guided_regex": pattern}
+    answer = _post(server, body).json()["choices"][0]["message"]["content"]
+    assert re.fullmatch(pattern, answer), repr(answer)
+    assert _streamed(server, body)[0] == answer
+
+
+@pytest.mark.fleet
+def test_the_text_before_a_stop_string_keeps_its_space(server):
+    whole = _post(server, {"messages": QUESTION, "max_tokens": 16}).json()["choices"][0]["message"]["content"]
+    word = next(w for w in whole.split()[1:] if f" {w}" in whole)
+    body = {"messages": QUESTION, "max_tokens": 16, "stop": [word]}
+    cut = _post(server, body).json()["choices"][0]["message"]["content"]
+    assert cut == whole[: whole.index(f" {word}") + 1] and cut.endswith(" ")
+    assert _streamed(server, body)[0] == cut
+
+
+@pytest.mark.fleet
+def test_a_call_cut_by_max_tokens_comes_back_as_the_partial_call_never_as_content(server):
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+    ]
+    named = {"type": "function", "function": {"name": "get_time"}}
+    body = {"messages": QUESTION, "max_tokens": 3, "tools": tools, "tool_choice": named}
+    choice = _post(server, body).json()["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["message"]["content"] is None
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_time" and isinstance(call["function"]["arguments"], str)
+    content, calls, finish = _streamed(server, body)
+    assert content == "" and finish == "length" and calls[0]["function"]["name"] == "get_time"
+    auto = _post(server, {**body, "tool_choice": "auto"}).json()["choices"][0]
+    assert not (auto["message"]["content"] or "").startswith('{"arguments')  # the wrapper is never content

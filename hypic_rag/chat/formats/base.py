@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,11 @@ class ChatFormat:
         """The text an answer is made to begin with so that it calls a tool (``name``, or any for None), in
         this format: what ``tool_choice`` ``"required"`` or a named function forces."""
         raise ValueError("this chat template has no tool-call format, so tool_choice cannot require a call")
+
+    def cut_call(self, body: str) -> tuple[str, str | None, str] | None:
+        """An answer cut (``max_new_tokens``) inside a call it began: the content before the call, the call's name
+        as far as it was written (None before it), and its arguments' text so far; None when no call began."""
+        return None
 
     def may_become_call(self, text: str) -> bool:
         """Whether an answer that begins with ``text`` (its reasoning split off) may still turn out to be a call
@@ -101,3 +107,23 @@ def _literal(text: str) -> dict | list | tuple | None:
 
 def _dump(value: Any, ensure_ascii: bool) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=ensure_ascii, default=str)
+
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)')
+_ARGUMENTS = re.compile(r'"arguments"\s*:\s*')
+
+
+def json_call_parts(call: str) -> tuple[str | None, str]:
+    """The name (as far as written) and the arguments' text so far of a JSON call cut short: the arguments whole
+    when their value is complete, else everything written of them."""
+    name = _NAME.search(call)
+    args = _ARGUMENTS.search(call)
+    text = ""
+    if args is not None:
+        rest = call[args.end() :]
+        try:
+            value, _ = json.JSONDecoder().raw_decode(rest)
+            text = json.dumps(value, ensure_ascii=False)
+        except ValueError:
+            text = rest
+    return (name.group(1) if name else None), text

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..segmentation import GLUE, QUESTION, flat_units
-from .base import Calls, ChatFormat, format_tool_result
+from .base import Calls, ChatFormat, format_tool_result, json_call_parts
 
 if TYPE_CHECKING:
     from ..template import ChatTemplate
@@ -108,6 +108,12 @@ class Bundled(ChatFormat):
             if call is not None:
                 return "", [(call["name"], call["arguments"])]
         return body, []
+
+    def cut_call(self, body: str) -> tuple[str, str | None, str] | None:
+        body = body.lstrip()
+        if not body.startswith('{"'):
+            return None
+        return ("", *json_call_parts(body))
 
     def call_opening(self, name: str | None) -> str:
         """The model writes ``arguments`` before ``name`` (sorted keys), so only a call is forced, not which; the

@@ -47,6 +47,22 @@ class Qwen3_5Xml(ChatFormat):
             body, lambda s, i: _xml_block(s, i, tools), (FUNCTION_OPEN, lambda s, i: _bare_function(s, i, tools))
         )
 
+    def cut_call(self, body: str) -> tuple[str, str | None, str] | None:
+        """The arguments of an XML call are its parameters: those written whole, as a JSON object."""
+        at = body.find(TOOL_OPEN)
+        at = body.find(FUNCTION_OPEN) if at < 0 else at
+        if at < 0:
+            return None
+        call = body[at:]
+        opened = call.find(FUNCTION_OPEN)
+        if opened < 0:
+            return body[:at].rstrip(), None, ""
+        name, gt, rest = call[opened + len(FUNCTION_OPEN) :].partition(">")
+        params = {}
+        for match in re.finditer(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", rest, re.DOTALL):
+            params[match.group(1).strip()] = match.group(2)
+        return body[:at].rstrip(), name.strip() if gt or name else None, json.dumps(params) if params else ""
+
     def call_opening(self, name: str | None) -> str:
         return TOOL_OPEN + "\n" + FUNCTION_OPEN + ("" if name is None else name + ">\n")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from .base import Calls, ChatFormat
+from .base import Calls, ChatFormat, json_call_parts
 from .tagged import TOOL_OPEN, block_close, scan, skip_space
 
 
@@ -22,6 +22,12 @@ class Qwen3Json(ChatFormat):
 
     def split_calls(self, body: str, tools: Sequence[dict] | None) -> tuple[str, Calls]:
         return scan(body, _json_block)
+
+    def cut_call(self, body: str) -> tuple[str, str | None, str] | None:
+        at = body.find(TOOL_OPEN)
+        if at < 0:
+            return None
+        return (body[:at].rstrip(), *json_call_parts(body[at + len(TOOL_OPEN) :]))
 
     def call_opening(self, name: str | None) -> str:
         return TOOL_OPEN + "\n" + ("" if name is None else '{"name": ' + json.dumps(name) + ', "arguments":')
