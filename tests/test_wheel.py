@@ -191,7 +191,7 @@ def test_a_fleet_of_one_answers_from_the_install(installed, tmp_path):
     """``hypic-rag serve --replicas 1``: the Ray Serve fleet, from the wheel, answers one chat request."""
     import httpx
 
-    from hypic_rag.testing.server import free_port
+    from hypic_rag.testing.server import free_port, kill_group
 
     bin_dir = Path(installed["venv"]) / "bin"
     env = _isolated_env(tmp_path)
@@ -232,9 +232,5 @@ def test_a_fleet_of_one_answers_from_the_install(installed, tmp_path):
             proc.wait(60)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        kill_group(proc)
         log.close()

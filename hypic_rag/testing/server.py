@@ -83,3 +83,16 @@ def serve_in_process(
             proc.kill()
             proc.wait()
         log.close()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of the process group ``proc`` leads (started with ``start_new_session=True``: a server
+    and whatever it started), then reap ``proc``."""
+    import os
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

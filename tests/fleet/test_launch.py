@@ -3,7 +3,6 @@ seconds, as Ctrl-C does."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from hypic_rag.testing.server import free_port
+from hypic_rag.testing.server import free_port, kill_group
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -58,9 +57,5 @@ def test_sigterm_leaves_no_ray_process_behind(tmp_path):
         took = time.monotonic() - sent
         assert not left and took < STOPPED_WITHIN_S, f"{len(left)} of Ray's processes left after {took:.1f} s"
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        kill_group(proc)
         log.close()
