@@ -137,12 +137,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     first: a module's fixtures (its engines, its checkpoints, its server) are then built once, by the worker
     that runs it, instead of by every worker that gets one of its tests. xdist's own ``LoadGroupScheduling``
     hands out single tests; this is its scope rule with the module in place of the test."""
+    from collections import OrderedDict
+
     from xdist.scheduler import LoadScopeScheduling
 
+    class FirstOut(OrderedDict):
+        """The work queue, with ``FIRST_OUT``'s scopes moved to its front as they are put in."""
+
+        def __setitem__(self, key: str, value: dict[str, bool]) -> None:
+            super().__setitem__(key, value)
+            if key in FIRST_OUT:
+                self.move_to_end(key, last=False)
+
     class ModulesAndGroups(LoadScopeScheduling):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.workqueue = FirstOut()
+
         def _split_scope(self, nodeid: str) -> str:
             if "@" in nodeid:
                 return nodeid.rsplit("@", 1)[-1]
             return nodeid.split("::", 1)[0]
 
     return ModulesAndGroups(config, log)
+
+
+# Scopes handed out before the largest: a long set-up that a test elsewhere waits on (the wheel's install, which the
+# Ray group's fleet-of-one test uses) starts at once, beside the Ray group, instead of last.
+FIRST_OUT = ("tests/test_wheel.py",)

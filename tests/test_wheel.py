@@ -2,8 +2,9 @@
 fresh virtual environment outside the tree, imports every package the tree has, runs the demo and serves a fleet
 of one. Editable installs read the tree itself, so only a built wheel shows a package or file left out.
 
-The install takes minutes, so it is made once per run and shared by the tests here (a lock keeps it to one
-install should two processes ask).
+The install takes minutes, so it is made once per run and shared by the tests here: under xdist this module is
+handed out first (tests/conftest.py), and the fleet test, which runs in the Ray group on another worker, waits on
+a lock for the install that is already under way.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from pathlib import Path
 
 import pytest
 
-# One scope with the other Ray tests (the last test starts a Ray cluster), so the worker that runs them builds the
-# install in turn instead of waiting for another worker to.
-pytestmark = [pytest.mark.wheel, pytest.mark.ray]
+pytestmark = pytest.mark.wheel
 
 ROOT = Path(__file__).parents[1]
 INSTALL_TIMEOUT_S = 1200
@@ -188,6 +187,7 @@ def test_the_demo_runs_from_the_install(installed, tmp_path):
     assert "hypic-rag demo:" in done.stdout and "bundled model" in done.stdout
 
 
+@pytest.mark.ray
 def test_a_fleet_of_one_answers_from_the_install(installed, tmp_path):
     """``hypic-rag serve --replicas 1``: the Ray Serve fleet, from the wheel, answers one chat request."""
     import httpx
