@@ -10,12 +10,14 @@ left; an atomic piece runs when it fits, or alone when nothing else has run in t
 budget only by one atomic piece (``StepReport`` says what ran). A long cold prompt thus holds the others' next
 token back by one piece, not by its whole prefill.
 
-Several prompts run side by side, and the one that went first in a step goes last in the next (round robin),
-so a short prompt that arrives behind a long one is in within the long one's next two steps instead of after
-its whole prefill, while the long one still runs a piece at least every other step: no prompt starves, and
-prompts begin in the order they came. Round robin rather than shortest-first, since a prompt's cost is known
-only a piece at a time (a composed prompt plans its fills as it goes), and a steady stream of short prompts
-must not hold a long one back for ever.
+Several prompts run side by side: in their first step the prompts begun then go before those running already,
+within half of what is left of the budget together (an atomic piece over its share waits for its turn), and
+after that the one that went first in a step goes last in the next (round robin). So a short prompt that
+arrives behind a long one is in at the long one's next step instead of after its whole prefill; newcomers take
+half of a step at most, and the rest goes round robin among the prompts running before, so each of those runs a
+piece at least every ``MAX_PROMPTS`` steps: no prompt starves, and prompts begin in the order they came. Round
+robin rather than shortest first, since a prompt's cost is known only a piece at a time (a composed prompt plans
+its fills as it goes), and a steady stream of short prompts must not hold a long one back for ever.
 
 A request whose prompt is in joins the running batch (prompts and running requests together up to
 ``max_active``), and its first token goes out at once; the cache work its prompt left for later (the ``exact``
@@ -150,20 +152,33 @@ class Scheduler:
                     self._fail(request, exc)
                 else:  # its answer is out already: only the cache missed what the fill would have stored
                     log.exception("a deferred fill failed after its request ended")
-        # Prompts begin when there is room, whatever the budget left: one that begins now goes in the round.
+        # Prompts begin when there is room, whatever the budget left, and a prompt's first step is its own turn: it
+        # goes before those running already, which then take their turns round robin.
+        begun: list[Request] = []
         while len(self.running) + len(self.prompts) < self.max_active and len(self.prompts) < MAX_PROMPTS:
             idle = not self.running and not report.pieces and not self.prompts
             request = self._next(wait and idle)
             if request is None:
                 break
-            self._begin(request)
-        for request in list(self.prompts):
+            if self._begin(request):
+                begun.append(request)
+        running = [r for r in list(self.prompts) if r not in begun]
+        # the newcomers take half of what is left, at most, together, while older prompts wait for their turn
+        pool = max(1, (self._left(report) - 1) // 2) if running else None
+        for request in begun:
+            before = report.prefilled
+            self._run_prompt(request, report, pool)
+            if pool is not None:
+                pool -= report.prefilled - before
+        for request in running:
             self._run_prompt(request, report)
         if len(self.prompts) > 1:
             self.prompts.rotate(-1)  # who went first goes last next step
 
-    def _run_prompt(self, request: Request, report: StepReport) -> None:
-        """Pieces of ``request``'s prompt while they fit in the step."""
+    def _run_prompt(self, request: Request, report: StepReport, share: int | None = None) -> None:
+        """Pieces of ``request``'s prompt while they fit in the step, and in ``share`` tokens (None: no share of its
+        own): a splittable piece is cut to it, an atomic one over it waits for the prompt's turn."""
+        ran = report.prefilled
         while request in self.prompts:
             if report.pieces and self._left(report) <= 1:
                 return
@@ -171,6 +186,11 @@ class Scheduler:
             if piece is None or not self._fits(piece, report, 1):
                 return
             limit = max(1, self._left(report) - 1) if piece.splittable else None
+            if share is not None:
+                room = share - (report.prefilled - ran)
+                if room < 1 or (not piece.splittable and piece.tokens > room):
+                    return
+                limit = min(limit, room) if limit is not None else None
             self._advance(request, report, piece, limit)
 
     def _left(self, report: StepReport) -> int:

@@ -11,7 +11,7 @@ import pytest
 from hypic_rag import Engine, Segment
 from hypic_rag.concurrent import SharedBatch
 from hypic_rag.request import CANCELLED, FAILED, FINISHED, Request
-from hypic_rag.scheduler import DONE, DROPPED, ERROR, STARTED, Scheduler
+from hypic_rag.scheduler import DONE, DROPPED, ERROR, MAX_PROMPTS, STARTED, Scheduler
 
 DOCS = [
     Segment("Ana Lee lives in Oslo and works as a pilot for a small airline based near the fjord."),
@@ -218,7 +218,7 @@ def test_d4_under_the_exact_policy_the_first_token_goes_out_before_the_deferred_
 
 
 @pytest.mark.parametrize("mode", ["full", "hypic"])  # splittable chunks; atomic cold fills, each over the budget
-def test_a_short_prompt_behind_a_long_one_is_in_within_two_steps_and_the_long_one_never_starves(engine, mode):
+def test_a_short_prompt_behind_a_long_one_is_in_at_its_next_step_and_the_long_one_never_starves(engine, mode):
     budget = 48
     long_docs = [Segment(_words(70, s)) for s in range(10, 15)]  # about 350 tokens, cold
     alone_long = engine.generate(long_docs, QUERIES[0], max_new_tokens=TOKENS, mode=mode)
@@ -234,10 +234,11 @@ def test_a_short_prompt_behind_a_long_one_is_in_within_two_steps_and_the_long_on
     scheduler.step(wait=False)  # the long prompt's first step
     scheduler.add(short)
     progress = [long.prefilled_tokens]
-    for _ in range(2):
-        scheduler.step(wait=False)
-        progress.append(long.prefilled_tokens)
-    assert (STARTED, "short") in log and (STARTED, "long") not in log  # passed the long one, within two steps
+    scheduler.step(wait=False)
+    progress.append(long.prefilled_tokens)
+    assert (STARTED, "short") in log and (STARTED, "long") not in log  # passed the long one, at its next step
+    scheduler.step(wait=False)
+    progress.append(long.prefilled_tokens)
     steps = 0
     while (STARTED, "long") not in log:
         scheduler.step(wait=False)
@@ -250,8 +251,6 @@ def test_a_short_prompt_behind_a_long_one_is_in_within_two_steps_and_the_long_on
 
 
 def test_prompts_begin_in_the_order_they_came_and_at_most_max_prompts_run_at_once(engine):
-    from hypic_rag.scheduler import MAX_PROMPTS
-
     log: list = []
     scheduler = Scheduler(max_active=16, max_num_batched_tokens=24, notify=lambda k, r: log.append((k, r.tag)))
     requests = [
@@ -269,3 +268,23 @@ def test_prompts_begin_in_the_order_they_came_and_at_most_max_prompts_run_at_onc
     )  # first come, first begun
     starts = [tag for kind, tag in log if kind == STARTED]
     assert sorted(starts) == list(range(len(requests))) and all(r.status == FINISHED for r in requests)
+
+
+def test_newcomers_every_step_never_stop_a_long_prompt(engine):
+    """A new prompt arrives at every step: each goes first in its own, within half the budget, and the rest of the
+    step goes round robin among the prompts running before, so the long one runs a piece in every MAX_PROMPTS
+    steps."""
+    budget = 64
+    long_docs = [Segment(_words(70, s)) for s in range(20, 24)]
+    scheduler = Scheduler(max_active=16, max_num_batched_tokens=budget)
+    long = Request(partial(engine.start, long_docs, QUERIES[0], max_new_tokens=2, mode="full"), tag="long")
+    scheduler.add(long)
+    scheduler.step(wait=False)
+    progress = [long.prefilled_tokens]
+    for i in range(8):
+        scheduler.add(Request(partial(engine.start, DOCS, QUERIES[i % 4], max_new_tokens=2, mode="full"), tag=i))
+        scheduler.step(wait=False)
+        progress.append(long.prefilled_tokens)
+    assert all(c > a for a, c in zip(progress, progress[MAX_PROMPTS:], strict=False)), progress
+    _run(scheduler, [])
+    assert long.status == FINISHED
