@@ -15,14 +15,16 @@ DEMO_STAMP := $(VENV)/.hypic-demo-installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+TORCH_FIRST = $(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
+
 $(STAMP): pyproject.toml setup.py constraints.txt | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
+	$(TORCH_FIRST)
 	$(PY) -m pip install -c constraints.txt -e ".[all]"
 	touch $@
 
 # The demo needs only the engine and its own extra (not Ray, the test tools or the benchmarks' reference).
 $(DEMO_STAMP): pyproject.toml setup.py constraints.txt | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
+	$(TORCH_FIRST)
 	$(PY) -m pip install -c constraints.txt -e ".[demo]"
 	touch $@
 

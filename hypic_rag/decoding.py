@@ -353,7 +353,7 @@ class Generation:
         mask = self.decoder.picker.mask
         if mask is not None:
             # a stop id ends only a complete answer (the grammar allows one nowhere else); a stop string cuts text
-            out.incomplete = self.decoder.text is not None or (finish != "stop" and not mask.complete)
+            out.incomplete = out.stopped_at_string or (finish != "stop" and not mask.complete)
         logged = self.decoder.picker.logprobs
         if logged is not None:
             out.logprobs = logged[: len(ids)]  # the picks that became output: a stop id ends it unwritten

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 from .tier import UnreadableKey
 
 PREFIX = "hypic:"
+TIMEOUT_S = 0.5  # every call to the server, connecting included
 
 
 def check_url(url: str) -> str:
@@ -31,19 +32,26 @@ def check_url(url: str) -> str:
     return url
 
 
+def client(url: str, timeout_s: float = TIMEOUT_S) -> Any:
+    """A redis-py client for ``url`` whose every call, connecting included, is bounded by ``timeout_s``."""
+    import redis
+
+    return redis.Redis.from_url(
+        check_url(url), socket_timeout=timeout_s, socket_connect_timeout=timeout_s, health_check_interval=30
+    )
+
+
 class RedisTier:
     """A ``BytesTier`` on a Redis server."""
 
-    def __init__(self, url: str, *, timeout_s: float = 0.5, ttl_s: int | None = None, max_pending: int = 64) -> None:
-        import redis
-
+    def __init__(
+        self, url: str, *, timeout_s: float = TIMEOUT_S, ttl_s: int | None = None, max_pending: int = 64
+    ) -> None:
         if not timeout_s > 0 or (ttl_s is not None and ttl_s < 1):
             raise ValueError("timeout_s must be > 0 and ttl_s >= 1 or None")
         self.url = check_url(url)
         self.ttl_s = ttl_s
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, health_check_interval=30
-        )
+        self.client = client(url, timeout_s)
         self.dropped_writes = 0
         self.write_errors = 0
         self._pending: queue.Queue[tuple[str, bytes] | threading.Event] = queue.Queue(maxsize=max_pending)

@@ -227,8 +227,8 @@ class Ingress:
         self.counts: Counter[str] = Counter()
 
     async def _request_keys(self, path: str, body: bytes) -> list[str]:
-        """The segment keys of a keyed route's request, parsed and tokenized on the keying threads. None for a body
-        the replica will refuse (not JSON, nested too deep: it answers the 400 or 415 itself), nor past
+        """The segment keys of a keyed route's request, parsed and tokenized on the keying threads. No keys for a body
+        the replica will refuse (not JSON, nested too deep: it answers the 400 or 415 itself), nor for one past
         ``KEYED_BODY_BYTES``: such a body is routed by load alone, and cannot hold the threads back for the others."""
         if path not in KEYED:
             return []

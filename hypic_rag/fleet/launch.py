@@ -165,8 +165,9 @@ def serve_fleet(
     from ..server.startup import check_port, check_remote_url, report_tier
 
     check_port(host, port)
-    url = options.get("cache_url")
-    report_tier(redacted(url) if url else None, lambda: check_remote_url(url), bool(options.get("cache_secret")))
+    cache_url = options.get("cache_url")
+    shown = redacted(cache_url) if cache_url else None
+    report_tier(shown, lambda: check_remote_url(cache_url), bool(options.get("cache_secret")))
     most = most_replicas(replicas, autoscaling)
     least = int(autoscaling.get("min_replicas", 1)) if autoscaling else most
     print(f"hypic-rag: starting {most if least == most else f'{least}..{most}'} replicas ...", flush=True)

@@ -35,11 +35,11 @@ def tier_warning(url: str, reason: str) -> str:
     )
 
 
-def report_tier(url: str | None, check: Callable[[], str | None], sealed: bool = True, out=None) -> str | None:
+def report_tier(url: str | None, check: Callable[[], str | None], sealed: bool = True, out=None) -> None:
     """Check the shared tier at ``url`` once (``check``: its failure, or None); a warning line when it fails, and
-    one when its entries are not ``sealed`` (whoever can write it can then change answers). Returns the failure."""
+    one when its entries are not ``sealed`` (whoever can write it can then change answers)."""
     if url is None:
-        return None
+        return
     if not sealed:
         print(
             f"hypic-rag: warning: the shared cache tier {url} is not sealed: whoever can write to it can change "
@@ -50,19 +50,18 @@ def report_tier(url: str | None, check: Callable[[], str | None], sealed: bool =
     reason = check()
     if reason is not None:
         print(tier_warning(url, reason), file=out or sys.stderr, flush=True)
-    return reason
 
 
 def check_remote_url(url: str) -> str | None:
     """Whether a Redis tier at ``url`` answers a ping now: its failure, or None (for a process that holds no
     engine, the fleet's launcher)."""
-    from ..cache.remote import RedisTier
+    from ..cache.remote import client
 
-    tier = RedisTier(url)
+    redis = client(url)
     try:
-        tier.check()
+        redis.ping()
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     finally:
-        tier.client.close()
+        redis.close()
     return None

@@ -1,5 +1,5 @@
-"""``hypic-rag serve --replicas`` as a process: SIGTERM stops the fleet and every process of its Ray cluster within
-seconds, as Ctrl-C does."""
+"""``hypic-rag serve --replicas`` as a process: SIGTERM stops the fleet as Ctrl-C does, and the process stops every
+process of its Ray cluster before it exits (Ray's agents otherwise outlive it for a minute or more, listening)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from hypic_rag.testing.server import free_port, kill_group
 pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
-STOPPED_WITHIN_S = 10.0
+# after the driver's exit, for the last of its cluster's processes to be seen gone (they were stopped, not waited for)
+REAPED_S = 5.0
 
 
 def test_sigterm_leaves_no_ray_process_behind(tmp_path):
@@ -47,15 +48,17 @@ def test_sigterm_leaves_no_ray_process_behind(tmp_path):
         assert any("raylet" in p.name() for p in cluster)
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        proc.wait(60)
+        proc.wait(120)
         assert proc.returncode == 0, log.seek(0) or log.read()[-4000:]
-        while time.monotonic() - sent < 60:
+        exited = time.monotonic()
+        while True:
             left = [p for p in cluster if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-            if not left:
+            if not left or time.monotonic() - exited > REAPED_S:
                 break
             time.sleep(0.2)
-        took = time.monotonic() - sent
-        assert not left and took < STOPPED_WITHIN_S, f"{len(left)} of Ray's processes left after {took:.1f} s"
+        names = sorted({p.name() for p in left})
+        assert not left, f"{len(left)} of Ray's processes outlived the driver: {names}"
+        print(f"SIGTERM to every Ray process gone: {time.monotonic() - sent:.1f} s")
     finally:
         kill_group(proc)
         log.close()
