@@ -15,7 +15,7 @@ from typing import Any
 
 from .decoding import Generation, Prefilling
 from .outputs import GenerationOutput
-from .request import FINISHED, Request
+from .request import Request
 from .scheduler import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, Scheduler
 
 Begin = Callable[..., Generation | Prefilling]  # called with prefill_chunk=
@@ -53,10 +53,10 @@ def run_batch(
     scheduler.run()
     results: list[GenerationOutput | BaseException] = []
     for request in requests:
-        if request.status == FINISHED:
+        if request.output is not None:  # ended with an answer (a decoder's own flag may have cancelled it)
             results.append(request.output)
         else:
-            assert request.error is not None  # nothing cancels a batch's request but its own decoder's flag
+            assert request.error is not None  # nothing cancels a batch's request before its first token
             results.append(request.error)
     if not return_exceptions and any(isinstance(r, BaseException) for r in results):
         error = BatchError(results)

@@ -10,6 +10,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import defaults as limits
+
 
 def _csv(cast: type, minimum: float, what: str):
     """An argparse type: comma-separated ``cast`` values, each at least ``minimum``."""
@@ -224,15 +226,20 @@ def _add_serve(sub: Any) -> None:
         "(default: $HYPIC_CACHE_SECRET, else none; 16 bytes or more)",
     )
     srv.add_argument("--mode", default="hypic", help="for requests that do not set hypic.mode")
-    srv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past that, 429")
-    srv.add_argument("--max-active", type=int, default=16, help="requests decoded together, in one forward a step")
+    srv.add_argument("--max-queue", type=int, default=limits.MAX_QUEUE, help="requests that may wait; past that, 429")
     srv.add_argument(
-        "--queue-timeout", type=float, default=120.0, help="seconds a request may wait for the engine; past that, 429"
+        "--max-active", type=int, default=limits.MAX_ACTIVE, help="requests decoded together, in one forward a step"
+    )
+    srv.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=limits.QUEUE_TIMEOUT_S,
+        help="seconds a request may wait for the engine; past that, 429",
     )
     srv.add_argument(
         "--max-num-batched-tokens",
         type=int,
-        default=2048,
+        default=limits.MAX_NUM_BATCHED_TOKENS,
         help="a step's token budget: a decode token per running request plus the prompts admitted",
     )
     srv.add_argument("--prefill-workers", type=int, default=0, help="Ray actors that prefill cold segments")

@@ -33,8 +33,9 @@ from weakref import WeakKeyDictionary
 from .decoding import Generation, Prefilling
 from .engine import Engine
 from .outputs import GenerationOutput
-from .request import CANCELLED, FINISHED, Request, either
-from .scheduler import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, STARTED, Scheduler
+from .request import Request
+from .scheduler import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, Scheduler
+from .status import Event, Status
 
 T = TypeVar("T")
 
@@ -94,19 +95,17 @@ class SharedBatch:
         A caller drives the batch only until its own request is done, then hands the driving to a caller still
         waiting, so no caller is held past its answer; a caller interrupted (an exception out of a step, a
         KeyboardInterrupt) leaves the batch to the next one and takes its request out of it."""
-        gave_up = threading.Event()
-        wanted = gave_up.is_set if cancelled is None else either(gave_up.is_set, cancelled)
-        request = Request(start, wanted, tag=threading.Event())
+        request = Request(start, cancelled, tag=threading.Event())
         with self._cond:
             self._waiting.append(request)
         try:
             self._wait_or_drive(request)
         except BaseException:
-            gave_up.set()  # the scheduler takes it out at its next step
+            request.cancel()  # the scheduler takes it out at its next step
             raise
-        if request.status == FINISHED:
+        if request.output is not None:
             return request.output
-        if request.status == CANCELLED:
+        if request.status is Status.CANCELLED:
             raise CancelledError("the request was cancelled before its first token")
         assert request.error is not None
         raise request.error
@@ -153,8 +152,8 @@ class SharedBatch:
             return self._waiting.popleft() if self._waiting else None
 
     @staticmethod
-    def _ended(kind: str, request: Request) -> None:
-        if kind != STARTED:
+    def _ended(event: Event, request: Request) -> None:
+        if event is not Event.FIRST:
             request.tag.set()
 
 

@@ -12,6 +12,7 @@ from .grammar import GrammarMask
 from .logits import Picker, Sampler
 from .model import HybridModel, RequestState
 from .outputs import GenerationOutput, RequestStats
+from .status import Status
 
 TokenCallback = Callable[[int, "str | None"], None]
 # The id of the last ``on_token`` call when text was held back (a possible start of a stop string, an
@@ -90,7 +91,7 @@ class Decoder:
         self.picker = picker if picker is not None else Picker(sampler, generator)
         self.ids: list[int] = []
         self.text: str | None = None  # set when a stop string cut the text
-        self.finish: str | None = None
+        self.finish: Status | None = None  # one of the ended statuses
         self._next = first
         self._held: int | None = None  # taken early (``take_now``), for the next ``take`` to return
         self._emitted = 0
@@ -119,21 +120,21 @@ class Decoder:
         if self.finish is not None:
             return None
         if self.cancelled is not None and self.cancelled():
-            self.finish = "cancelled"
+            self.finish = Status.CANCELLED
             return None
         token = self._next
         if token in self.stops:
-            self._end("stop")
+            self._end(Status.STOPPED)
             return None
         self.ids.append(token)
         if self._read(token):
-            self._end("stop")
+            self._end(Status.STOPPED)
             return None
         if len(self.ids) >= self.max_new_tokens:
-            self._end("length")
+            self._end(Status.LENGTH)
             return None
         if self.state.seq_len >= self.model.config.max_position_embeddings:
-            self._end("context")
+            self._end(Status.CONTEXT)
             return None
         return token
 
@@ -148,7 +149,7 @@ class Decoder:
         nothing reads after: the picker may write into them). ``prefetch``: as ``Picker.pick``'s."""
         self._next = self.picker.pick(logits.float(), scratch=True, prefetch=prefetch)
 
-    def run(self) -> tuple[list[int], str]:
+    def run(self) -> tuple[list[int], Status]:
         while not self.step():
             pass
         assert self.finish is not None
@@ -176,8 +177,8 @@ class Decoder:
             self.on_token(token, delta)
         return cut >= 0
 
-    def _end(self, reason: str) -> bool:
-        self.finish = reason
+    def _end(self, status: Status) -> bool:
+        self.finish = status
         if self.on_token is not None and self.detokenize is not None and self.ids:
             text = self.detokenize(self.ids) if self.text is None else self.text
             if len(text) > self._emitted:  # held back for a stop string that never came
@@ -348,12 +349,12 @@ class Generation:
         text = self.decoder.text
         if text is None and self.decoder.detokenize is not None:
             text = self.decoder.detokenize(ids)
-        out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish, self.prompt_logits)
+        out = GenerationOutput(text, list(ids), self.ttft_s, self.stats.as_dict(), finish.value, self.prompt_logits)
         out.stopped_at_string = self.decoder.text is not None
         mask = self.decoder.picker.mask
         if mask is not None:
             # a stop id ends only a complete answer (the grammar allows one nowhere else); a stop string cuts text
-            out.incomplete = out.stopped_at_string or (finish != "stop" and not mask.complete)
+            out.incomplete = out.stopped_at_string or (finish is not Status.STOPPED and not mask.complete)
         logged = self.decoder.picker.logprobs
         if logged is not None:
             out.logprobs = logged[: len(ids)]  # the picks that became output: a stop id ends it unwritten

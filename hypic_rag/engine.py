@@ -10,14 +10,14 @@ own module (``plan``, ``cache``, ``entries``, ``assembly``). The math is in ``hy
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import request
 from .batch import run_batch, started
 from .cache import (
     DiskCacheTier,
@@ -38,12 +38,12 @@ from .chat.formats.base import NONE, ChatFormat
 from .chat.requests import ChatRequests
 from .chat.segmentation import RenderedPrompt
 from .chat.template import ChatTemplate
-from .decoding import Decoder, Generation, Piece, Prefilling, TokenCallback
+from .decoding import Generation, Prefilling, TokenCallback
+from .defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
-from .grammar import SPACED, GrammarMask, GrammarTokenizer, asks_json, compile_checked, response_lark
+from .grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, response_lark
 from .hub import resolve_checkpoint
 from .inputs import as_list
-from .logits import Banned, Penalties, Picker, Sampler
 from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
@@ -52,8 +52,8 @@ from .plan import (
     Prompt,
     RequestPlan,
 )
-from .prefill import PrefillProgram, drain, missing
-from .scheduler import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS
+from .prefill import PrefillProgram, missing
+from .prepare import Prepared
 from .segments import Segment, as_query, check_unicode
 from .settings import COLD_POLICIES, PrefillSettings, Setting, check_chunk, check_count, check_flag, usable_device
 from .tokenizer import load_tokenizer
@@ -415,9 +415,8 @@ class Engine:
         grammar = "start: " + response_lark(options.response_format, SPACED) if options.response_format else None
         chunk = check_chunk(prefill_chunk)
         closing = asks_json(options.response_format)
-        return self._start(
-            prompt, options.with_defaults(None), (), on_token, cancelled, grammar=grammar, chunk=chunk, closing=closing
-        )
+        prepared = Prepared(prompt, grammar=grammar, closing=closing)
+        return request.start(self, prepared, options.with_defaults(None), on_token, cancelled, chunk)
 
     def check_start(self, options: RequestOptions) -> None:
         """``check_chat`` for ``start``: compile the grammar of the request's ``response_format``, if any, so that
@@ -425,77 +424,6 @@ class Engine:
         if options.response_format is not None:
             lark = "start: " + response_lark(options.response_format, SPACED)
             compile_checked(self.grammar_tokenizer(), lark, "response_format")
-
-    def _start(
-        self,
-        prompt: Prompt,
-        options: RequestOptions,
-        stop_ids: Sequence[int],
-        on_token: TokenCallback | None,
-        cancelled: Callable[[], bool] | None,
-        finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
-        grammar: str | None = None,
-        forced_ids: Sequence[int] = (),
-        chunk: int | None = None,
-        banned: Banned | None = None,
-        closing: bool = False,
-    ) -> Generation | Prefilling:
-        """Prefill ``prompt`` and choose its first token, under ``options`` with their defaults filled; the
-        request also stops at ``stop_ids`` (the template's end of turn) and every EOS id. ``grammar`` (Lark,
-        ``hypic_rag.grammar``) masks every token chosen; ``forced_ids`` are the tokens of it the prompt already
-        ends with (a forced call's opening). With ``chunk``, nothing runs yet: the ``Prefilling`` returned runs
-        the prompt a chunk at a time (``PrefillProgram.steps``)."""
-        if options.stop and self.tokenizer is None:
-            raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; stop strings need one")
-        sampler = Sampler.of(options)
-        generator = sampler.generator(self.model.device)
-        stops = set(self.eos_token_ids) | set(stop_ids) | set(options.stop_token_ids or ())
-        mask = None
-        if grammar is not None:  # built before the prompt runs, so that a schema it rejects costs no prefill
-            tokenizer = self.grammar_tokenizer(stop_ids)
-            budget = options.max_new_tokens if closing else None
-            mask = GrammarMask(tokenizer, grammar, also_stop=options.stop_token_ids or (), budget=budget)
-            mask.force(forced_ids)
-            stops |= set(tokenizer.stop_ids)  # a finished answer may end at any of them
-        picker = Picker(
-            sampler,
-            generator,
-            penalties=Penalties.of(options),
-            mask=mask,
-            prompt_ids=prompt.ids,
-            logprobs=(options.top_logprobs or 0) if options.logprobs else None,
-            banned=banned,
-        )
-
-        detokenize = self.decode if self.tokenizer is not None else None
-        assert options.max_new_tokens is not None  # with_defaults filled it
-        max_new_tokens = options.max_new_tokens
-
-        def steps() -> Generator[Piece, int | None, Generation]:
-            begin = time.perf_counter()
-            done = yield from self.prefill_program.steps(prompt, options.mode, options.seam, chunk, options)
-            first = picker.pick(done.logits)
-            ttft = time.perf_counter() - begin
-            # the exact policy's misses are filled once the first token is out (``Generation.fill``)
-            fill = functools.partial(self.prefill_program.fill, done.deferred) if done.deferred else None
-            decoder = Decoder(
-                self.model,
-                done.state,
-                first,
-                sampler,
-                generator,
-                stops=stops,
-                max_new_tokens=max_new_tokens,
-                on_token=on_token,
-                detokenize=detokenize,
-                stop_strings=list(options.stop or ()),
-                cancelled=cancelled,
-                picker=picker,
-            )
-            filling = sum(len(seg.ids) for seg, _ in done.deferred)
-            return Generation(decoder, done.stats, ttft, done.logits, finalize, fill, filling)
-
-        return drain(steps()) if chunk is None else Prefilling(steps())
 
     def run_together(
         self, runs: Sequence[Generation], *, max_active: int = MAX_ACTIVE, return_exceptions: bool = False
@@ -645,22 +573,8 @@ class Engine:
         A forced call opening (``tool_choice``) is not streamed through ``on_token``; it is in the parsed
         output."""
         options = RequestOptions.from_mapping(overrides, base=options).with_defaults(self.generation_defaults)
-        chat = self.chats.prepare(messages, options, tools, tool_choice, parallel_tool_calls)
-        run = self._start(
-            chat.prompt,
-            options,
-            chat.ends,
-            on_token,
-            cancelled,
-            chat.finalize,
-            grammar=chat.grammar,
-            forced_ids=chat.opening_ids,
-            chunk=check_chunk(prefill_chunk),
-            banned=chat.banned,
-            closing=chat.closing,
-        )
-        run.thinking_open, run.answer_prefix, run.exact_content = chat.thinking, chat.forced, chat.exact
-        return run
+        prepared = self.chats.prepare(messages, options, tools, tool_choice, parallel_tool_calls)
+        return request.start(self, prepared, options, on_token, cancelled, check_chunk(prefill_chunk))
 
     def check_chat(
         self,

@@ -30,8 +30,9 @@ bounded queue in front keeps its meaning); a request begun whole (a ``Generation
 joins the running batch at once. Cancellation is the request's own flag, read in every state: a waiting
 request is dropped when its turn comes, a prompt stops before its next piece, a decoding one ends at its next token.
 A request's failure (its start, a piece of its prompt, its token, its output) is its own; a failed batched forward
-fails the requests in it, and nothing else. ``notify(kind, request)`` is told of each change as it happens (the
-first token's ``STARTED`` before that token goes out), so a caller hands results on in order.
+fails the requests in it, and nothing else. ``notify(event, request)`` is told of each change as it happens
+(``status.Event``: the first token's ``FIRST`` before that token goes out, ``DONE`` at an end with the request's
+status saying which, ``ERROR`` at a failure), so a caller hands results on in order.
 
 It knows nothing of threads, queues, asyncio, HTTP or metrics: the server's worker, and the in-process batches,
 drive it.
@@ -45,13 +46,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .decoding import Decoder, Generation, Piece, step_together
-from .request import CANCELLED, FAILED, FINISHED, PREFILLING, RUNNING, Request, either
+from .defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS
+from .request import Request, either
+from .status import Event, Status
 
-STARTED, DONE, ERROR, DROPPED = "started", "done", "error", "dropped"
-MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS = 16, 2048  # the defaults every driver starts from
 MAX_PROMPTS = 4  # prompts running at once, each holding its request state while it fills
 log = logging.getLogger(__name__)
-Notify = Callable[[str, Request], None]
+Notify = Callable[[Event, Request], None]
 Source = Callable[[bool], "Request | None"]
 
 
@@ -220,13 +221,14 @@ class Scheduler:
             else:
                 return None
             if request.cancelled():
-                self._end(request, CANCELLED, DROPPED)
+                self._end(request, Status.CANCELLED, Event.DONE)
                 continue
             return request
 
     def _begin(self, request: Request) -> bool:
         """Start ``request``; False when it ended there (it failed, or it was begun past its first token and is
         decoding already)."""
+        request.mark(Status.PREFILLING)
         try:
             begun = request.begin(prefill_chunk=self.max_num_batched_tokens)
         except Exception as exc:  # ValueError: bad input; anything else: a bug
@@ -235,7 +237,7 @@ class Scheduler:
         if isinstance(begun, Generation):  # begun whole (``Engine.run_together``'s started requests)
             self._running(request, begun)
             return False
-        request.pending, request.status = begun, PREFILLING
+        request.pending = begun
         request.order = self._begun = self._begun + 1
         self.prompts.append(request)
         return True
@@ -259,7 +261,7 @@ class Scheduler:
         assert request.pending is not None
         if request.cancelled():
             self.prompts.remove(request)
-            self._end(request, CANCELLED, DROPPED)
+            self._end(request, Status.CANCELLED, Event.DONE)
             return
         try:
             ran = request.pending.advance(limit)
@@ -280,10 +282,11 @@ class Scheduler:
     def _running(self, request: Request, run: Generation) -> None:
         """``request``'s prompt is in: it joins the decoding batch, and its first token goes out at once, not after
         the others' prompts."""
-        request.run, request.status = run, RUNNING
+        request.run = run
+        request.mark(Status.RUNNING)
         own = run.decoder.cancelled  # the request's flag ends its decode too, whatever it began with
         run.decoder.cancelled = request.cancelled if own is None else either(own, request.cancelled)
-        self._tell(STARTED, request)
+        self._tell(Event.FIRST, request)
         try:
             run.decoder.take_now()
         except Exception as exc:
@@ -321,25 +324,26 @@ class Scheduler:
                 self._finish(request)
 
     def _finish(self, request: Request) -> None:
-        assert request.run is not None
+        assert request.run is not None and request.run.decoder.finish is not None
+        status = request.run.decoder.finish
         try:
             request.output = request.run.output()
         except Exception as exc:
             self._fail(request, exc)
             return
         request.run = request.pending = None  # its state (KV, linear states) is no longer needed
-        self._end(request, FINISHED, DONE)
+        self._end(request, status, Event.DONE)
 
     # -- endings --------------------------------------------------------------------------------------------------
 
     def _fail(self, request: Request, exc: BaseException) -> None:
         request.error = exc
-        self._end(request, FAILED, ERROR)
+        self._end(request, Status.FAILED, Event.ERROR)
 
-    def _end(self, request: Request, status: str, kind: str) -> None:
-        request.status = status
-        self._tell(kind, request)
+    def _end(self, request: Request, status: Status, event: Event) -> None:
+        request.mark(status)
+        self._tell(event, request)
 
-    def _tell(self, kind: str, request: Request) -> None:
+    def _tell(self, event: Event, request: Request) -> None:
         if self.notify is not None:
-            self.notify(kind, request)
+            self.notify(event, request)

@@ -14,7 +14,8 @@ from hypic_rag import Engine, Segment
 from hypic_rag.batch import run_batch
 from hypic_rag.concurrent import SharedBatch
 from hypic_rag.options import RequestOptions
-from hypic_rag.server.worker import DONE, ERROR, EngineWorker, Job
+from hypic_rag.server.worker import EngineWorker, Job
+from hypic_rag.status import Event
 
 DOCS = [
     Segment("Ana Lee lives in Oslo and works as a pilot for a small airline based near the fjord."),
@@ -64,9 +65,9 @@ def _worker(engine: Engine) -> list:
         async def final(job: Job):
             while True:
                 kind, payload = await asyncio.wait_for(job.events.get(), 120)
-                if kind == ERROR:
+                if kind is Event.ERROR:
                     raise payload
-                if kind == DONE:
+                if kind is Event.DONE:
                     return payload
 
         try:

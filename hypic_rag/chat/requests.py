@@ -7,8 +7,8 @@ same grammar before a request is admitted."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from ..grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, json_lark, refused, response_lark
@@ -17,6 +17,7 @@ from ..logits import Banned
 from ..options import RequestOptions
 from ..outputs import GenerationOutput
 from ..plan import Prompt
+from ..prepare import Prepared
 from ..segments import Segment
 from .caller_text import literal_pieces
 from .conversation import ChatSetup, thinking_opened
@@ -49,26 +50,6 @@ class ChatEngine(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
     def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer: ...
-
-
-@dataclass
-class PreparedChat:
-    """What ``Engine.start_chat`` starts: the prompt (ending with a forced call's opening, whose tokens are
-    ``opening_ids``), the template's end-of-turn ids, the answer's grammar or bans, whether the answer is steered
-    to close near its budget, ``finalize`` (the output parsed), and what the stream is told (``thinking``: the
-    template opened a reasoning block; ``forced``: the text written for the model)."""
-
-    rendered: RenderedPrompt
-    prompt: Prompt
-    ends: tuple[int, ...]
-    grammar: str | None
-    opening_ids: list[int]
-    banned: Banned | None
-    closing: bool
-    finalize: Callable[[GenerationOutput], GenerationOutput]
-    thinking: bool
-    forced: str
-    exact: bool = False  # the content is a grammar's, as written
 
 
 class ChatRequests:
@@ -132,7 +113,7 @@ class ChatRequests:
         tools: Sequence[Mapping[str, Any]] | None,
         tool_choice: str | Mapping[str, Any] | None,
         parallel_tool_calls: bool,
-    ) -> PreparedChat:
+    ) -> Prepared:
         """The request ``Engine.start_chat`` starts, under ``options`` with their defaults filled."""
         setup = self.setup()
         shape, _ = self.answer_shape(tools, tool_choice, parallel_tool_calls, options)
@@ -184,10 +165,18 @@ class ChatRequests:
                 out, text=content, tool_calls=calls, reasoning=parsed.reasoning, partial_call=parsed.partial_call
             )
 
-        closing = forced_choice or asks_json(shape.response_format)
-        ends = tuple(setup.end_of_turn_ids)
-        return PreparedChat(
-            rendered, prompt, ends, grammar, opening_ids, banned, closing, finalize, thinking, forced, exact
+        return Prepared(
+            prompt,
+            ends=tuple(setup.end_of_turn_ids),
+            grammar=grammar,
+            opening_ids=opening_ids,
+            banned=banned,
+            closing=forced_choice or asks_json(shape.response_format),
+            finalize=finalize,
+            thinking=thinking,
+            forced=forced,
+            exact=exact,
+            rendered=rendered,
         )
 
     def answer_shape(

@@ -40,6 +40,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.config import AutoscalingConfig, RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 
+from ..defaults import MAX_ACTIVE, MAX_QUEUE
 from ..server.door import bearer_matches, cors_headers, key_refused, needs_key, parse, read_body
 from ..server.limits import BODY_TIMEOUT_S
 from ..server.protocol import APIError
@@ -106,7 +107,7 @@ def request_text(body: bytes) -> ChatText | PromptText:
     return PromptText(parsed.get("prompt", "") if isinstance(parsed, dict) else "")
 
 
-def default_autoscaling(max_replicas: int, max_active: int = 16) -> dict[str, Any]:
+def default_autoscaling(max_replicas: int, max_active: int = MAX_ACTIVE) -> dict[str, Any]:
     """Ray Serve's autoscaling for a fleet of at most ``max_replicas``: one replica kept, a new one added once
     replicas average more than half a decode batch (``max_active``) in flight, so a replica is added before
     requests queue behind a full batch."""
@@ -380,8 +381,8 @@ def build_app(
     stats_period_s: float = STATS_PERIOD_S,
     name: str | None = None,
     default_mode: str = "hypic",
-    max_queue: int = 64,
-    max_active: int = 16,
+    max_queue: int = MAX_QUEUE,
+    max_active: int = MAX_ACTIVE,
     api_key: str | None = None,
     **options: Any,
 ) -> serve.Application:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, MAX_QUEUE, QUEUE_TIMEOUT_S
 from .app import create_app
 from .startup import bind, report_tier
 
@@ -23,10 +24,10 @@ def serve(
     cache_dir: str | None = None,
     cache_url: str | None = None,
     mode: str = "hypic",
-    max_queue: int = 64,
-    max_active: int = 16,
-    max_num_batched_tokens: int = 2048,
-    queue_timeout_s: float = 120.0,
+    max_queue: int = MAX_QUEUE,
+    max_active: int = MAX_ACTIVE,
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+    queue_timeout_s: float = QUEUE_TIMEOUT_S,
     log_level: str = "info",
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),

@@ -28,9 +28,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat.streaming import CONTENT, AnswerStream
 from ..chat.tool_calls import ParsedOutput
+from ..defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, MAX_QUEUE, QUEUE_TIMEOUT_S
 from ..engine import Engine
 from ..options import check_mode
 from ..outputs import GenerationOutput
+from ..status import Event
 from .completions import (
     choice,
     completion_arguments,
@@ -60,7 +62,7 @@ from .protocol import (
     usage_chunk,
     wire_tool_calls,
 )
-from .worker import DELTA, DONE, ERROR, EngineWorker, Job, QueueFull
+from .worker import EngineWorker, Job, QueueFull
 
 COMPILE_TIMEOUT_S = 10.0  # for a request's output grammar to be built, off the engine thread and the event loop
 COMPILE_THREADS = 2
@@ -146,11 +148,11 @@ def create_app(
     *,
     model_names: Sequence[str] = (),
     default_mode: str = "hypic",
-    max_queue: int = 64,
-    max_active: int = 16,
-    max_num_batched_tokens: int = 2048,
+    max_queue: int = MAX_QUEUE,
+    max_active: int = MAX_ACTIVE,
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
     max_body_bytes: int = 8 << 20,
-    queue_timeout_s: float = 120.0,
+    queue_timeout_s: float = QUEUE_TIMEOUT_S,
     body_timeout_s: float = BODY_TIMEOUT_S,
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
@@ -214,13 +216,15 @@ class _ServiceClock:
         self.max_active, self.service_s = max_active, 1.0
 
     def observe(self, job: Job, out: GenerationOutput, metrics: ServerMetrics) -> None:
-        now = time.perf_counter()
-        assert job.started is not None
-        ttft = job.started - job.enqueued + out.ttft_s
+        request = job.request  # its timestamps: arrival, start, first token, end
+        started, first, ended = request.started, request.first_token, request.finished
+        assert started is not None and first is not None and ended is not None
         reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
-        queued = job.started - job.enqueued
-        metrics.record(job.arguments["options"].mode, out.stats, ttft, now - job.enqueued, reason, queued)
-        self.service_s = 0.8 * self.service_s + 0.2 * (now - job.started)
+        mode = job.arguments["options"].mode
+        metrics.record(
+            mode, out.stats, first - request.arrival, ended - request.arrival, reason, started - request.arrival
+        )
+        self.service_s = 0.8 * self.service_s + 0.2 * (ended - started)
 
     def retry_after(self, worker: EngineWorker) -> int:
         return max(1, math.ceil(self.service_s * (worker.queue.qsize() + 1) / self.max_active))
@@ -276,7 +280,7 @@ async def _next_event(job: Job, request: Request) -> tuple[str, Any]:
             return await asyncio.wait_for(job.events.get(), POLL_S)
         except TimeoutError:
             if await request.is_disconnected():
-                job.cancelled.set()
+                job.cancel()
                 raise _Gone from None
 
 
@@ -356,10 +360,10 @@ async def _stream(
         yield sse(chunk(request_id, model, created, {"role": "assistant", "content": ""}, include_usage=include_usage))
         while True:
             kind, payload = await job.events.get()
-            if kind == DELTA:
+            if kind is Event.DELTA:
                 for part, text in split.feed(payload):
                     yield piece(part, text)
-            elif kind == DONE:
+            elif kind is Event.DONE:
                 out: GenerationOutput = unique_call_ids(payload)
                 parsed = ParsedOutput(out.text or "", out.reasoning, out.tool_calls, out.partial_call)
                 for part, text in split.finish(parsed):
@@ -375,11 +379,11 @@ async def _stream(
                     yield sse(usage_chunk(request_id, model, created, out))
                 yield sse("[DONE]")
                 return
-            elif kind == ERROR:
+            elif kind is Event.ERROR:
                 yield sse(_as_api_error(payload, 1).body())
                 return
     finally:
-        job.cancelled.set()  # a no-op once done; stops the generation when the client has gone
+        job.cancel()  # a no-op once done; stops the generation when the client has gone
 
 
 @dataclass(frozen=True)
@@ -416,13 +420,13 @@ class _Serving:
     async def event(self, job: Job, request: Request) -> tuple[str, Any]:
         """The job's next event; an error event raised as the API error it is."""
         kind, payload = await self.next_event(job, request)
-        if kind == ERROR:
+        if kind is Event.ERROR:
             raise _as_api_error(payload, self.retry_after())
         return kind, payload
 
     async def done(self, job: Job, request: Request, kind: str, payload: Any) -> Any:
         """The job's answer, awaited from its event ``kind``/``payload`` on."""
-        while kind != DONE:
+        while kind is not Event.DONE:
             kind, payload = await self.event(job, request)
         return payload
 
@@ -460,7 +464,7 @@ def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
             return Response(status_code=499)
         finally:
             if not streaming:
-                job.cancelled.set()  # a no-op once done; stops the work of a request that failed or was left
+                job.cancel()  # a no-op once done; stops the work of a request that failed or was left
 
 
 def _add_model_routes(app: FastAPI, names: list[str]) -> None:
@@ -517,7 +521,7 @@ def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
         finally:
             if not streaming:
                 for job in submitted:
-                    job.cancelled.set()
+                    job.cancel()
 
 
 async def _text_stream(
@@ -528,11 +532,11 @@ async def _text_stream(
     outs = []
     try:
         for index, (job, (kind, payload)) in enumerate(zip(jobs, firsts, strict=True)):
-            while kind != DONE:
+            while kind is not Event.DONE:
                 kind, payload = await job.events.get()
-                if kind == DELTA:
+                if kind is Event.DELTA:
                     yield sse(text_chunk(request_id, model, created, index, payload))
-                elif kind == ERROR:
+                elif kind is Event.ERROR:
                     yield sse(_as_api_error(payload, 1).body())
                     return
             out: GenerationOutput = payload
@@ -546,4 +550,4 @@ async def _text_stream(
         yield sse("[DONE]")
     finally:
         for job in jobs:
-            job.cancelled.set()
+            job.cancel()

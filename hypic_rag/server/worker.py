@@ -7,8 +7,9 @@ docstring has the policy). The queue in front is pulled only when the scheduler 
 and a request that waited past ``queue_timeout_s`` is answered with a timeout when its turn comes.
 ``max_active=1`` serves requests one after another, whole.
 
-Each request is a ``Job``: its engine arguments, a cancel flag the HTTP side sets when the client goes away,
-and the events (first token, text deltas, the finished output, or an error) handed back to the event loop.
+Each request is a ``Job``: its engine arguments, its ``request.Request`` (the status, the timestamps, the cancel
+event the HTTP side sets when the client goes away), and the events (``status.Event``: first token, text deltas,
+the finished output, or an error) handed back to the event loop, derived from the scheduler's in ``_notify``.
 
 ``shadow_rate`` (0: off) picks that share of finished composed requests (every ``1 / rate``-th, counted
 deterministically) to run again in ``full``, prompt only, once the worker is idle (nothing running, nothing
@@ -34,14 +35,13 @@ from functools import partial
 from typing import Any
 
 from ..decoding import Generation, Prefilling
+from ..defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, MAX_QUEUE, QUEUE_TIMEOUT_S
 from ..engine import Engine
 from ..fidelity import kl_divergence
 from ..request import Request
-from ..scheduler import DONE as FINISHED
-from ..scheduler import ERROR as FAILED
-from ..scheduler import STARTED, Scheduler
+from ..scheduler import Scheduler
+from ..status import Event
 
-FIRST, DELTA, DONE, ERROR = "first", "delta", "done", "error"
 log = logging.getLogger(__name__)
 SHADOW_BACKLOG = 16
 
@@ -52,22 +52,32 @@ class QueueFull(Exception):
 
 @dataclass
 class Job:
-    """One request on its way through the worker."""
+    """One request on its way through the worker: what the HTTP side hands in and reads back. Its lifecycle
+    (status, timestamps, cancel event) is its ``request``'s, which the worker begins once submitted."""
 
     arguments: dict[str, Any]  # Engine.start_chat's: messages, tools, tool_choice, options (or ``method``'s)
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    enqueued: float = field(default_factory=time.perf_counter)
-    started: float | None = None
     method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
+    request: Request = field(init=False)
 
-    def emit(self, kind: str, payload: Any = None) -> None:
+    def __post_init__(self) -> None:
+        self.request = Request(_unsubmitted, tag=self)
+
+    def cancel(self) -> None:
+        """The client has gone (or the request is done with): the scheduler drops it at its next step."""
+        self.request.cancel()
+
+    def emit(self, event: Event, payload: Any = None) -> None:
         """Hand an event to the request's coroutine, from the worker thread."""
         try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (event, payload))
         except RuntimeError:  # the loop is gone: the server is shutting down
-            self.cancelled.set()
+            self.cancel()
+
+
+def _unsubmitted(prefill_chunk: int) -> Generation | Prefilling:
+    raise RuntimeError("the job was not submitted to a worker")
 
 
 class EngineWorker:
@@ -78,10 +88,10 @@ class EngineWorker:
         self,
         engine: Engine,
         *,
-        max_queue: int = 64,
-        max_active: int = 16,
-        max_num_batched_tokens: int = 2048,
-        queue_timeout_s: float = 120.0,
+        max_queue: int = MAX_QUEUE,
+        max_active: int = MAX_ACTIVE,
+        max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+        queue_timeout_s: float = QUEUE_TIMEOUT_S,
         observe: Callable[[Job, Any], None] | None = None,
         observe_step: Callable[[int, int], None] | None = None,
         shadow_rate: float = 0.0,
@@ -129,15 +139,16 @@ class EngineWorker:
         self._stop.set()
         self._thread.join(timeout)
         for request in self.scheduler.in_hand():
-            request.tag.emit(ERROR, RuntimeError("the server is shutting down"))
+            request.tag.emit(Event.ERROR, RuntimeError("the server is shutting down"))
         while not self.queue.empty():
-            self.queue.get_nowait().emit(ERROR, RuntimeError("the server is shutting down"))
+            self.queue.get_nowait().emit(Event.ERROR, RuntimeError("the server is shutting down"))
 
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
     def submit(self, job: Job) -> None:
+        job.request.begin = partial(self._begin, job)
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -200,33 +211,33 @@ class EngineWorker:
                 job = self.queue.get(timeout=0.05) if wait else self.queue.get_nowait()
             except queue.Empty:
                 return None
-            if job.cancelled.is_set():
+            if job.request.cancelled():
                 continue
-            waited = time.perf_counter() - job.enqueued
+            waited = time.perf_counter() - job.request.arrival
             if waited > self.queue_timeout_s:
-                job.emit(ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
+                job.emit(Event.ERROR, TimeoutError(f"waited {waited:.0f} s for the engine"))
                 continue
-            return Request(partial(self._begin, job), job.cancelled.is_set, tag=job)
+            return job.request
 
     def _begin(self, job: Job, prefill_chunk: int) -> Generation | Prefilling:
-        job.started = time.perf_counter()
         return getattr(self.engine, job.method)(  # its cancel flag is the scheduler's to apply, decoding too
             **job.arguments,
-            on_token=lambda _id, delta: job.emit(DELTA, delta) if delta else None,
+            on_token=lambda _id, delta: job.emit(Event.DELTA, delta) if delta else None,
             prefill_chunk=prefill_chunk,
         )
 
-    def _notify(self, kind: str, request: Request) -> None:
-        """The scheduler's news, as the request's events: its first token, its output, or its error."""
+    def _notify(self, event: Event, request: Request) -> None:
+        """The scheduler's news, as the request's wire events (the only place they are made, with ``DELTA``'s in
+        ``_begin``): its first token with the started run, its answer, or its error. A request cancelled before its
+        first token has no answer and nobody to tell."""
         job: Job = request.tag
-        if kind == STARTED:
-            job.emit(FIRST, request.run)
-        elif kind == FAILED:
-            assert request.error is not None
-            job.emit(ERROR, request.error)
-        elif kind == FINISHED:
+        payload = {Event.FIRST: request.run, Event.DONE: request.output, Event.ERROR: request.error}[event]
+        if payload is None:
+            return
+        if event is Event.DONE:
             _tell(self.observe, job, request.output)
-            job.emit(DONE, request.output)
+        job.emit(event, payload)
+        if event is Event.DONE:
             self._sample_shadow(job, request.output)
 
 

@@ -293,7 +293,7 @@ def test_a_client_that_leaves_cancels_its_generation(engine, monkeypatch):
             assert next(response.iter_lines()).startswith("data: ")
         # The connection is closed; once the server has seen it go, the next step finds the request cancelled.
         deadline = time.monotonic() + 30
-        while not all(job.cancelled.is_set() for job in app.state.worker.active):
+        while not all(job.request.cancel_event.is_set() for job in app.state.worker.active):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         for _ in range(20):

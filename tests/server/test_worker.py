@@ -15,7 +15,8 @@ from hypic_rag import Engine, Segment
 from hypic_rag.fidelity import kl_divergence
 from hypic_rag.options import RequestOptions
 from hypic_rag.server import create_app
-from hypic_rag.server.worker import DONE, ERROR, FIRST, EngineWorker, Job
+from hypic_rag.server.worker import EngineWorker, Job
+from hypic_rag.status import Event
 from hypic_rag.testing.server import serve_in_thread
 
 DOCS = [
@@ -48,12 +49,12 @@ def _serve(engine, requests: list[dict[str, Any]], cancel_after: dict[int, int] 
             deltas = 0
             while True:
                 kind, payload = await asyncio.wait_for(job.events.get(), 120)
-                if kind in (DONE, ERROR):
+                if kind in (Event.DONE, Event.ERROR):
                     return kind, payload
-                if kind != FIRST:
+                if kind is not Event.FIRST:
                     deltas += 1
                     if cancel_after and deltas == cancel_after.get(i):
-                        job.cancelled.set()
+                        job.cancel()
 
         try:
             return await asyncio.gather(*(finish(i, job) for i, job in enumerate(jobs)))
@@ -73,7 +74,7 @@ def alone(engine):
 def test_waiting_requests_join_the_running_batch_and_answer_as_alone(engine, alone):
     results, steps = _serve(engine, [_arguments(q) for q in QUERIES], max_active=3)
     for (kind, out), want in zip(results, alone, strict=True):
-        assert kind == DONE and out.token_ids == want.token_ids and out.text == want.text
+        assert kind == Event.DONE and out.token_ids == want.token_ids and out.text == want.text
     sizes = [running for running, _ in steps]
     assert all(len(w.token_ids) == TOKENS for w in alone)
     # Three decode together; the step after they finish, the two that waited join: 20 steps, not 50.
@@ -85,7 +86,7 @@ def test_the_token_budget_admits_one_long_prompt_a_step(engine, alone):
     results, steps = _serve(engine, [_arguments(q) for q in QUERIES[:3]], max_active=3, max_num_batched_tokens=budget)
     assert [running for running, _ in steps[:3]] == [1, 2, 3]
     for (kind, out), want in zip(results, alone[:3], strict=True):
-        assert kind == DONE and out.token_ids == want.token_ids
+        assert kind == Event.DONE and out.token_ids == want.token_ids
     _, roomy = _serve(engine, [_arguments(q) for q in QUERIES[:3]], max_active=3)
     assert roomy[0][0] == 3 and roomy[0][1] > 3  # the default budget takes all three prompts in one step
 
@@ -93,11 +94,11 @@ def test_the_token_budget_admits_one_long_prompt_a_step(engine, alone):
 def test_a_cancelled_request_leaves_at_once_and_the_others_go_on(engine, alone):
     results, steps = _serve(engine, [_arguments(q) for q in QUERIES[:3]], cancel_after={1: 2}, max_active=3)
     kind, cancelled = results[1]
-    assert kind == DONE and cancelled.finish_reason == "cancelled"
+    assert kind == Event.DONE and cancelled.finish_reason == "cancelled"
     assert len(cancelled.token_ids) < len(alone[1].token_ids)
     assert cancelled.token_ids == alone[1].token_ids[: len(cancelled.token_ids)]
     for i in (0, 2):
-        assert results[i][0] == DONE and results[i][1].token_ids == alone[i].token_ids
+        assert results[i][0] == Event.DONE and results[i][1].token_ids == alone[i].token_ids
     assert 2 in [running for running, _ in steps]  # the batch went on without it
 
 
@@ -105,7 +106,7 @@ def test_a_bad_request_fails_alone(engine, alone):
     bad = _arguments(QUERIES[0], mode="hypic")
     bad["query"] = Segment(token_ids=[10**9])
     results, _ = _serve(engine, [_arguments(QUERIES[0]), bad, _arguments(QUERIES[1])], max_active=3)
-    assert results[1][0] == ERROR and isinstance(results[1][1], ValueError)
+    assert results[1][0] == Event.ERROR and isinstance(results[1][1], ValueError)
     assert results[0][1].token_ids == alone[0].token_ids and results[2][1].token_ids == alone[1].token_ids
 
 
@@ -114,7 +115,8 @@ def test_a_failing_metrics_callback_fails_no_request_and_the_worker_goes_on(engi
         raise RuntimeError("a metrics bug")
 
     results, _ = _serve(engine, [_arguments(q) for q in QUERIES[:3]], observe=broken, max_active=2)
-    assert [kind for kind, _ in results] == [DONE, DONE, DONE]  # the third was admitted after the first two ended
+    # the third was admitted after the first two ended
+    assert [kind for kind, _ in results] == [Event.DONE, Event.DONE, Event.DONE]
     assert [out.token_ids for _, out in results] == [a.token_ids for a in alone[:3]]
 
 
@@ -214,7 +216,7 @@ def test_a_shadow_runs_a_chunk_a_step_and_yields_to_a_request_that_arrives():
     job = Job(arguments=_arguments(QUERIES[1]), loop=loop, method="start")
     worker.submit(job)
     worker._turn()  # the request goes first; the shadow waits where it was
-    assert job.started is not None and worker.shadowing is not None and not kls
+    assert job.request.started is not None and worker.shadowing is not None and not kls
     while job in worker.active or worker.prefilling is job:
         worker._turn()
     while worker.shadowing is not None:
