@@ -10,11 +10,13 @@ alone. Its slot then holds the exception: returned in place with ``return_except
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .decoding import Generation, Prefilling
 from .outputs import GenerationOutput
+from .prepare import Prepared
 from .request import Request
 from .scheduler import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, Scheduler
 
@@ -62,6 +64,27 @@ def run_batch(
         error = BatchError(results)
         raise error from results[error.failed[0]]
     return results
+
+
+def prepared_begins(
+    prepares: Sequence[Callable[[], Prepared]], begin: Callable[..., Generation | Prefilling]
+) -> list[Begin]:
+    """Each request prepared now, on the caller's thread, so that the scheduler's steps only build state; as a
+    ``begin`` that runs ``begin(prepared, prefill_chunk=n)``. A request whose preparing fails (bad input) fails
+    alone, when its turn comes, as one that fails at its start."""
+    begins: list[Begin] = []
+    for prepare in prepares:
+        try:
+            prepared = prepare()
+        except Exception as exc:
+            begins.append(functools.partial(_raise, exc))
+        else:
+            begins.append(functools.partial(begin, prepared))
+    return begins
+
+
+def _raise(exc: Exception, prefill_chunk: int) -> Generation | Prefilling:
+    raise exc
 
 
 def started(run: Generation) -> Begin:

@@ -80,8 +80,8 @@ def _write_json(data: dict, path: Path | None, bench: str | None = None) -> None
 # hypic_rag.eval.bench.MODULE`` is the same): name -> its module under hypic_rag.eval.bench. Each writes its JSON
 # through ``eval.bench.common.write_report``, under one header.
 BENCH_MODULES = (
-    "batching", "capture", "deviation", "entry_bytes", "families", "fleet", "fleet_sim", "flood", "gpu", "grammar",
-    "kernels", "measure", "peer", "profile", "server", "slo", "template_ids", "tiers", "workers",
+    "batching", "capture", "deviation", "engine_thread", "entry_bytes", "families", "fleet", "fleet_sim", "flood",
+    "gpu", "grammar", "kernels", "measure", "peer", "profile", "server", "slo", "template_ids", "tiers", "workers",
 )  # fmt: skip
 NAMED_BENCHES = {module.replace("_", "-"): module for module in BENCH_MODULES}
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from . import request
-from .batch import run_batch, started
+from .batch import prepared_begins, run_batch, started
 from .cache import (
     DiskCacheTier,
     PrefixStore,
@@ -41,7 +41,7 @@ from .chat.template import ChatTemplate
 from .decoding import Generation, Prefilling, TokenCallback
 from .defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
-from .grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, response_lark
+from .grammar import GrammarTokenizer
 from .hub import resolve_checkpoint
 from .inputs import as_list
 from .model import HybridModel, RequestState, load_model
@@ -53,8 +53,8 @@ from .plan import (
     RequestPlan,
 )
 from .prefill import PrefillProgram, missing
-from .prepare import Prepared
-from .segments import Segment, as_query, check_unicode
+from .prepare import Prepared, Preparer
+from .segments import Segment
 from .settings import COLD_POLICIES, PrefillSettings, Setting, check_chunk, check_count, check_flag, usable_device
 from .tokenizer import load_tokenizer
 
@@ -150,6 +150,15 @@ class Engine:
         self.eos_token_ids = tuple(eos_token_ids)
         self.generation_defaults = generation_defaults or GenerationDefaults()
         self.chat_setup = ChatSetup.build(chat_template, tokenizer) if chat_template is not None else None
+        self.preparer = Preparer(  # what a request is prepared with, off the engine thread (``prepare.py``)
+            tokenizer,
+            self.chat_setup,
+            vocab_size=model.config.vocab_size,
+            context=model.config.max_position_embeddings,
+            eos_token_ids=self.eos_token_ids,
+            generation_defaults=self.generation_defaults,
+            name=name,
+        )
         if cache_dir is not None and "://" in str(cache_dir):  # Path() would fold it into a folder name
             raise ValueError(f"cache_dir is a folder, not {str(cache_dir)!r}: pass a Redis URL as cache_url")
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
@@ -183,7 +192,6 @@ class Engine:
         self.prefill_program = PrefillProgram(
             model, self.settings, self.segment_store, self.prefix_store, self.fingerprint, prefill_pool
         )
-        self._grammar_tokenizers: dict[tuple[int, ...], GrammarTokenizer] = {}
 
     @classmethod
     def from_pretrained(
@@ -238,9 +246,8 @@ class Engine:
 
     @property
     def chats(self) -> ChatRequests:
-        """The engine's chat side (``chat/requests.py``), made when asked: held, it would tie the engine in a
-        reference cycle, and an engine let go must close its caches at once, not at the next collection."""
-        return ChatRequests(self)
+        """The chat side (``chat/requests.py``) of the engine's preparer."""
+        return self.preparer.chats
 
     @property
     def prefill_pool(self) -> Any:
@@ -249,56 +256,22 @@ class Engine:
 
     # -- text ---------------------------------------------------------------------------------
 
-    def _require_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            raise ValueError(f"checkpoint {self.name!r} has no tokenizer files; pass token ids instead of text")
-        return self.tokenizer
-
     def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a str, got {type(text).__name__}")
-        check_unicode(text, "text")
-        return list(self._require_tokenizer().encode(text, add_special_tokens=False).ids)
+        return self.preparer.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._require_tokenizer().decode(list(ids), skip_special_tokens=True)
+        return self.preparer.decode(ids)
 
     def segment_ids(self, segment: Segment) -> list[int]:
-        ids = list(segment.token_ids) if segment.token_ids is not None else self.encode(segment.text or "")
-        bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
-        return ids
-
-    def _segments_ids(self, segments: Sequence[Segment]) -> list[list[int]]:
-        """Each segment's ids, tokenized on its own; none may be empty."""
-        if isinstance(segments, Segment) or not all(isinstance(s, Segment) for s in segments):
-            raise ValueError("segments must be a list of Segment")
-        seg_ids = [self.segment_ids(s) for s in segments]
-        empty = [i for i, ids in enumerate(seg_ids) if not ids]
-        if empty:
-            raise ValueError(f"segment {empty[0]} tokenizes to no tokens")
-        return seg_ids
+        return self.preparer.segment_ids(segment)
 
     def build_prompt(self, segments: Sequence[Segment], query: str | Segment) -> Prompt:
         """Tokenize each segment on its own; reject prompts the model cannot take."""
-        segments = as_list(segments, "segments", "Segment", Segment)
-        seg_ids = self._segments_ids(segments)
-        query_ids = self.segment_ids(as_query(query))
-        prompt = Prompt(seg_ids, query_ids, tuple(s.cache for s in segments), tuple(s.kind for s in segments))
-        n = len(prompt.ids)
-        if n == 0:
-            raise ValueError("the prompt is empty: give at least one segment or a non-empty query")
-        if not query_ids:
-            raise ValueError("the query tokenizes to no tokens")
-        self._check_context(n)
-        return prompt
+        return self.preparer.build_prompt(segments, query)
 
-    def _check_context(self, tokens: int) -> None:
-        if tokens > self.config.max_position_embeddings:
-            raise ValueError(
-                f"prompt of {tokens} tokens is past the model's context of {self.config.max_position_embeddings}"
-            )
+    def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer:
+        """The tokenizer as the output grammar reads it (``Preparer.grammar_tokenizer``)."""
+        return self.preparer.grammar_tokenizer(stop_ids)
 
     # -- one request ------------------------------------------------------------------------------
 
@@ -320,7 +293,7 @@ class Engine:
         before the next is computed, so a large corpus never holds more than a chunk of fresh entries;
         ``progress(done, total)`` is called after each."""
         segments = as_list(segments, "segments", "Segment", Segment)
-        ids = self._segments_ids(segments)
+        ids = self.preparer.segments_ids(segments)
         plan = self.plan(Prompt(ids, [], tuple(s.cache for s in segments)), "hypic", seam)
         # any of them may follow another in a request, so each needs the remainder a seam leaves (the plan
         # gives the prompt's first none)
@@ -407,23 +380,27 @@ class Engine:
         ``prefill_chunk``, a ``Prefilling`` that runs the prompt a ``Piece`` at a time (in-context tokens at most
         that many a piece; for the composed modes a cold segment, a probe, then the fused forward) and then holds
         the ``Generation``."""
-        options = RequestOptions.from_mapping(overrides, base=options)
-        chat_only = options.chat_only()
-        if chat_only:
-            raise ValueError(f"{', '.join(chat_only)} apply to chat requests (Engine.chat), not to segments")
-        prompt = self.build_prompt(segments, query)
-        grammar = "start: " + response_lark(options.response_format, SPACED) if options.response_format else None
-        chunk = check_chunk(prefill_chunk)
-        closing = asks_json(options.response_format)
-        prepared = Prepared(prompt, grammar=grammar, closing=closing)
-        return request.start(self, prepared, options.with_defaults(None), on_token, cancelled, chunk)
+        prepared = self.prepare(segments, query, options, **overrides)
+        return self.begin(prepared, on_token=on_token, cancelled=cancelled, prefill_chunk=prefill_chunk)
 
-    def check_start(self, options: RequestOptions) -> None:
-        """``check_chat`` for ``start``: compile the grammar of the request's ``response_format``, if any, so that
-        one the grammar cannot hold is a ``ValueError`` before the request is admitted."""
-        if options.response_format is not None:
-            lark = "start: " + response_lark(options.response_format, SPACED)
-            compile_checked(self.grammar_tokenizer(), lark, "response_format")
+    def prepare(
+        self, segments: Sequence[Segment], query: str | Segment, options: RequestOptions | None = None, **overrides: Any
+    ) -> Prepared:
+        """``start``'s request prepared (``prepare.Preparer.segments``): tokenized, checked, its grammar compiled.
+        Runs no model and touches no cache, so a server calls it off the engine thread."""
+        return self.preparer.segments(segments, query, RequestOptions.from_mapping(overrides, base=options))
+
+    def begin(
+        self,
+        prepared: Prepared,
+        *,
+        on_token: TokenCallback | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        prefill_chunk: int | None = None,
+    ) -> Generation | Prefilling:
+        """A prepared request (``prepare``, ``prepare_chat``) started as ``start`` and ``start_chat`` start theirs
+        (``request.start``)."""
+        return request.start(self, prepared, on_token, cancelled, check_chunk(prefill_chunk))
 
     def run_together(
         self, runs: Sequence[Generation], *, max_active: int = MAX_ACTIVE, return_exceptions: bool = False
@@ -455,7 +432,8 @@ class Engine:
         ``BatchError`` carrying every other output is raised once the batch is done."""
         prompts = as_list(prompts, "prompts", "(segments, query) pairs")
         overrides = _whole(overrides, "generate_batch")
-        begins = [functools.partial(self.start, segments, query, options, **overrides) for segments, query in prompts]
+        prepares = [functools.partial(self.prepare, s, q, options, **overrides) for s, q in prompts]
+        begins = prepared_begins(prepares, self.begin)
         return run_batch(
             begins,
             max_active=max_active,
@@ -481,22 +459,14 @@ class Engine:
         conversations = as_list(conversations, "conversations", "lists of messages")
         overrides = _whole(overrides, "chat_batch")
         chat = {"tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": parallel_tool_calls, **overrides}
-        begins = [functools.partial(self.start_chat, messages, options, **chat) for messages in conversations]
+        prepares = [functools.partial(self.prepare_chat, messages, options, **chat) for messages in conversations]
+        begins = prepared_begins(prepares, self.begin)
         return run_batch(
             begins,
             max_active=max_active,
             max_num_batched_tokens=max_num_batched_tokens,
             return_exceptions=return_exceptions,
         )
-
-    def grammar_tokenizer(self, stop_ids: Sequence[int] = ()) -> GrammarTokenizer:
-        """The tokenizer as the output grammar reads it, with every EOS id and ``stop_ids`` as the ends of a
-        finished answer; made once per set of ends (it walks the vocabulary)."""
-        ends = tuple(sorted(set(self.eos_token_ids) | set(stop_ids)))
-        if ends not in self._grammar_tokenizers:
-            tokenizer = self._require_tokenizer()
-            self._grammar_tokenizers[ends] = GrammarTokenizer(tokenizer, self.config.vocab_size, ends)
-        return self._grammar_tokenizers[ends]
 
     # -- chat ---------------------------------------------------------------------------------------
 
@@ -572,11 +542,17 @@ class Engine:
         result is ``chat``'s.
         A forced call opening (``tool_choice``) is not streamed through ``on_token``; it is in the parsed
         output."""
-        options = RequestOptions.from_mapping(overrides, base=options).with_defaults(self.generation_defaults)
-        prepared = self.chats.prepare(messages, options, tools, tool_choice, parallel_tool_calls)
-        return request.start(self, prepared, options, on_token, cancelled, check_chunk(prefill_chunk))
+        prepared = self.prepare_chat(
+            messages,
+            options,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            **overrides,
+        )
+        return self.begin(prepared, on_token=on_token, cancelled=cancelled, prefill_chunk=prefill_chunk)
 
-    def check_chat(
+    def prepare_chat(
         self,
         messages: Sequence[Mapping[str, Any]],
         options: RequestOptions | None = None,
@@ -584,10 +560,11 @@ class Engine:
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
         parallel_tool_calls: bool = True,
-    ) -> None:
-        """Compile the grammar ``start_chat`` would hold this request's answer to, so that a schema or pattern it
-        cannot hold is a ``ValueError`` naming the field (``response_format`` or ``tools.N.function.parameters``)
-        before the request is admitted, and the compiled grammar is kept for ``start_chat``. Runs no model and
-        touches no cache, so a server calls it off the engine thread."""
-        options = (options or RequestOptions()).with_defaults(self.generation_defaults)
-        self.chats.check(messages, options, tools, tool_choice, parallel_tool_calls)
+        **overrides: Any,
+    ) -> Prepared:
+        """``start_chat``'s request prepared (``prepare.Preparer.chat``): rendered, tokenized, checked against the
+        context, its answer shaped and its grammar compiled, so that a schema or pattern the grammar cannot hold is
+        a ``ValueError`` naming the field (``response_format`` or ``tools.N.function.parameters``) before the
+        request is admitted. Runs no model and touches no cache, so a server calls it off the engine thread."""
+        options = RequestOptions.from_mapping(overrides, base=options)
+        return self.preparer.chat(messages, options, tools, tool_choice, parallel_tool_calls)

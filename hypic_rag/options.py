@@ -39,6 +39,7 @@ def check_seam(seam: object) -> None:
 
 
 MODES = ("full", "prefix", "pic", "hypic")
+COMPOSED = ("pic", "hypic")  # the modes that look segments up in the cache; ``full`` and ``prefix`` never do
 
 # Names OpenAI's API (and the frameworks after it) give an option, for ``from_mapping``; the first one
 # listed for an option is how LangChain and LlamaIndex fields spell it.

@@ -104,7 +104,7 @@ def plan_request(
         width = resolve_seam(seam, n) if i and seam not in ADAPTIVE else 0
         remainder = width if variant == "B" and 0 < width < n else 0
         record = resolve_seam(record_seam, n) if variant == "B" else 0
-        cached = n >= max(1, min_cached_tokens) and (prompt.cacheable is None or prompt.cacheable[i])
+        cached = is_cached(prompt, i, min_cached_tokens)
         plans.append(
             SegmentPlan(
                 ids=tuple(ids),
@@ -115,6 +115,19 @@ def plan_request(
             )
         )
     return RequestPlan(plans, tuple(prompt.query), seam, variant)
+
+
+def is_cached(prompt: Prompt, i: int, min_cached_tokens: int) -> bool:
+    """The cache rule: segment ``i`` of ``prompt`` is looked up and stored when it has ``min_cached_tokens`` or more
+    (at least one) and was not marked to run in context."""
+    n = len(prompt.segments[i])
+    return n >= max(1, min_cached_tokens) and (prompt.cacheable is None or prompt.cacheable[i])
+
+
+def cached_keys(prompt: Prompt, min_cached_tokens: int, key: Callable[[Sequence[int]], str]) -> list[str]:
+    """The keys a composed request's plan looks ``prompt``'s segments up under, sorted, each once: what a fleet's
+    router places a request by."""
+    return sorted({key(ids) for i, ids in enumerate(prompt.segments) if is_cached(prompt, i, min_cached_tokens)})
 
 
 def with_widths(plan: RequestPlan, widths: dict[int, int]) -> RequestPlan:

@@ -21,7 +21,7 @@ from .entries import prefill_isolated
 from .guard import guard
 from .kernels.indices import int64
 from .model import HybridModel, RequestState
-from .options import ADAPTIVE, RequestOptions, check_mode
+from .options import ADAPTIVE, COMPOSED, RequestOptions, check_mode
 from .outputs import RequestStats
 from .plan import Prompt, RequestPlan, SegmentPlan, plan_request
 from .settings import PrefillSettings
@@ -116,7 +116,7 @@ class PrefillProgram:
     ) -> Generator[Piece, int | None, Prefilled]:
         state = self.model.new_state()
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
-        if mode in ("pic", "hypic"):
+        if mode in COMPOSED:
             plan = self.plan(prompt, mode, seam)
             logits, deferred = yield from self._composed(plan, state, stats, chunk, options, prompt.kinds)
             if logits is not None:

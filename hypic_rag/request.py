@@ -21,7 +21,6 @@ from .decoding import Decoder, Generation, Piece, Prefilling, TokenCallback
 from .grammar import GrammarMask, GrammarTokenizer
 from .logits import Penalties, Picker, Sampler
 from .model import HybridModel
-from .options import RequestOptions
 from .outputs import GenerationOutput
 from .prefill import PrefillProgram, drain
 from .prepare import Prepared
@@ -96,18 +95,17 @@ class Runner(Protocol):
 def start(
     engine: Runner,
     prepared: Prepared,
-    options: RequestOptions,
     on_token: TokenCallback | None = None,
     cancelled: Callable[[], bool] | None = None,
     chunk: int | None = None,
 ) -> Generation | Prefilling:
-    """Prefill ``prepared``'s prompt and choose its first token, under ``options`` with their defaults filled; the
-    request also stops at the prepared end-of-turn ids and every EOS id. Its grammar masks every token chosen, from
-    after the forced opening the prompt already ends with. With ``chunk``, nothing runs yet: the ``Prefilling``
-    returned runs the prompt a chunk at a time (``PrefillProgram.steps``)."""
+    """Prefill ``prepared``'s prompt and choose its first token, under its options; the request also stops at
+    the prepared end-of-turn ids and every EOS id. Its grammar masks every token chosen, from after the forced
+    opening the prompt already ends with. With ``chunk``, nothing runs yet: the ``Prefilling`` returned runs the
+    prompt a chunk at a time (``PrefillProgram.steps``)."""
+    prompt, options = prepared.prompt, prepared.options
     if options.stop and engine.tokenizer is None:
         raise ValueError(f"checkpoint {engine.name!r} has no tokenizer files; stop strings need one")
-    prompt = prepared.prompt
     sampler = Sampler.of(options)
     generator = sampler.generator(engine.model.device)
     stops = set(engine.eos_token_ids) | set(prepared.ends) | set(options.stop_token_ids or ())

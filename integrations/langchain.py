@@ -484,8 +484,8 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         """Concurrent calls (``batch``, ``abatch``) share each decode step; each answer is the one it gets alone,
         up to rounding. ``cancelled()``: the caller gave up, and its request leaves the batch."""
         engine, chat, arguments, model = self._request(messages, kwargs, stop)
-        start = functools.partial(engine.start_chat, chat, **arguments)
-        out = shared_batch(engine).run(start, cancelled)
+        prepared = engine.prepare_chat(chat, **arguments)  # here, not on the batch's step
+        out = shared_batch(engine).run(functools.partial(engine.begin, prepared), cancelled)
         return ChatResult(generations=[ChatGeneration(message=self._message(out, stop, model))])
 
     async def _agenerate(

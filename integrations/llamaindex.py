@@ -474,8 +474,8 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
         engine = self.get_engine()
         arguments = {k: v for k, v in request.items() if k != "messages"}
         if on_token is None:  # concurrent calls (``achat`` gathered) share each decode step
-            start = functools.partial(engine.start_chat, request["messages"], **arguments)
-            return shared_batch(engine).run(start, cancelled)
+            prepared = engine.prepare_chat(request["messages"], **arguments)  # here, not on the batch's step
+            return shared_batch(engine).run(functools.partial(engine.begin, prepared), cancelled)
         with _run_lock(engine):
             return engine.chat(request["messages"], **arguments, on_token=on_token, cancelled=cancelled)
 

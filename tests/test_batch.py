@@ -57,7 +57,7 @@ def _worker(engine: Engine) -> list:
     async def main() -> list:
         loop = asyncio.get_running_loop()
         worker = EngineWorker(engine, max_active=ACTIVE, max_num_batched_tokens=BUDGET)
-        jobs = [Job({"segments": s, "query": q, "options": _options(m)}, loop, method="start") for s, q, m in REQUESTS]
+        jobs = [Job(engine.prepare(s, q, _options(m)), loop) for s, q, m in REQUESTS]
         for job in jobs:
             worker.submit(job)
         worker.start()

@@ -1,41 +1,33 @@
-"""A chat request as the engine starts it (``ChatRequests.prepare``): the messages rendered with the checkpoint's
-template and cut into segments, the tools and the response format as the model is asked for them, a forced
-call's opening after the prompt, the answer's grammar (or, with no tool offered, the bans that keep it from a
-call), and how its output is parsed back into content, reasoning and calls. ``ChatRequests.check`` compiles the
-same grammar before a request is admitted."""
+"""The steps of preparing a chat request (``prepare.Preparer.chat`` runs them): the messages rendered with the
+checkpoint's template and cut into segments, the tools and the response format as the model is asked for them, a
+forced call's opening after the prompt, and the answer's grammar, compiled, with the field it cannot hold named."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from ..grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, json_lark, refused, response_lark
+from ..grammar import SPACED, GrammarTokenizer, compile_checked, json_lark, refused, response_lark
 from ..inputs import as_list
-from ..logits import Banned
 from ..options import RequestOptions
-from ..outputs import GenerationOutput
 from ..plan import Prompt
-from ..prepare import Prepared
 from ..segments import Segment
 from .caller_text import literal_pieces
-from .conversation import ChatSetup, thinking_opened
+from .conversation import ChatSetup
 from .grammar import (
-    CALL_FORMATS,
     AnswerShape,
     answer_grammar,
     check_tools,
-    no_call_bans,
     schema_as_call,
     tool_signatures,
 )
 from .segmentation import RenderedPrompt, segment_prompt
-from .tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix, parse_output
+from .tool_calls import THINK_CLOSE, chosen_tool, forced_call_prefix
 
 
 class ChatEngine(Protocol):
-    """What a chat request reads of its engine (``engine.Engine``)."""
+    """What a chat request reads of its preparer (``prepare.Preparer``)."""
 
     name: str
     tokenizer: Any
@@ -106,79 +98,6 @@ class ChatRequests:
         rendered = replace(rendered, text=rendered.text + forced, answer_prefix=forced, token_ids=prompt.ids)
         return rendered, prompt, opening_ids
 
-    def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        options: RequestOptions,
-        tools: Sequence[Mapping[str, Any]] | None,
-        tool_choice: str | Mapping[str, Any] | None,
-        parallel_tool_calls: bool,
-    ) -> Prepared:
-        """The request ``Engine.start_chat`` starts, under ``options`` with their defaults filled."""
-        setup = self.setup()
-        shape, _ = self.answer_shape(tools, tool_choice, parallel_tool_calls, options)
-        tools = shape.tools
-        rendered, prompt = self.render(messages, tools, options.chat_template_kwargs, options.segmentation)
-        thinking = thinking_opened(rendered.text)
-        structured = shape.response_format is not None
-        rendered, prompt, opening_ids = self.force_call(rendered, prompt, shape.choice, thinking, structured)
-        forced = rendered.answer_prefix
-        # The reasoning the template opened is closed before a forced call or a formatted answer; an answer whose
-        # grammar leaves no room for reasoning is parsed without looking for one.
-        closed = thinking and bool(forced)
-        forced_choice = shape.choice not in (None, "auto", "none")
-        free_reasoning = not (closed or structured or forced_choice)
-        grammar = None
-        if tools or structured or setup.format.name in CALL_FORMATS:
-            grammar = self.answer_lark(shape, parallel_tool_calls, thinking and not closed)
-        free_reasoning = free_reasoning or grammar is None
-        offered = bool(tool_signatures(tools)) and shape.choice != "none"
-        # content a grammar wrote (a regex, a choice, a schema): returned, and streamed, exactly as written
-        exact = structured and not offered and shape.response_tool is None and grammar is not None
-        banned = None
-        if not offered and grammar is None:
-            bans = no_call_bans(setup.format, self.engine.grammar_tokenizer(setup.end_of_turn_ids))
-            banned = Banned(*bans) if bans is not None and any(bans) else None
-        # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
-        seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
-
-        def finalize(out: GenerationOutput) -> GenerationOutput:
-            written = forced + (out.text or "")
-            if not free_reasoning:
-                written = written.removeprefix(THINK_CLOSE + "\n\n") if closed else written
-            parsed = parse_output(
-                written,
-                setup.format,
-                tools,
-                thinking_open=thinking,
-                id_seed=seed_text,
-                reasoning=free_reasoning,
-                calls=offered,
-                exact=exact,
-                # a response format asked as a call keeps the JSON written so far as its content (``unwrap``)
-                cut=out.finish_reason == "length" and shape.response_tool is None,
-                keep_end=out.stopped_at_string,
-                named=shape.choice if shape.choice not in (None, "auto", "none", "required") else None,
-            )
-            content, calls = shape.unwrap(parsed.content, parsed.tool_calls)
-            return replace(
-                out, text=content, tool_calls=calls, reasoning=parsed.reasoning, partial_call=parsed.partial_call
-            )
-
-        return Prepared(
-            prompt,
-            ends=tuple(setup.end_of_turn_ids),
-            grammar=grammar,
-            opening_ids=opening_ids,
-            banned=banned,
-            closing=forced_choice or asks_json(shape.response_format),
-            finalize=finalize,
-            thinking=thinking,
-            forced=forced,
-            exact=exact,
-            rendered=rendered,
-        )
-
     def answer_shape(
         self,
         tools: Sequence[Mapping[str, Any]] | None,
@@ -209,33 +128,15 @@ class ChatRequests:
             thinking=thinking,
         )
 
-    def check(
+    def compile(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        lark: str,
         options: RequestOptions,
         tools: Sequence[Mapping[str, Any]] | None,
-        tool_choice: str | Mapping[str, Any] | None,
-        parallel_tool_calls: bool,
+        choice: str | None,
     ) -> None:
-        """``Engine.check_chat``: the grammar ``prepare`` would hold the answer to, compiled and kept, or a
-        ``ValueError`` naming the field it cannot hold."""
-        setup = self.setup()
-        shape, choice = self.answer_shape(tools, tool_choice, parallel_tool_calls, options)
-        if options.response_format is None and not (tools and choice != "none"):
-            return  # nothing the request wrote to compile
-        rendered = segment_prompt(
-            setup.template,
-            messages,
-            tools=shape.tools,
-            chat_template_kwargs=options.chat_template_kwargs,
-            segmentation=options.segmentation,
-        )
-        thinking = thinking_opened(rendered.text)
-        closed = bool(forced_call_prefix(setup.format, shape.choice)) or shape.response_format is not None
-        lark = self.answer_lark(shape, parallel_tool_calls, thinking and not closed)
-        if lark is None:
-            return
-        tokenizer = self.engine.grammar_tokenizer(setup.end_of_turn_ids)
+        """``lark`` compiled and kept for the engine, or a ``ValueError`` naming the field it cannot hold."""
+        tokenizer = self.engine.grammar_tokenizer(self.setup().end_of_turn_ids)
         try:
             tokenizer.matcher(lark)
         except ValueError as exc:

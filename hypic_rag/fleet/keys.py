@@ -1,11 +1,11 @@
-"""A chat request's segment keys, computed at a fleet's ingress without the model: the same keys a replica's
-segment cache files the request's pieces under, whatever order they come in.
+"""A request's segment keys, computed at a fleet's ingress without the model: the same keys a replica's segment
+cache files the request's pieces under, whatever order they come in.
 
-The ingress holds the checkpoint's tokenizer and chat template only; the key's other inputs (the weights'
-fingerprint, the model's dtype, ``min_cached_tokens``) come once from a replica (``EngineReplica.describe``), so
-the keys match what the replicas compute however they were configured. The steps are the engine's own
-(``Engine.start_chat`` up to its plan): the body parsed as the server parses it, a JSON response format turned
-into a tool as the bundled model takes it, the template rendered into pieces, each piece tokenized alone.
+The ingress holds the checkpoint's ``prepare.Preparer`` only (its tokenizer, template, vocabulary and context); the
+key's other inputs (the weights' fingerprint, the model's dtype, ``min_cached_tokens``) come once from a replica
+(``EngineReplica.describe``), so the keys match what the replicas compute however they were configured. The steps
+are the replica's own: the body parsed as the server parses it, the request prepared by the same ``Preparer``, and
+the keys the ones ``plan.cached_keys`` gives by the plan's own cache rule.
 """
 
 from __future__ import annotations
@@ -18,15 +18,9 @@ from typing import Any
 import torch
 
 from ..cache.keys import segment_key
-from ..chat.caller_text import literal_pieces
-from ..chat.conversation import ChatSetup
-from ..chat.grammar import schema_as_call
-from ..chat.segmentation import segment_prompt
-from ..chat.template import ChatTemplate
-from ..chat.tool_calls import chosen_tool
-from ..tokenizer import load_tokenizer
-
-COMPOSED = ("pic", "hypic")  # the modes that look segments up; ``full`` and ``prefix`` never do
+from ..options import COMPOSED
+from ..plan import Prompt, cached_keys
+from ..prepare import Preparer
 
 
 @dataclass(frozen=True)
@@ -50,47 +44,38 @@ class KeySpec:
 
 
 class RequestKeys:
-    """The segment keys of chat requests to one checkpoint."""
+    """The segment keys of requests to one checkpoint."""
 
     def __init__(self, checkpoint: str | Path, spec: KeySpec, default_mode: str = "hypic") -> None:
-        self.tokenizer = load_tokenizer(Path(checkpoint))
-        template = ChatTemplate.from_checkpoint(Path(checkpoint))
-        self.setup = ChatSetup.build(template, self.tokenizer) if template is not None else None
+        self.preparer = Preparer.from_checkpoint(Path(checkpoint))
         self.spec, self.default_mode = spec, default_mode
         self._dtype = spec.torch_dtype
 
+    @property
+    def setup(self) -> Any:
+        """The checkpoint's chat setup (None without a chat template)."""
+        return self.preparer.chat_setup
+
     def of_arguments(self, arguments: Mapping[str, Any]) -> list[str]:
-        """The keys of a request given as ``Engine.start_chat``'s arguments (``server.protocol.engine_arguments``),
+        """The keys of a request given as ``Engine.prepare_chat``'s arguments (``server.protocol.engine_arguments``),
         sorted: the cached pieces' keys, none for a mode that does not compose."""
         options = arguments["options"]
-        if self.setup is None or self.tokenizer is None or options.mode not in COMPOSED:
+        if self.setup is None or options.mode not in COMPOSED:
             return []
-        tools = arguments.get("tools")
-        choice = chosen_tool(arguments.get("tool_choice"), tools)
-        shape = schema_as_call(self.setup.format, tools, choice, options.response_format)
-        rendered = segment_prompt(
-            self.setup.template,
+        prepared = self.preparer.chat(
             arguments["messages"],
-            tools=shape.tools,
-            chat_template_kwargs=options.chat_template_kwargs,
-            segmentation=options.segmentation,
+            options,
+            arguments.get("tools"),
+            arguments.get("tool_choice"),
+            arguments.get("parallel_tool_calls", True),
+            compile=False,
         )
-        pieces, _ = literal_pieces(
-            self.tokenizer, self.setup.template, rendered, shape.tools, options.chat_template_kwargs
-        )
-        return self._keys(pieces)
+        return self._keys(prepared.prompt)
 
-    def _keys(self, pieces: Any) -> list[str]:
-        """The keys of the pieces (``Segment``s) a replica caches, sorted."""
-        least = max(1, self.spec.min_cached_tokens)
-        keys = set()
-        for piece in pieces:
-            if not piece.cache:
-                continue
-            ids = list(piece.token_ids) if piece.token_ids is not None else self._encode(piece.text or "")
-            if len(ids) >= least:
-                keys.add(segment_key(ids, self.spec.fingerprint, self._dtype))
-        return sorted(keys)
+    def _keys(self, prompt: Prompt) -> list[str]:
+        return cached_keys(
+            prompt, self.spec.min_cached_tokens, lambda ids: segment_key(ids, self.spec.fingerprint, self._dtype)
+        )
 
     def of_body(self, body: Any) -> list[str]:
         """The keys of a ``/v1/chat/completions`` body; none for a body the replica will refuse (it answers
@@ -117,10 +102,7 @@ class RequestKeys:
             for prompt in prompts(request, most=1 << 30):
                 arguments = completion_arguments(request, prompt, self.default_mode)
                 if arguments["options"].mode in COMPOSED:
-                    keys.update(self._keys(arguments["segments"]))
+                    keys.update(self._keys(self.preparer.segments(**arguments).prompt))
             return sorted(keys)
         except (APIError, ValueError, TypeError, KeyError):
             return []
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)

@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -64,11 +63,11 @@ from .protocol import (
 )
 from .worker import EngineWorker, Job, QueueFull
 
-COMPILE_TIMEOUT_S = 10.0  # for a request's output grammar to be built, off the engine thread and the event loop
+COMPILE_TIMEOUT_S = 10.0  # for a request to be prepared (its output grammar built), off the engine thread and the loop
 COMPILE_THREADS = 2
 ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
 IGNORED_HEADER = "X-Hypic-Ignored-Fields"  # the body fields the policy ignored (``fields``)
-FIELD = re.compile(r"[a-z_]+(\.[a-z0-9_]+)*")  # a body field a message may begin with
+T = TypeVar("T")
 POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
@@ -180,7 +179,7 @@ def create_app(
         observe=lambda job, out: clock.observe(job, out, metrics),
         observe_step=lambda running, tokens: metrics.step(running, tokens),
         shadow_rate=shadow_rate,
-        shadowed=lambda job, kl: metrics.shadow_kl.labels(job.arguments["options"].mode).observe(kl),
+        shadowed=lambda job, kl: metrics.shadow_kl.labels(job.prepared.options.mode).observe(kl),
     )
     metrics = ServerMetrics(engine, worker.queue.qsize, lambda: len(worker.active))
     compiler = _Compiler()
@@ -220,7 +219,7 @@ class _ServiceClock:
         started, first, ended = request.started, request.first_token, request.finished
         assert started is not None and first is not None and ended is not None
         reason = "cancelled" if out.finish_reason == "cancelled" else finish_reason(out)
-        mode = job.arguments["options"].mode
+        mode = job.prepared.options.mode
         metrics.record(
             mode, out.stats, first - request.arrival, ended - request.arrival, reason, started - request.arrival
         )
@@ -231,24 +230,24 @@ class _ServiceClock:
 
 
 class _Compiler:
-    """The threads a request's output grammar is built on (``Engine.check_chat``), within ``COMPILE_TIMEOUT_S``:
-    a schema it cannot hold is a 400 naming the field before the request is queued, and neither the engine nor
-    the event loop waits on the compiler."""
+    """The threads a request is prepared on (``Engine.prepare_chat``, ``Engine.prepare``: its template rendered, its
+    pieces tokenized, its output grammar compiled), within ``COMPILE_TIMEOUT_S``: a prompt past the context or a
+    schema the grammar cannot hold is a 400 naming the field before the request is queued, and neither the engine
+    nor the event loop waits on the preparing."""
 
     def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="hypic-grammar")
+        self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="hypic-prepare")
 
-    async def __call__(self, check: Callable[[], None]) -> None:
+    async def __call__(self, prepare: Callable[[], T]) -> T:
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self.pool, check), COMPILE_TIMEOUT_S)
+            ready = asyncio.get_running_loop().run_in_executor(self.pool, prepare)
+            return await asyncio.wait_for(ready, COMPILE_TIMEOUT_S)
         except TimeoutError:
             raise APIError(
                 400, f"the output grammar took over {COMPILE_TIMEOUT_S:g} s to build: simplify the schema"
             ) from None
         except ValueError as exc:
-            message = str(exc)
-            field = message.split(":", 1)[0] if FIELD.fullmatch(message.split(":", 1)[0]) else None
-            raise APIError(400, message, param=field) from None
+            raise from_value_error(exc) from None
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -398,7 +397,7 @@ class _Serving:
     read_json: Callable[[Request], Awaitable[Any]]
     next_event: Callable[[Job, Request], Awaitable[tuple[str, Any]]]
     retry_after: Callable[[], int]
-    compiled: Callable[[Callable[[], None]], Awaitable[None]]
+    compiled: _Compiler
 
     def check_model(self, model: str) -> None:
         if model not in self.names:
@@ -440,8 +439,7 @@ def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
         serving.check_model(body.model)
         engine = serving.engine
         arguments = engine_arguments(body, serving.default_mode, engine.chat_format)
-        await serving.compiled(partial(engine.check_chat, **arguments))
-        job = Job(arguments, asyncio.get_running_loop())
+        job = Job(await serving.compiled(partial(engine.prepare_chat, **arguments)), asyncio.get_running_loop())
         ignored = {IGNORED_HEADER: ignored_header_value(body.ignored_fields)} if body.ignored_fields else {}
         serving.submit(job)
         streaming = False
@@ -491,11 +489,9 @@ def _add_completions_route(app: FastAPI, serving: _Serving) -> None:
         body = parse_completion_request(await serving.read_json(request))
         serving.check_model(body.model)
         loop = asyncio.get_running_loop()
-        jobs = [
-            Job(completion_arguments(body, prompt, serving.default_mode), loop, method="start")
-            for prompt in prompts(body, serving.max_queue)
-        ]
-        await serving.compiled(partial(serving.engine.check_start, jobs[0].arguments["options"]))
+        each = [completion_arguments(body, prompt, serving.default_mode) for prompt in prompts(body, serving.max_queue)]
+        prepared = await serving.compiled(lambda: [serving.engine.prepare(**arguments) for arguments in each])
+        jobs = [Job(one, loop) for one in prepared]
         ignored = {IGNORED_HEADER: ignored_header_value(body.ignored_fields)} if body.ignored_fields else {}
         submitted: list[Job] = []
         streaming = False

@@ -9,6 +9,7 @@ refused with a 400 that names it, accepted as bookkeeping, or ignored and report
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ from .limits import finite
 _Body = TypeVar("_Body", bound=BaseModel)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+FIELD = re.compile(r"[a-z_]+(\.[a-z0-9_]+)*")  # a body field an error message may begin with
 
 
 class APIError(Exception):
@@ -51,10 +53,13 @@ class APIError(Exception):
 
 
 def from_value_error(exc: ValueError) -> APIError:
-    """The engine's ``ValueError`` (bad input, by the project's rule) as a 400."""
+    """The engine's ``ValueError`` (bad input, by the project's rule) as a 400; one that begins with the field it is
+    about (``response_format: ...``, ``tools.0.function.parameters: ...``) names it as the error's ``param``."""
     message = str(exc)
-    code = "context_length_exceeded" if "past the model's context" in message else None
-    return APIError(400, message, param="messages" if code else None, code=code)
+    if "past the model's context" in message:
+        return APIError(400, message, param="messages", code="context_length_exceeded")
+    head = message.split(":", 1)[0]
+    return APIError(400, message, param=head if ":" in message and FIELD.fullmatch(head) else None)
 
 
 # -- requests ---------------------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -38,6 +38,7 @@ from ..decoding import Generation, Prefilling
 from ..defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, MAX_QUEUE, QUEUE_TIMEOUT_S
 from ..engine import Engine
 from ..fidelity import kl_divergence
+from ..prepare import Prepared
 from ..request import Request
 from ..scheduler import Scheduler
 from ..status import Event
@@ -55,10 +56,9 @@ class Job:
     """One request on its way through the worker: what the HTTP side hands in and reads back. Its lifecycle
     (status, timestamps, cancel event) is its ``request``'s, which the worker begins once submitted."""
 
-    arguments: dict[str, Any]  # Engine.start_chat's: messages, tools, tool_choice, options (or ``method``'s)
+    prepared: Prepared  # ``Engine.prepare_chat``'s, or ``Engine.prepare``'s for a completion
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    method: str = "start_chat"  # the Engine method that begins it: start_chat, or start for a completion
     request: Request = field(init=False)
 
     def __post_init__(self) -> None:
@@ -173,8 +173,8 @@ class EngineWorker:
 
     def _sample_shadow(self, job: Job, output: Any) -> None:
         """Keep ``job`` for a shadow run if its turn has come (composed modes only: ``full`` is its own)."""
-        mode = getattr(job.arguments.get("options"), "mode", None)
-        if not self.shadow_rate or mode in (None, "full") or getattr(output, "prompt_logits", None) is None:
+        mode = job.prepared.options.mode
+        if not self.shadow_rate or mode == "full" or getattr(output, "prompt_logits", None) is None:
             return
         self._shadow_credit += self.shadow_rate
         if self._shadow_credit >= 1.0:
@@ -186,10 +186,10 @@ class EngineWorker:
         prompt again in ``full``; once it is in, the KL to what was served goes to ``shadowed``."""
         if self.shadowing is None:
             job, output = self.shadows.popleft()
-            options = job.arguments["options"].replace(mode="full", max_new_tokens=1)
+            options = job.prepared.options.replace(mode="full", max_new_tokens=1)
             try:
-                pending = getattr(self.engine, job.method)(
-                    **{**job.arguments, "options": options}, prefill_chunk=self.max_num_batched_tokens
+                pending = self.engine.begin(
+                    replace(job.prepared, options=options), prefill_chunk=self.max_num_batched_tokens
                 )
             except Exception:  # the request was served; a shadow that fails measures nothing
                 return
@@ -220,8 +220,8 @@ class EngineWorker:
             return job.request
 
     def _begin(self, job: Job, prefill_chunk: int) -> Generation | Prefilling:
-        return getattr(self.engine, job.method)(  # its cancel flag is the scheduler's to apply, decoding too
-            **job.arguments,
+        return self.engine.begin(  # prepared already; its cancel flag is the scheduler's to apply, decoding too
+            job.prepared,
             on_token=lambda _id, delta: job.emit(Event.DELTA, delta) if delta else None,
             prefill_chunk=prefill_chunk,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hypic_rag import Engine
+from hypic_rag.chat.segmentation import SEGMENTATIONS
 from hypic_rag.fleet.keys import KeySpec, RequestKeys
 from hypic_rag.hub import resolve_checkpoint
 
@@ -88,6 +89,25 @@ def test_ingress_keys_are_the_plans_keys_in_any_order(engine, keys, monkeypatch,
     assert len(ours) >= 3  # each document at least, and a tool schema where there is one
     assert ours == planned_keys(engine, monkeypatch, body([0, 1, 2], **extra))
     assert keys.of_body(body([2, 0, 1], **extra)) == ours
+
+
+@pytest.mark.parametrize("segmentation", SEGMENTATIONS)
+@pytest.mark.parametrize(
+    "extra", [{}, {"tools": [WEATHER]}, {"response_format": SCHEMA}], ids=["docs", "tools", "response_format"]
+)
+def test_ingress_keys_are_the_replicas_plan_keys_under_every_segmentation(engine, keys, extra, segmentation):
+    """The ingress prepares a request with the replica's own ``Preparer`` and keys it by the plan's own cache rule, so
+    for every way of cutting messages into segments its keys are the ones the replica's plan looks up."""
+    from hypic_rag.server.protocol import engine_arguments, parse_request
+
+    request = body([0, 1, 2], **extra)
+    request["hypic"]["segmentation"] = segmentation
+    arguments = engine_arguments(parse_request(request), "hypic", engine.chat_setup.format)
+    plan = engine.plan(engine.prepare_chat(**arguments).prompt)
+    planned = sorted({s.key for s in plan.segments if s.key is not None})
+    assert keys.of_body(request) == planned
+    if segmentation != "none":
+        assert len(planned) >= 3  # each document at least
 
 
 def test_modes_that_do_not_compose_have_no_keys_and_bad_bodies_none(keys):

@@ -70,8 +70,8 @@ def _abandoned_before_it_runs(engine, monkeypatch, call) -> None:
 
     batch = shared_batch(engine)
     started: list[object] = []
-    real = engine.start_chat
-    monkeypatch.setattr(engine, "start_chat", lambda *a, **k: started.append(a) or real(*a, **k))
+    real = engine.begin
+    monkeypatch.setattr(engine, "begin", lambda *a, **k: started.append(a) or real(*a, **k))
 
     async def give_up() -> None:
         waiting = asyncio.ensure_future(asyncio.wait_for(call(), 0.5))

@@ -190,13 +190,13 @@ def test_options_are_checked_and_honoured(chat_checkpoint, tmp_path, monkeypatch
     assert engine.cache_dir == tmp_path
     assert ChatHypic(model=str(chat_checkpoint), cache_dir=str(tmp_path)).get_engine() is engine
     seen = {}
-    real = engine.start_chat
+    real = engine.prepare_chat
 
     def spy(messages, **kwargs):
         seen.update(kwargs)
         return real(messages, **kwargs)
 
-    monkeypatch.setattr(engine, "start_chat", spy)
+    monkeypatch.setattr(engine, "prepare_chat", spy)
     reply = llm.invoke("Where does Ana live?", temperature=0.7)
     assert {k: getattr(seen["options"], k) for k in ("top_p", "top_k", "seed", "temperature", "max_new_tokens")} == {
         "top_p": 0.5,

@@ -104,8 +104,8 @@ def test_synthesizer_needs_a_hypic_llm_and_a_query(engine):
 def test_synthesizer_goes_through_chat_with_todays_prompt(engine, world, monkeypatch, fmt):
     _, texts, qa = world
     sent = []
-    real = engine.start_chat  # every chat, batched or streamed, begins there
-    monkeypatch.setattr(engine, "start_chat", lambda m, *a, **kw: sent.append(m) or real(m, *a, **kw))
+    real = engine.prepare_chat  # every chat, batched or streamed, is prepared there
+    monkeypatch.setattr(engine, "prepare_chat", lambda m, *a, **kw: sent.append(m) or real(m, *a, **kw))
     synth = HypicSynthesizer(HypicLLM(engine=engine, max_tokens=24))
     nodes = [NodeWithScore(node=TextNode(text=t)) for t in texts[:3]]
     response = synth.synthesize(qa[0][0], nodes)

@@ -65,23 +65,22 @@ class Call:
 
 @pytest.fixture
 def calls(qwen, monkeypatch) -> list[Call]:
-    """Every chat the LLM makes (each begins at ``qwen.start_chat``), with which of its segments the cache held
+    """Every chat the LLM makes (each begins at ``qwen.begin``, prepared), with which of its segments the cache held
     beforehand."""
     qwen.clear_cache()
     seen: list[Call] = []
-    real = qwen.start_chat
+    real = qwen.begin
 
-    def start_chat(messages, options=None, **kw):
-        options = options or kw.pop("options")
-        rendered = qwen.render(messages, kw.get("tools"), options.chat_template_kwargs, options.segmentation)
-        plan = qwen.plan(qwen.build_prompt(rendered.segments, rendered.query), options.mode, options.seam)
+    def begin(prepared, **kw):
+        options, rendered = prepared.options, prepared.rendered
+        plan = qwen.plan(prepared.prompt, options.mode, options.seam)
         before = [
             (s.text, p.key in qwen.segment_store)
             for s, p in zip(rendered.segments, plan.segments, strict=True)
             if p.key
         ]
         kw.pop("prefill_chunk", None)  # the prompt whole, so that its finalize is here to wrap (the batch takes both)
-        run = real(messages, options, **kw)
+        run = real(prepared, **kw)
         call = Call(before, {})
         seen.append(call)
         finalize = run.finalize
@@ -93,7 +92,7 @@ def calls(qwen, monkeypatch) -> list[Call]:
         run.finalize = record
         return run
 
-    monkeypatch.setattr(qwen, "start_chat", start_chat)
+    monkeypatch.setattr(qwen, "begin", begin)
     return seen
 
 
@@ -272,8 +271,8 @@ def get_weather(city: str) -> dict:
 def test_function_agent_completes_a_two_tool_task(engine, monkeypatch):
     engine.clear_cache()
     sent = []
-    real = engine.start_chat  # every chat, batched or streamed, begins there
-    monkeypatch.setattr(engine, "start_chat", lambda m, *a, **kw: sent.append(m) or real(m, *a, **kw))
+    real = engine.prepare_chat  # every chat, batched or streamed, is prepared there
+    monkeypatch.setattr(engine, "prepare_chat", lambda m, *a, **kw: sent.append(m) or real(m, *a, **kw))
     tools = [FunctionTool.from_defaults(fn=lookup_employee), FunctionTool.from_defaults(fn=get_weather)]
     llm = HypicLLM(engine=engine)
     reply = llm.chat_with_tools(tools, user_msg=f"Look up {NAME} in the employee records.")

@@ -184,7 +184,7 @@ def test_sixteen_concurrent_requests_answer_as_one_at_a_time(server, client, eng
     alone = [ask(r) for r in requests]
     # Hold the engine until all sixteen are in, so that they are admitted together and decoded in turn.
     gate = _Gate(engine)
-    monkeypatch.setattr(engine, "start_chat", gate)
+    monkeypatch.setattr(engine, "begin", gate)
     with ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(ask, r) for r in requests]
         assert gate.entered.wait(30)
@@ -247,17 +247,17 @@ class _Gate:
 
     def __init__(self, engine):
         self.engine, self.entered, self.release = engine, threading.Event(), threading.Event()
-        self.start_chat = engine.start_chat
+        self.begin = engine.begin
 
     def __call__(self, *args, **kwargs):
         self.entered.set()
         assert self.release.wait(60)
-        return self.start_chat(*args, **kwargs)
+        return self.begin(*args, **kwargs)
 
 
 def test_a_full_queue_answers_429_with_retry_after(engine, monkeypatch):
     gate = _Gate(engine)
-    monkeypatch.setattr(engine, "start_chat", gate)
+    monkeypatch.setattr(engine, "begin", gate)
     app = create_app(engine, model_names=[MODEL], max_queue=1, max_active=1)
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Where does Ana Lee live?"}], "max_tokens": 4}
     with serve_in_thread(app) as url, ThreadPoolExecutor(2) as pool:

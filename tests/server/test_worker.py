@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from hypic_rag import Engine, Segment
 from hypic_rag.fidelity import kl_divergence
 from hypic_rag.options import RequestOptions
+from hypic_rag.prepare import Prepared
 from hypic_rag.server import create_app
 from hypic_rag.server.worker import EngineWorker, Job
 from hypic_rag.status import Event
@@ -40,7 +42,7 @@ def _serve(engine, requests: list[dict[str, Any]], cancel_after: dict[int, int] 
     async def main() -> list[tuple[str, Any]]:
         loop = asyncio.get_running_loop()
         pool = EngineWorker(engine, observe_step=lambda r, t: steps.append((r, t)), **worker)
-        jobs = [Job(arguments=a, loop=loop, method="start") for a in requests]
+        jobs = [Job(a if isinstance(a, Prepared) else engine.prepare(**a), loop) for a in requests]
         for job in jobs:
             pool.submit(job)
         pool.start()
@@ -103,8 +105,9 @@ def test_a_cancelled_request_leaves_at_once_and_the_others_go_on(engine, alone):
 
 
 def test_a_bad_request_fails_alone(engine, alone):
-    bad = _arguments(QUERIES[0], mode="hypic")
-    bad["query"] = Segment(token_ids=[10**9])
+    """A request whose prompt fails when it runs (an id past the vocabulary, which preparing would refuse)."""
+    prepared = engine.prepare(**_arguments(QUERIES[0]))
+    bad = replace(prepared, prompt=replace(prepared.prompt, query=[10**9]))
     results, _ = _serve(engine, [_arguments(QUERIES[0]), bad, _arguments(QUERIES[1])], max_active=3)
     assert results[1][0] == Event.ERROR and isinstance(results[1][1], ValueError)
     assert results[0][1].token_ids == alone[0].token_ids and results[2][1].token_ids == alone[1].token_ids
@@ -172,16 +175,16 @@ def test_shadow_runs_after_the_answer_and_changes_nothing(monkeypatch):
     engine = Engine.from_pretrained()
     release, shadow_started = threading.Event(), threading.Event()
     modes: list[str] = []
-    start_chat = engine.start_chat
+    begin = engine.begin
 
-    def spy(*args, options=None, **kwargs):
-        modes.append(options.mode)
-        if options.mode == "full":  # the shadow waits until the test has the answer in hand
+    def spy(prepared, **kwargs):
+        modes.append(prepared.options.mode)
+        if prepared.options.mode == "full":  # the shadow waits until the test has the answer in hand
             shadow_started.set()
             assert release.wait(60)
-        return start_chat(*args, options=options, **kwargs)
+        return begin(prepared, **kwargs)
 
-    monkeypatch.setattr(engine, "start_chat", spy)
+    monkeypatch.setattr(engine, "begin", spy)
     with serve_in_thread(create_app(engine, model_names=["m"], shadow_rate=1.0)) as url:
         first = _ask_shadowed(url)  # answered while its shadow may not even have started: nothing waits for it
         assert shadow_started.wait(60)  # the worker is idle now, so the shadow runs, and blocks
@@ -210,10 +213,10 @@ def test_a_shadow_runs_a_chunk_a_step_and_yields_to_a_request_that_arrives():
     worker = EngineWorker(engine, max_num_batched_tokens=16, shadow_rate=1.0, shadowed=lambda _, kl: kls.append(kl))
     served = engine.generate(DOCS, QUERIES[0], max_new_tokens=1, seam=4)
     assert served.stats["prompt_tokens"] > 2 * 16
-    worker.shadows.append((Job(arguments=_arguments(QUERIES[0], seam=4), loop=loop, method="start"), served))
+    worker.shadows.append((Job(engine.prepare(**_arguments(QUERIES[0], seam=4)), loop), served))
     worker._turn()  # idle: the shadow's first chunk
     assert worker.shadowing is not None and not kls
-    job = Job(arguments=_arguments(QUERIES[1]), loop=loop, method="start")
+    job = Job(engine.prepare(**_arguments(QUERIES[1])), loop)
     worker.submit(job)
     worker._turn()  # the request goes first; the shadow waits where it was
     assert job.request.started is not None and worker.shadowing is not None and not kls
