@@ -87,6 +87,20 @@ def _raise(exc: Exception, prefill_chunk: int) -> Generation | Prefilling:
     raise exc
 
 
+def run_one(start: Callable[[], Generation | Prefilling]) -> GenerationOutput:
+    """One request run to its end on a scheduler of its own, a batch of one (``Engine.chat``, ``generate``): the
+    same steps as every batch, its failure raised as it is. ``start()`` begins it whole, its prompt in one go, as a
+    single call has always run it."""
+    scheduler = Scheduler(max_active=1)
+    request = Request(lambda prefill_chunk: start())
+    scheduler.add(request)
+    scheduler.run()
+    if request.output is not None:
+        return request.output
+    assert request.error is not None  # nothing cancels it before its first token: no flag reaches it there
+    raise request.error
+
+
 def started(run: Generation) -> Begin:
     """A request begun already, as a ``begin`` the scheduler takes (``Engine.run_together``)."""
     return lambda prefill_chunk: run

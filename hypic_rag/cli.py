@@ -81,7 +81,8 @@ def _write_json(data: dict, path: Path | None, bench: str | None = None) -> None
 # through ``eval.bench.common.write_report``, under one header.
 BENCH_MODULES = (
     "batching", "capture", "deviation", "engine_thread", "entry_bytes", "families", "fleet", "fleet_sim", "flood",
-    "gpu", "grammar", "kernels", "measure", "peer", "profile", "server", "slo", "template_ids", "tiers", "workers",
+    "gpu", "grammar", "kernels", "measure", "peer", "profile", "server", "slo", "streams", "template_ids", "tiers",
+    "workers",
 )  # fmt: skip
 NAMED_BENCHES = {module.replace("_", "-"): module for module in BENCH_MODULES}
 

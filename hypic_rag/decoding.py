@@ -54,7 +54,7 @@ def _held_back(text: str, stops: Sequence[str]) -> int:
 
 
 class Decoder:
-    """One request's decode loop, a token at a time, so a server can interleave several requests.
+    """One request's decode, a token at a time, stepped with others by ``step_together`` (a scheduler's step).
 
     Stops at a stop id (not included), at ``max_new_tokens``, at the model's context, at a stop string
     (the text is cut before it) or when ``cancelled()`` says so. ``on_token(id, delta)`` gets each id
@@ -100,20 +100,9 @@ class Decoder:
     def done(self) -> bool:
         return self.finish is not None
 
-    def step(self) -> bool:
-        """Take the next token (running the model for the one after it); True once finished."""
-        token = self.take()
-        if token is None:
-            return True
-        with torch.inference_mode():
-            step = torch.tensor([[token]], dtype=torch.long, device=self.model.device)
-            self.choose(self.model(step, state=self.state)[0, -1])
-        return False
-
     def take(self) -> int | None:
         """Take the next token and return it, for the model to run next (``choose`` then gets the logits after
-        it); None once finished. ``step`` is ``take`` and ``choose`` around one forward; ``step_together``
-        runs many decoders' tokens in one."""
+        it); None once finished. ``step_together`` runs many decoders' tokens, or one's, in one forward."""
         if self._held is not None:
             token, self._held = self._held, None
             return token
@@ -148,12 +137,6 @@ class Decoder:
         """Choose the token after the one ``take`` returned, from the logits ``[V]`` the model gave for it (which
         nothing reads after: the picker may write into them). ``prefetch``: as ``Picker.pick``'s."""
         self._next = self.picker.pick(logits.float(), scratch=True, prefetch=prefetch)
-
-    def run(self) -> tuple[list[int], Status]:
-        while not self.step():
-            pass
-        assert self.finish is not None
-        return self.ids, self.finish
 
     def _read(self, token: int) -> bool:
         """Stream the text this token adds; True when a stop string has appeared."""
@@ -291,13 +274,13 @@ class Prefilling:
 
 
 class Generation:
-    """A request with its prompt in and its first token chosen (``ttft_s`` after it began); ``step`` decodes
-    one more token, so a server can interleave requests, and ``output`` sums it up once ``done``.
+    """A request with its prompt in and its first token chosen (``ttft_s`` after it began); a scheduler decodes it,
+    with others or alone, a token a step (``step_together``), and ``output`` sums it up once ``done``.
     ``finalize`` turns the raw output into the caller's (``Engine.chat`` parses tool calls there);
     ``thinking_open`` and ``answer_prefix`` say how the chat prompt ended, for a caller that splits the
     streamed text as ``finalize`` will (``chat.streaming``). ``fill`` is cache work the prompt left for after
-    its first token is out (the exact cold policy's segments, ``fill_tokens`` of them): ``run`` and ``step`` do it
-    once that token has gone out, a scheduler takes it to run as a piece of a later step."""
+    its first token is out (the exact cold policy's segments, ``fill_tokens`` of them), which the scheduler runs as
+    a piece of a later step."""
 
     thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
     answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
@@ -317,32 +300,13 @@ class Generation:
         self.prompt_logits, self.finalize = prompt_logits, finalize
         self.fill, self.fill_tokens = fill, fill_tokens
 
-    def run_fill(self) -> None:
-        """The deferred fill, if it has not run."""
-        fill, self.fill = self.fill, None
-        if fill is not None:
-            fill()
-
     @property
     def done(self) -> bool:
         return self.decoder.done
 
-    def step(self) -> bool:
-        """Decode one token (the first one goes out before the deferred fill runs); True once finished."""
-        finished = self.decoder.step()
-        self.run_fill()
-        return finished
-
-    def run(self) -> GenerationOutput:
-        """Decode to the end, the first token out before the deferred fill runs; the output."""
-        self.decoder.take_now()
-        self.run_fill()
-        self.decoder.run()
-        return self.output()
-
     def output(self) -> GenerationOutput:
         if not self.decoder.done:
-            raise ValueError("the generation has not finished; step() it until done")
+            raise ValueError("the generation has not finished; run it on a scheduler (Engine.run_together) first")
         ids, finish = self.decoder.ids, self.decoder.finish
         assert finish is not None
         self.stats.generated_tokens = len(ids)

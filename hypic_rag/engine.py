@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from . import request
-from .batch import prepared_begins, run_batch, started
+from .batch import prepared_begins, run_batch, run_one, started
 from .cache import (
     DiskCacheTier,
     PrefixStore,
@@ -350,6 +350,7 @@ class Engine:
         options: RequestOptions | None = None,
         *,
         on_token: TokenCallback | None = None,
+        cancelled: Callable[[], bool] | None = None,
         **overrides: Any,
     ) -> GenerationOutput:
         """Answer a prompt of segments and a query.
@@ -360,9 +361,11 @@ class Engine:
 
         Stops at ``max_new_tokens``, at an EOS or stop id (not included in the output), at a ``stop`` string (the
         text is cut before it), or at the model's context. ``on_token(id, text_delta)`` streams each token as it is
-        chosen (``decoding.FLUSH`` ends held-back text).
+        chosen (``decoding.FLUSH`` ends held-back text); ``cancelled()``, asked before each token, ends the answer
+        there (``finish_reason="cancelled"``). It runs as a batch of one on the scheduler every batch runs on.
         """
-        return self.start(segments, query, options, on_token=on_token, **_whole(overrides, "generate")).run()
+        prepared = self.prepare(segments, query, options, **_whole(overrides, "generate"))
+        return run_one(functools.partial(self.begin, prepared, on_token=on_token, cancelled=cancelled))
 
     def start(
         self,
@@ -497,6 +500,7 @@ class Engine:
         tool_choice: str | Mapping[str, Any] | None = None,
         parallel_tool_calls: bool = True,
         on_token: TokenCallback | None = None,
+        cancelled: Callable[[], bool] | None = None,
         **overrides: Any,
     ) -> GenerationOutput:
         """Answer OpenAI-style ``messages`` with the checkpoint's own template: its documents, tool schemas
@@ -514,16 +518,9 @@ class Engine:
         under their schemas, as the output grammar (``chat.grammar``) holds every token to the template's call
         format. ``parallel_tool_calls=False`` allows one call per answer. ``response_format`` (an option) holds
         the content to JSON, a JSON schema, a regex or a choice."""
-        run = self.start_chat(
-            messages,
-            options,
-            tools=tools,
-            tool_choice=tool_choice,
-            parallel_tool_calls=parallel_tool_calls,
-            on_token=on_token,
-            **_whole(overrides, "chat"),
-        )
-        return run.run()
+        chat = {"tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": parallel_tool_calls}
+        prepared = self.prepare_chat(messages, options, **chat, **_whole(overrides, "chat"))
+        return run_one(functools.partial(self.begin, prepared, on_token=on_token, cancelled=cancelled))
 
     def start_chat(
         self,

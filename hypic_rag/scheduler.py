@@ -34,6 +34,11 @@ fails the requests in it, and nothing else. ``notify(event, request)`` is told o
 (``status.Event``: the first token's ``FIRST`` before that token goes out, ``DONE`` at an end with the request's
 status saying which, ``ERROR`` at a failure), so a caller hands results on in order.
 
+A background request (``add(..., background=True)``: the server's shadow runs) waits until nothing else is in hand
+and nothing waits; then its prompt runs a piece in each step that has nothing else to run, so a request that
+arrives meanwhile goes first and waits for one piece of it at most. At most ``max_background`` wait, the oldest
+dropped first.
+
 It knows nothing of threads, queues, asyncio, HTTP or metrics: the server's worker, and the in-process batches,
 drive it.
 """
@@ -74,6 +79,7 @@ class Scheduler:
         max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
         source: Source | None = None,
         notify: Notify | None = None,
+        max_background: int | None = None,
     ) -> None:
         if max_active < 1:
             raise ValueError("max_active must be >= 1")
@@ -91,9 +97,11 @@ class Scheduler:
         # deferred fills (the request, its fill, the piece it is), each waiting for a step with room
         self.fills: deque[tuple[Request, Callable[[], object], Piece]] = deque()
         self._begun = 0  # prompts begun so far: each request's ``order``
+        # requests that run only when nothing else is in hand, the oldest first (the first one may be running)
+        self.background: deque[Request] = deque(maxlen=max_background)
 
-    def add(self, request: Request) -> None:
-        self.waiting.append(request)
+    def add(self, request: Request, background: bool = False) -> None:
+        (self.background if background else self.waiting).append(request)
 
     @property
     def prefilling(self) -> Request | None:
@@ -102,7 +110,12 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        """Nothing waiting here, no prompt running, nothing decoding."""
+        """Nothing waiting here, no prompt running, nothing decoding, no background request left."""
+        return self.busy_with_nothing and not self.background
+
+    @property
+    def busy_with_nothing(self) -> bool:
+        """Nothing waiting here, no prompt running, nothing decoding: what a background request waits for."""
         return not self.waiting and not self.prompts and not self.running and not self.fills
 
     def in_hand(self) -> list[Request]:
@@ -157,7 +170,7 @@ class Scheduler:
         # goes before those running already, which then take their turns round robin.
         begun: list[Request] = []
         while len(self.running) + len(self.prompts) < self.max_active and len(self.prompts) < MAX_PROMPTS:
-            idle = not self.running and not report.pieces and not self.prompts
+            idle = not self.running and not report.pieces and not self.prompts and not self.background
             request = self._next(wait and idle)
             if request is None:
                 break
@@ -175,6 +188,43 @@ class Scheduler:
             self._run_prompt(request, report)
         if len(self.prompts) > 1:
             self.prompts.rotate(-1)  # who went first goes last next step
+        if self.background and not report.pieces and self.busy_with_nothing:
+            self._background_piece(report)
+
+    def _background_piece(self, report: StepReport) -> None:
+        """One piece of the oldest background request's prompt (begun here if it has not been); once its prompt
+        is in, it joins the running batch as any request does."""
+        request = self.background[0]
+        if request.cancelled():
+            self.background.popleft()
+            self._end(request, Status.CANCELLED, Event.DONE)
+            return
+        if request.pending is None:
+            request.mark(Status.PREFILLING)
+            try:
+                begun = request.begin(prefill_chunk=self.max_num_batched_tokens)
+            except Exception as exc:
+                self.background.popleft()
+                self._fail(request, exc)
+                return
+            if isinstance(begun, Generation):
+                self.background.popleft()
+                self._running(request, begun)
+                return
+            request.pending = begun
+        try:
+            piece = request.pending.piece
+            if piece is not None:
+                ran = request.pending.advance(max(1, self._left(report) - 1) if piece.splittable else None)
+                self._ran(report, piece, ran)
+                request.prefilled_tokens += ran
+        except Exception as exc:
+            self.background.popleft()
+            self._fail(request, exc)
+            return
+        if request.pending.generation is not None:
+            self.background.popleft()
+            self._running(request, request.pending.generation)
 
     def _run_prompt(self, request: Request, report: StepReport, share: int | None = None) -> None:
         """Pieces of ``request``'s prompt while they fit in the step, and in ``share`` tokens (None: no share of its

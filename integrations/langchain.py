@@ -55,7 +55,6 @@ from typing_extensions import TypedDict
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.cache.entry import entry_dtype
 from hypic_rag.cache.remote import check_url
-from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result, get_format
 from hypic_rag.chat.tool_calls import split_reasoning
 from hypic_rag.concurrent import alone, in_thread, shared_batch
@@ -523,16 +522,18 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         """Content as the engine picks tokens; what may still turn out to be a tool call or a stop sequence is held
-        back, and the last chunk carries the rest, the tool calls, the reasoning and the metadata."""
+        back, and the last chunk carries the rest, the tool calls, the reasoning and the metadata. The answer
+        decodes in the engine's shared batch beside every other in-process caller (``hypic_rag.concurrent``), and a
+        stream abandoned leaves it at its next token."""
         engine, chat, arguments, model = self._request(messages, kwargs, stop)
-        options = arguments["options"]
-        rendered = engine.render(chat, arguments["tools"], options.chat_template_kwargs, options.segmentation)
-        visible = _Visible(engine.chat_format, thinking_opened(rendered.text), options.stop)
+        prepared = engine.prepare_chat(chat, **arguments)  # a bad request raises here, before the first next()
+        visible = _Visible(engine.chat_format, prepared.thinking, prepared.options.stop)
         sent = ""
         raw = ""
 
         def run(on_token: Callable[[int, str | None], None], cancelled: Callable[[], bool]) -> GenerationOutput:
-            return alone(engine, lambda: engine.chat(chat, on_token=on_token, cancelled=cancelled, **arguments))
+            begin = functools.partial(engine.begin, prepared, on_token=on_token)
+            return shared_batch(engine).run(begin, cancelled)
 
         for item in stream_tokens(run):
             if isinstance(item, GenerationOutput):

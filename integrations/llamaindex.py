@@ -60,7 +60,7 @@ from pydantic import AliasChoices, ConfigDict, Field
 from hypic_rag import Engine, GenerationOutput
 from hypic_rag.chat.formats import NONE, ChatFormat, format_tool_result
 from hypic_rag.chat.tool_calls import call_id
-from hypic_rag.concurrent import in_thread, shared_batch
+from hypic_rag.concurrent import alone, in_thread, shared_batch
 
 from . import embeddings
 from .prompting import (
@@ -75,11 +75,6 @@ from .prompting import (
 )
 
 # -- engines ---------------------------------------------------------------------------------------
-
-
-def _run_lock(engine: Engine) -> threading.Lock:
-    """The engine to itself (a stream, a cache fill), between two steps of the requests decoded together."""
-    return shared_batch(engine).lock
 
 
 # -- Response.metadata["hypic"] --------------------------------------------------------------------
@@ -473,11 +468,9 @@ class HypicLLM(with_request_options(FunctionCallingLLM, exclude=("stop", "stop_t
     def _run(self, request: dict[str, Any], on_token: Any = None, cancelled: Any = None) -> GenerationOutput:
         engine = self.get_engine()
         arguments = {k: v for k, v in request.items() if k != "messages"}
-        if on_token is None:  # concurrent calls (``achat`` gathered) share each decode step
-            prepared = engine.prepare_chat(request["messages"], **arguments)  # here, not on the batch's step
-            return shared_batch(engine).run(functools.partial(engine.begin, prepared), cancelled)
-        with _run_lock(engine):
-            return engine.chat(request["messages"], **arguments, on_token=on_token, cancelled=cancelled)
+        # concurrent calls and streams (``achat``, ``astream_chat`` gathered) share each decode step
+        prepared = engine.prepare_chat(request["messages"], **arguments)  # here, not on the batch's step
+        return shared_batch(engine).run(functools.partial(engine.begin, prepared, on_token=on_token), cancelled)
 
     # -- chat --------------------------------------------------------------------------------------
     # The public methods carry LlamaIndex's callbacks and events; each calls the undecorated ``_chat`` or
@@ -672,8 +665,7 @@ class HypicSynthesizer(BaseSynthesizer):
         options = request_options(self._hypic)
         scored = (n if isinstance(n, NodeWithScore) else NodeWithScore(node=n) for n in nodes)
         chats = (self._hypic._request(self._messages("?", self._texts([n])), {})["messages"] for n in scored)
-        with _run_lock(engine):
-            return cache_ahead(engine, chats, options, progress)
+        return alone(engine, lambda: cache_ahead(engine, chats, options, progress))
 
     def get_response(self, query_str: str, text_chunks: Sequence[str], **kwargs: Any) -> str:
         return self._answer(query_str, [(str(i), t) for i, t in enumerate(text_chunks)]).message.content or ""

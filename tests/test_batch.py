@@ -82,8 +82,8 @@ def _worker(engine: Engine) -> list:
 def alone(engine: Engine) -> list:
     """Each request alone, its segments (and prefixes) warm, as the batched ones find them in any arrival order."""
     for segments, query, mode in REQUESTS:
-        engine.start(segments, query, _options(mode)).run()
-    return [engine.start(s, q, _options(m)).run() for s, q, m in REQUESTS]
+        engine.generate(segments, query, _options(mode))
+    return [engine.generate(s, q, _options(m)) for s, q, m in REQUESTS]
 
 
 @pytest.mark.parametrize("caller", [_batch, _shared, _worker], ids=["run_batch", "shared_batch", "server_worker"])

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hypic_rag import Engine, Segment
-from hypic_rag.decoding import REDECODED, Decoder, partial_suffix
+from hypic_rag.decoding import REDECODED, Decoder, partial_suffix, step_together
 from hypic_rag.logits import Sampler
 
 
@@ -118,7 +118,8 @@ def test_stop_strings_are_searched_for_only_near_the_end_of_the_answer(checkpoin
         stop_strings=stops,
     )
     decoder.picker.pick = lambda logits, **kwargs: 0  # the text is the fake detokenizer's, whatever is picked
-    decoder.run()
+    while not step_together([decoder])[0]:
+        pass
     assert decoder.finish == "stop" and decoder.text == "".join(words[:58]) + " "
     reach = max(map(len, stops)) + REDECODED
     lengths = sorted({length for length, _ in _SearchLog.starts})

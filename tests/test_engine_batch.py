@@ -120,7 +120,7 @@ def test_a_prompt_run_a_chunk_at_a_time_answers_as_whole(mode):
     chunks = []
     while pending.generation is None:
         chunks.append(pending.advance())
-    out = pending.generation.run()
+    out = engine.run_together([pending.generation])[0]
     assert out.token_ids == whole.token_ids
     assert sum(chunks) == out.stats["recomputed_tokens"] == whole.stats["recomputed_tokens"]
     if mode == "hypic":  # a cold segment a chunk, then one forward of the seams and the query
@@ -142,7 +142,7 @@ def test_a_token_taken_early_goes_out_at_once_and_is_decoded_next(engine, alone)
     run.decoder.take_now()
     run.decoder.take_now()  # already held: takes nothing more
     assert seen == alone[0].token_ids[:1]
-    _same(run.run(), alone[0])
+    _same(engine.run_together([run])[0], alone[0])
 
 
 def test_d2_one_failing_chat_leaves_the_others_answers_unchanged(engine):

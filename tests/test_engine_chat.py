@@ -163,19 +163,21 @@ def test_held_back_text_is_flushed_when_no_stop_string_comes(engine):
     assert [i for i, _ in streamed if i != -1] == out.token_ids
 
 
-def test_start_chat_steps_to_the_same_answer_and_can_be_cancelled(engine):
+def test_start_chat_runs_to_the_same_answer_and_can_be_cancelled(engine):
     whole = engine.chat(_ask(DOCS), max_new_tokens=10, temperature=0.0)
     run = engine.start_chat(_ask(DOCS), max_new_tokens=10, temperature=0.0)
-    steps = 0
-    while not run.step():
-        steps += 1
-    assert run.output().token_ids == whole.token_ids and steps == len(whole.token_ids) - (whole.finish_reason != "stop")
+    assert engine.run_together([run])[0].token_ids == whole.token_ids
     flag = {"stop": False}
-    run = engine.start_chat(_ask(DOCS), max_new_tokens=10, temperature=0.0, cancelled=lambda: flag["stop"])
-    run.step()
-    flag["stop"] = True
-    assert run.step() and run.output().finish_reason == "cancelled"
-    assert run.output().token_ids == whole.token_ids[:1]
+    run = engine.start_chat(
+        _ask(DOCS),
+        max_new_tokens=10,
+        temperature=0.0,
+        cancelled=lambda: flag["stop"],
+        on_token=lambda _i, _d: flag.update(stop=True),  # cancelled once its first token is out
+    )
+    out = engine.run_together([run])[0]
+    assert out.finish_reason == "cancelled" and out.token_ids == whole.token_ids[:1]
+    assert engine.chat(_ask(DOCS), max_new_tokens=10, cancelled=lambda: True).finish_reason == "cancelled"
     with pytest.raises(ValueError, match="has not finished"):
         engine.start_chat(_ask(DOCS), max_new_tokens=10).output()
 

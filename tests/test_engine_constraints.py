@@ -115,7 +115,7 @@ def test_the_constraint_holds_alone_streamed_and_batched(which, mode, kind, requ
     engine.clear_cache()
     pieces: list[str] = []
     run = engine.start_chat(_messages(DOCS[0], QUESTIONS[0]), on_token=lambda _i, d: pieces.append(d or ""), **ask)
-    alone = run.run()  # cold: every segment is filled by this request
+    alone = engine.run_together([run])[0]  # cold: every segment is filled by this request
     _check(alone, kind, schema, regex)
     if kind != "tool" and not (which == "bundled" and kind in ("json_schema", "json_object")):
         assert "".join(pieces).strip() == alone.text  # the stream is the answer (a bundled call is held whole)

@@ -98,7 +98,7 @@ def test_the_stream_of_a_constrained_answer_is_the_answer(random_chat):
     run = random_chat.start_chat(
         ASK, response_format=fmt, temperature=1.0, seed=4, on_token=lambda _i, d: pieces.append(d or "")
     )
-    out = run.run()
+    out = random_chat.run_together([run])[0]
     jsonschema.validate(json.loads(out.text), BOUNDED)
     assert "".join(pieces).strip() == out.text
 

@@ -431,7 +431,7 @@ def test_a_cold_exact_auto_request_steps_through_what_its_stats_count(checkpoint
     segs, q = _segments([30, 41, 25]), _query()
     cold = engine.start(segs, q, seam="auto", fidelity_budget=0.0, max_new_tokens=1, prefill_chunk=16)
     ran = _steps(cold)
-    stats = cold.generation.run().stats
+    stats = engine.run_together([cold.generation])[0].stats
     assert stats["fidelity_action"] == "exact" and stats["filled_tokens"] == 96
     assert sum(ran) == stats["recomputed_tokens"] + stats["probe_tokens"] and max(ran) <= 41
 
@@ -445,7 +445,7 @@ def test_the_guard_respects_the_prefill_chunk(checkpoint):
     full = engine.prompt_logits(segs, q, mode="full")
     exact = engine.start(segs, q, seam=8, fidelity_budget=0.0, max_new_tokens=1, prefill_chunk=16)
     ran = _steps(exact)
-    out = exact.generation.run()
+    out = engine.run_together([exact.generation])[0]
     assert out.stats["fidelity_action"] == "exact" and _diff(out.prompt_logits, full) < TOL
     assert ran[0] == out.stats["probe_tokens"]  # the probe, then the prompt in chunks
     assert max(ran[1:]) <= 16 and len(ran[1:]) >= (96 + 9) // 16

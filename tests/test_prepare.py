@@ -48,7 +48,7 @@ def test_the_checkpoints_files_prepare_what_the_engine_prepares(engine, preparer
 def test_a_prepared_request_answers_as_the_engine_starts_it(engine, preparer):
     prepared = preparer.chat(MESSAGES, tools=[WEATHER], tool_choice="required")
     assert (
-        engine.begin(prepared).run().tool_calls
+        engine.run_together([engine.begin(prepared)])[0].tool_calls
         == engine.chat(MESSAGES, tools=[WEATHER], tool_choice="required").tool_calls
     )
 

@@ -50,7 +50,7 @@ def _run(scheduler: Scheduler, log: list) -> int:
 
 
 def test_requests_answer_as_alone_and_at_most_max_active_decode(engine):
-    alone = [engine.start(DOCS, q, max_new_tokens=TOKENS).run().token_ids for q in QUERIES]
+    alone = [engine.generate(DOCS, q, max_new_tokens=TOKENS).token_ids for q in QUERIES]
     log: list = []
     widths = []
     scheduler = Scheduler(max_active=2, max_num_batched_tokens=64, notify=lambda k, r: log.append((k, r.tag)))
@@ -131,7 +131,7 @@ def test_a_failing_request_fails_alone(engine):
     _run(scheduler, log)
     assert bad_start.status == Status.FAILED and isinstance(bad_start.error, ValueError)
     assert bad_stream.status == Status.FAILED and "streaming callback" in str(bad_stream.error)
-    alone = [engine.start(DOCS, q, max_new_tokens=TOKENS).run().token_ids for q in QUERIES[:2]]
+    alone = [engine.generate(DOCS, q, max_new_tokens=TOKENS).token_ids for q in QUERIES[:2]]
     assert [r.output.token_ids for r in good] == alone
     assert {tag for kind, tag in log if kind == Event.ERROR} == {"bad start", "bad stream"}
 
@@ -292,3 +292,17 @@ def test_newcomers_every_step_never_stop_a_long_prompt(engine):
     assert all(c > a for a, c in zip(progress, progress[MAX_PROMPTS:], strict=False)), progress
     _run(scheduler, [])
     assert long.status in ANSWERED
+
+
+def test_a_background_request_runs_only_when_nothing_else_is_in_hand(engine):
+    scheduler = Scheduler(max_active=4, max_num_batched_tokens=16)
+    back = _request(engine, QUERIES[0], mode="full")  # in context: 16 tokens a step
+    front = _request(engine, QUERIES[1])
+    scheduler.add(back, background=True)
+    scheduler.add(front)
+    while not front.status.ended:
+        scheduler.step(wait=False)
+        assert back.prefilled_tokens == 0  # nothing of it runs while a request is in hand
+    steps = _run(scheduler, [])
+    assert steps > 1 and back.status in ANSWERED  # a piece a step, then its answer
+    assert back.output.token_ids == engine.generate(DOCS, QUERIES[0], max_new_tokens=TOKENS, mode="full").token_ids

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from hypic_rag import Engine, Segment
-from hypic_rag.decoding import Generation
+from hypic_rag.decoding import Generation, step_together
 from hypic_rag.grammar import SPACED, GrammarMask, check_response_format, response_lark
 from hypic_rag.masking import words_for
 
@@ -110,7 +110,7 @@ def _start(engine: Engine, prompt: tuple[list[Segment], Segment], max_new_tokens
 
 def _timed_step(run: Generation) -> float:
     start = time.perf_counter()
-    run.step()
+    step_together([run.decoder])
     return time.perf_counter() - start
 
 

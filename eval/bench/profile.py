@@ -60,7 +60,7 @@ def _decode_rates(engine: Any, docs: list, query: Any, steps: int, repeats: int)
     """Greedy decode steps per second after each mode's prefill (the prompt warm for ``hypic``): the modes
     take turns, ``2 * repeats`` rounds, and each gets its median, so a slow stretch of a shared machine
     does not land on one mode only."""
-    from hypic_rag.decoding import Decoder
+    from hypic_rag.decoding import Decoder, step_together
     from hypic_rag.logits import Sampler
 
     seconds: dict[str, list[float]] = {"full": [], "hypic": []}
@@ -69,9 +69,11 @@ def _decode_rates(engine: Any, docs: list, query: Any, steps: int, repeats: int)
             logits, state = engine.prefill(docs, query, mode=mode)
             sampler = Sampler()
             start = time.perf_counter()
-            Decoder(
+            decoder = Decoder(
                 engine.model, state, sampler.pick(logits, None), sampler, None, stops=(), max_new_tokens=steps
-            ).run()
+            )
+            while not step_together([decoder])[0]:
+                pass
             times.append(time.perf_counter() - start)
     return {mode: steps / statistics.median(times) for mode, times in seconds.items()}
 

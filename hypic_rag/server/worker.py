@@ -12,13 +12,13 @@ event the HTTP side sets when the client goes away), and the events (``status.Ev
 the finished output, or an error) handed back to the event loop, derived from the scheduler's in ``_notify``.
 
 ``shadow_rate`` (0: off) picks that share of finished composed requests (every ``1 / rate``-th, counted
-deterministically) to run again in ``full``, prompt only, once the worker is idle (nothing running, nothing
-waiting): the KL of its next-token distribution to the served one goes to ``shadowed(job, kl)``. A shadow
-runs after its request's answer has gone out and never writes the segment cache (``full`` reads none), so it
-changes no answer and adds nothing to its own request's TTFT. It runs a chunk (``max_num_batched_tokens``) a
-step, and only in steps with nothing else to do, so a request that arrives meanwhile waits for one chunk, not
-for the whole shadow. At most ``SHADOW_BACKLOG`` wait, the oldest dropped first; a waiting shadow keeps its
-request's arguments and served logits, not its state.
+deterministically) to run again in ``full``, prompt only, as a background request of the same scheduler, which
+runs it once nothing else is in hand: the KL of its next-token distribution to the served one goes to
+``shadowed(job, kl)``. A shadow runs after its request's answer has gone out and never writes the segment cache
+(``full`` reads none), so it changes no answer and adds nothing to its own request's TTFT. It runs a piece a step,
+and only in steps with nothing else to run, so a request that arrives meanwhile waits for one piece, not for the
+whole shadow. At most ``SHADOW_BACKLOG`` wait, the oldest dropped first; a waiting shadow keeps its request's
+prepared prompt and served logits, not its state.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -80,6 +79,14 @@ def _unsubmitted(prefill_chunk: int) -> Generation | Prefilling:
     raise RuntimeError("the job was not submitted to a worker")
 
 
+@dataclass(frozen=True)
+class _Shadow:
+    """A served request to run again in ``full``, and what it was served (its next-token logits)."""
+
+    job: Job
+    served: Any
+
+
 class EngineWorker:
     """Runs ``Job``s on ``engine`` (see the module docstring); ``observe(job, output)`` is told of each finished
     one (the metrics)."""
@@ -105,8 +112,6 @@ class EngineWorker:
             raise ValueError(f"shadow_rate must be a number in [0, 1], got {shadow_rate!r}")
         self.shadow_rate, self.shadowed = float(shadow_rate), shadowed
         self._shadow_credit = 0.0
-        self.shadows: deque[tuple[Job, Any]] = deque(maxlen=SHADOW_BACKLOG)
-        self.shadowing: tuple[Job, Any, Prefilling] | None = None  # the shadow whose prompt is running
         self.engine = engine
         self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -115,6 +120,7 @@ class EngineWorker:
             max_num_batched_tokens=max_num_batched_tokens,
             source=self._next,
             notify=self._notify,
+            max_background=SHADOW_BACKLOG,
         )
         self.observe_step = observe_step
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
@@ -127,8 +133,8 @@ class EngineWorker:
 
     @property
     def active(self) -> list[Job]:
-        """The requests decoding."""
-        return [r.tag for r in self.scheduler.running]
+        """The requests decoding (a shadow's is not a client's)."""
+        return [r.tag for r in self.scheduler.running if isinstance(r.tag, Job)]
 
     @property
     def prefilling(self) -> Job | None:
@@ -139,7 +145,8 @@ class EngineWorker:
         self._stop.set()
         self._thread.join(timeout)
         for request in self.scheduler.in_hand():
-            request.tag.emit(Event.ERROR, RuntimeError("the server is shutting down"))
+            if isinstance(request.tag, Job):
+                request.tag.emit(Event.ERROR, RuntimeError("the server is shutting down"))
         while not self.queue.empty():
             self.queue.get_nowait().emit(Event.ERROR, RuntimeError("the server is shutting down"))
 
@@ -165,11 +172,9 @@ class EngineWorker:
                 self.scheduler.fail_all(exc)
 
     def _turn(self) -> None:
-        report = self.scheduler.step(wait=self.shadowing is None)
+        report = self.scheduler.step()
         if report.decoded:
             _tell(self.observe_step, report.decoded, report.decoded + report.prefilled)
-        if (self.shadows or self.shadowing) and self.scheduler.idle and self.queue.empty():
-            self._shadow_step()
 
     def _sample_shadow(self, job: Job, output: Any) -> None:
         """Keep ``job`` for a shadow run if its turn has come (composed modes only: ``full`` is its own)."""
@@ -179,30 +184,12 @@ class EngineWorker:
         self._shadow_credit += self.shadow_rate
         if self._shadow_credit >= 1.0:
             self._shadow_credit -= 1.0
-            self.shadows.append((job, output))
+            shadow = _Shadow(job, output)
+            self.scheduler.add(Request(partial(self._begin_shadow, shadow), tag=shadow), background=True)
 
-    def _shadow_step(self) -> None:
-        """One chunk of the running shadow (the oldest waiting one, begun here, if none runs): its request's
-        prompt again in ``full``; once it is in, the KL to what was served goes to ``shadowed``."""
-        if self.shadowing is None:
-            job, output = self.shadows.popleft()
-            options = job.prepared.options.replace(mode="full", max_new_tokens=1)
-            try:
-                pending = self.engine.begin(
-                    replace(job.prepared, options=options), prefill_chunk=self.max_num_batched_tokens
-                )
-            except Exception:  # the request was served; a shadow that fails measures nothing
-                return
-            self.shadowing = (job, output, pending)
-        job, output, pending = self.shadowing
-        try:
-            pending.advance()
-        except Exception:
-            self.shadowing = None
-            return
-        if pending.generation is not None:
-            self.shadowing = None
-            _tell(self.shadowed, job, kl_divergence(pending.generation.prompt_logits, output.prompt_logits))
+    def _begin_shadow(self, shadow: _Shadow, prefill_chunk: int) -> Generation | Prefilling:
+        options = shadow.job.prepared.options.replace(mode="full", max_new_tokens=1)
+        return self.engine.begin(replace(shadow.job.prepared, options=options), prefill_chunk=prefill_chunk)
 
     def _next(self, wait: bool) -> Request | None:
         """The scheduler's source: the next waiting request still wanted, or None when there is none."""
@@ -229,7 +216,13 @@ class EngineWorker:
     def _notify(self, event: Event, request: Request) -> None:
         """The scheduler's news, as the request's wire events (the only place they are made, with ``DELTA``'s in
         ``_begin``): its first token with the started run, its answer, or its error. A request cancelled before its
-        first token has no answer and nobody to tell."""
+        first token has no answer and nobody to tell. A shadow's answer is its KL to the one served."""
+        if isinstance(request.tag, _Shadow):
+            served = request.tag.served
+            if event is Event.DONE and request.output is not None:
+                kl = kl_divergence(request.output.prompt_logits, served.prompt_logits)
+                _tell(self.shadowed, request.tag.job, kl)
+            return
         job: Job = request.tag
         payload = {Event.FIRST: request.run, Event.DONE: request.output, Event.ERROR: request.error}[event]
         if payload is None:

@@ -676,14 +676,20 @@ def test_auto_seams_and_the_fidelity_guard_are_chat_model_fields(engine):
 
 
 def test_an_abandoned_stream_is_cancelled_and_lets_the_engine_go(chat_checkpoint, monkeypatch):
-    from hypic_rag.concurrent import alone
+    import time
+
+    from hypic_rag.concurrent import shared_batch
 
     engine = Engine.from_pretrained(chat_checkpoint)  # random weights: an answer that runs to max_tokens
     outputs: list = []
-    real = engine.chat
-    monkeypatch.setattr(engine, "chat", lambda *a, **k: outputs.append(real(*a, **k)) or outputs[-1])
+    batch = shared_batch(engine)  # a stream decodes in the engine's shared batch
+    real = batch.run
+    monkeypatch.setattr(batch, "run", lambda *a, **k: outputs.append(real(*a, **k)) or outputs[-1])
     stream = ChatHypic(engine=engine, max_tokens=200).stream("Hello")
     next(stream)
     stream.close()  # the consumer stops reading
-    alone(engine, lambda: None)  # the stream's thread has let the engine go
+    deadline = time.monotonic() + 30
+    while not outputs or not batch.scheduler.idle:  # the stream's request leaves the batch at its next token
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     assert outputs[0].finish_reason == "cancelled" and len(outputs[0].token_ids) < 200

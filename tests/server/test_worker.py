@@ -70,7 +70,7 @@ def _serve(engine, requests: list[dict[str, Any]], cancel_after: dict[int, int] 
 def alone(engine):
     for query in QUERIES:  # documents warm, as the workers below find them
         engine.generate(DOCS, query, max_new_tokens=2)
-    return [engine.start(**_arguments(q)).run() for q in QUERIES]
+    return [engine.generate(**_arguments(q)) for q in QUERIES]
 
 
 def test_waiting_requests_join_the_running_batch_and_answer_as_alone(engine, alone):
@@ -134,11 +134,11 @@ LONG = [Segment(f"Note {i}: the ferry to the island leaves from pier {i} at {i} 
 def test_a_long_cold_prompt_runs_a_chunk_a_step_while_the_others_decode(engine):
     chunk = 32
     engine.clear_cache()
-    long_alone = engine.start(LONG, "When does the ferry leave?", max_new_tokens=6, mode="full").run()
+    long_alone = engine.generate(LONG, "When does the ferry leave?", max_new_tokens=6, mode="full")
     prompt_tokens = long_alone.stats["prompt_tokens"]
     assert prompt_tokens > 6 * chunk
     short = [_arguments(q, max_new_tokens=40) for q in QUERIES[:2]]
-    short_alone = [engine.start(**a).run() for a in short]
+    short_alone = [engine.generate(**a) for a in short]
     long = _arguments("When does the ferry leave?", mode="full", max_new_tokens=6)
     long["segments"] = LONG
     results, steps = _serve(engine, [*short, long], max_active=3, max_num_batched_tokens=chunk)
@@ -213,19 +213,23 @@ def test_a_shadow_runs_a_chunk_a_step_and_yields_to_a_request_that_arrives():
     worker = EngineWorker(engine, max_num_batched_tokens=16, shadow_rate=1.0, shadowed=lambda _, kl: kls.append(kl))
     served = engine.generate(DOCS, QUERIES[0], max_new_tokens=1, seam=4)
     assert served.stats["prompt_tokens"] > 2 * 16
-    worker.shadows.append((Job(engine.prepare(**_arguments(QUERIES[0], seam=4)), loop), served))
-    worker._turn()  # idle: the shadow's first chunk
-    assert worker.shadowing is not None and not kls
+    worker._sample_shadow(Job(engine.prepare(**_arguments(QUERIES[0], seam=4)), loop), served)
+    [shadow] = worker.scheduler.background  # a background request of the worker's own scheduler
+    worker._turn()  # idle: the shadow's first piece
+    ran = shadow.prefilled_tokens
+    assert 0 < ran <= 16 and not kls
     job = Job(engine.prepare(**_arguments(QUERIES[1])), loop)
     worker.submit(job)
     worker._turn()  # the request goes first; the shadow waits where it was
-    assert job.request.started is not None and worker.shadowing is not None and not kls
+    assert job.request.started is not None and shadow.prefilled_tokens == ran and not kls
     while job in worker.active or worker.prefilling is job:
         worker._turn()
-    while worker.shadowing is not None:
+        assert shadow.prefilled_tokens == ran  # nothing of it runs while the request is in hand
+    while not worker.scheduler.idle:
         worker._turn()
     full = engine.prompt_logits(DOCS, QUERIES[0], mode="full")
-    assert kls == [pytest.approx(kl_divergence(full, served.prompt_logits), rel=1e-3)]  # chunked: rounding
+    assert len(kls) == 2  # the first shadow's, then the one of the request that arrived (shadow_rate 1)
+    assert kls[0] == pytest.approx(kl_divergence(full, served.prompt_logits), rel=1e-3)  # chunked: rounding
     loop.close()
 
 
