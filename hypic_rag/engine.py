@@ -19,20 +19,9 @@ import torch
 
 from . import request
 from .batch import prepared_begins, run_batch, run_one, started
-from .cache import (
-    DiskCacheTier,
-    PrefixStore,
-    SegmentStore,
-    checkpoint_fingerprint,
-    default_cache_dir,
-    module_fingerprint,
-)
-from .cache.entry import entry_dtype as entry_dtype_of
-from .cache.keys import entry_fingerprint
-from .cache.lru import ByteLRU
-from .cache.remote import RedisTier, check_url
-from .cache.seal import secret_bytes, secret_id
-from .cache.validate import EntryLayout
+from .cache import checkpoint_fingerprint, default_cache_dir
+from .cache.remote import check_url
+from .cache.stores import open_stores
 from .chat.conversation import ChatSetup
 from .chat.formats.base import NONE, ChatFormat
 from .chat.requests import ChatRequests
@@ -48,14 +37,19 @@ from .model import HybridModel, RequestState, load_model
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
 from .outputs import GenerationOutput
-from .plan import (
-    Prompt,
-    RequestPlan,
-)
+from .plan import Prompt, RequestPlan
 from .prefill import PrefillProgram, missing
 from .prepare import Prepared, Preparer
 from .segments import Segment
-from .settings import COLD_POLICIES, PrefillSettings, Setting, check_chunk, check_count, check_flag, usable_device
+from .settings import (
+    COLD_POLICIES,
+    CacheSettings,
+    EngineSettings,
+    PrefillSettings,
+    Setting,
+    check_chunk,
+    usable_device,
+)
 from .tokenizer import load_tokenizer
 
 __all__ = [
@@ -139,14 +133,14 @@ class Engine:
         per byte, ``"lru"`` keeps the least recently used out (``cache/lru.py``). ``cache_secret`` (16 bytes or more)
         seals what the disk and shared tiers hold, so that whoever can write them without it cannot make an entry
         this engine uses (``cache/seal.py``); engines with different secrets, or none, share no entries."""
-        self.settings = PrefillSettings(
-            seam, seam_variant, cold_policy, min_cached_tokens, fuse_forwards, fidelity_budget
+        self.settings = EngineSettings(  # every setting checked here, before anything is built
+            PrefillSettings(seam, seam_variant, cold_policy, min_cached_tokens, fuse_forwards, fidelity_budget),
+            CacheSettings(cache_dir, cache_url, memory_bytes, disk_bytes, entry_dtype, cache_policy, cache_secret),
+            flush_denormals,
         )
-        check_count("disk_bytes", 1 if disk_bytes is None else disk_bytes, 1)  # None: a share of the free space
-        check_flag("flush_denormals", flush_denormals)
-        self.model = model
-        self.config = model.config
-        self.tokenizer = tokenizer
+        if flush_denormals:
+            torch.set_flush_denormal(True)
+        self.model, self.config, self.tokenizer, self.name = model, model.config, tokenizer, name
         self.eos_token_ids = tuple(eos_token_ids)
         self.generation_defaults = generation_defaults or GenerationDefaults()
         self.chat_setup = ChatSetup.build(chat_template, tokenizer) if chat_template is not None else None
@@ -159,39 +153,25 @@ class Engine:
             generation_defaults=self.generation_defaults,
             name=name,
         )
-        if cache_dir is not None and "://" in str(cache_dir):  # Path() would fold it into a folder name
-            raise ValueError(f"cache_dir is a folder, not {str(cache_dir)!r}: pass a Redis URL as cache_url")
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        self.name = name
-        if flush_denormals:
-            torch.set_flush_denormal(True)
-        self.entry_dtype = entry_dtype_of(entry_dtype)
-        secret = secret_bytes(cache_secret) if cache_secret is not None else None
-        self.fingerprint = entry_fingerprint(fingerprint or module_fingerprint(model), self.entry_dtype)
-        if secret is not None:
-            self.fingerprint += f"+sealed:{secret_id(secret)}"
-        disk = DiskCacheTier(self.cache_dir, disk_bytes) if self.cache_dir is not None else None
-        self.cache_url = cache_url
-        remote = RedisTier(check_url(cache_url)) if cache_url is not None else None
-        # One budget for every in-memory cache of the engine: segments, remainders and prefix nodes.
-        self.memory = ByteLRU(memory_bytes, cache_policy)
-        layout = EntryLayout.of(model, self.entry_dtype)
-        self.segment_store = SegmentStore(
-            self.fingerprint,
-            self.memory,
-            disk,
-            device=model.device,
-            layout=layout,
-            remote=remote,
-            entry_dtype=self.entry_dtype,
-            model_dtype=model.dtype,
-            secret=secret,
-        )
-        self.prefix_store = PrefixStore(self.fingerprint, self.memory)
+        stores = open_stores(self.settings.cache, model, fingerprint)
+        self.memory, self.segment_store, self.prefix_store = stores.memory, stores.segments, stores.prefixes
+        self.fingerprint = stores.fingerprint
         # ray_prefill.RayPrefill as the pool: cold misses prefilled across Ray actors
         self.prefill_program = PrefillProgram(
-            model, self.settings, self.segment_store, self.prefix_store, self.fingerprint, prefill_pool
+            model, self.settings.prefill, self.segment_store, self.prefix_store, self.fingerprint, prefill_pool
         )
+
+    @property
+    def cache_dir(self) -> Path | None:
+        return self.settings.cache.cache_dir
+
+    @property
+    def cache_url(self) -> str | None:
+        return self.settings.cache.cache_url
+
+    @property
+    def entry_dtype(self) -> torch.dtype:
+        return self.settings.cache.entry_dtype
 
     @classmethod
     def from_pretrained(

@@ -1,14 +1,20 @@
-"""An engine's settings, checked where they are set: how it prefills composed requests (``PrefillSettings``, which
-the engine's attributes of those names read and write through ``Setting``) and the device it runs on."""
+"""An engine's settings, each checked when it is made or set: how it prefills composed requests
+(``PrefillSettings``, which the engine's attributes of those names read and write through ``Setting``), where and
+how it caches (``CacheSettings``), both together (``EngineSettings``), and the device it runs on."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from .cache.entry import entry_dtype as entry_dtype_of
+from .cache.lru import POLICIES
+from .cache.remote import check_url
+from .cache.seal import secret_bytes
 from .options import RequestOptions, check_seam
 from .plan import VARIANTS
 
@@ -60,17 +66,58 @@ class PrefillSettings:
 assert set(_CHECKS) == {f.name for f in fields(PrefillSettings)}
 
 
+@dataclass(frozen=True)
+class CacheSettings:
+    """Where and how an engine caches (``Engine``'s docstring says what each does), checked and normalised when
+    made: ``cache_dir`` a folder (a URL there is a ``ValueError``), ``cache_url`` a Redis URL, ``entry_dtype`` a
+    dtype, ``cache_secret`` bytes."""
+
+    cache_dir: Path | None = None
+    cache_url: str | None = None
+    memory_bytes: int = 2 << 30
+    disk_bytes: int | None = None  # None: a share of the disk's free space
+    entry_dtype: torch.dtype = torch.float32
+    cache_policy: str = "value"
+    cache_secret: bytes | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.cache_dir is not None:
+            if "://" in str(self.cache_dir):  # Path() would fold it into a folder name
+                raise ValueError(f"cache_dir is a folder, not {str(self.cache_dir)!r}: pass a Redis URL as cache_url")
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
+        if self.cache_url is not None:
+            check_url(self.cache_url)
+        check_count("memory_bytes", self.memory_bytes, 0)
+        check_count("disk_bytes", 1 if self.disk_bytes is None else self.disk_bytes, 1)
+        object.__setattr__(self, "entry_dtype", entry_dtype_of(self.entry_dtype))
+        check_choice("cache_policy", self.cache_policy, POLICIES)
+        if self.cache_secret is not None:
+            object.__setattr__(self, "cache_secret", secret_bytes(self.cache_secret))
+
+
+@dataclass
+class EngineSettings:
+    """Every setting of an engine, made (and so checked) in one place before anything is built from them."""
+
+    prefill: PrefillSettings = field(default_factory=PrefillSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    flush_denormals: bool = True
+
+    def __post_init__(self) -> None:
+        check_flag("flush_denormals", self.flush_denormals)
+
+
 class Setting:
-    """An engine attribute that is its ``settings``' field of the same name."""
+    """An engine attribute that is its prefill settings' field of the same name."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     def __get__(self, engine: Any, owner: type | None = None) -> Any:
-        return self if engine is None else getattr(engine.settings, self.name)
+        return self if engine is None else getattr(engine.settings.prefill, self.name)
 
     def __set__(self, engine: Any, value: Any) -> None:
-        setattr(engine.settings, self.name, value)
+        setattr(engine.settings.prefill, self.name, value)
 
 
 def usable_device(device: str | torch.device) -> torch.device:
