@@ -1,5 +1,6 @@
 """Concurrent in-process callers of one engine, decoded together: the batched path for threads (LangChain's
-``batch``/``abatch``, LlamaIndex's concurrent ``achat`` calls) as the server's worker is for HTTP requests. Both
+``batch``/``abatch`` and streams, LlamaIndex's concurrent ``achat`` calls and streams) as the server's worker is
+for HTTP requests. Both
 drive the same ``scheduler.Scheduler``: admission, ``max_active``, the token budget, chunked prefill, cancellation
 and failures are its, and this module only hands requests in and answers out.
 
@@ -7,7 +8,8 @@ The engine is not thread-safe, so no two forwards may overlap; instead of a lock
 hand their request to a ``SharedBatch`` and the first one to find nobody driving it becomes the driver: it steps
 the scheduler until its own answer is done, while the other callers wait for theirs; then a caller still waiting
 takes over. No thread of its own, so nothing outlives the callers. ``lock`` is held for each step, so a caller
-that needs the engine to itself (a stream) takes it and runs between two steps.
+that needs the engine to itself (a cache fill ahead of requests) takes it and runs between two steps. A stream is
+an ordinary request of the batch whose tokens its callback hands out as each step makes them.
 
 A caller that gives up (its ``cancelled()`` says so, it is interrupted, or the ``await`` of an ``in_thread`` given
 its ``cancel`` event is cancelled) takes its request out of the batch at the next step, in whatever state it is.
@@ -168,6 +170,6 @@ def shared_batch(engine: Engine) -> SharedBatch:
 
 
 def alone(engine: Engine, work: Callable[[], T]) -> T:
-    """``work()`` with ``engine`` to itself (a stream), between two steps of its shared batch."""
+    """``work()`` with ``engine`` to itself (a cache fill), between two steps of its shared batch."""
     with shared_batch(engine).lock:
         return work()
