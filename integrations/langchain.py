@@ -526,7 +526,7 @@ class ChatHypic(with_request_options(BaseChatModel, aliases={"stop": "stop_seque
         decodes in the engine's shared batch beside every other in-process caller (``hypic_rag.concurrent``), and a
         stream abandoned leaves it at its next token."""
         engine, chat, arguments, model = self._request(messages, kwargs, stop)
-        prepared = engine.prepare_chat(chat, **arguments)  # a bad request raises here, before the first next()
+        prepared = engine.prepare_chat(chat, **arguments)  # a bad request raises here, before any work
         visible = _Visible(engine.chat_format, prepared.thinking, prepared.options.stop)
         sent = ""
         raw = ""
