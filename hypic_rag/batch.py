@@ -91,14 +91,10 @@ def run_one(start: Callable[[], Generation | Prefilling]) -> GenerationOutput:
     """One request run to its end on a scheduler of its own, a batch of one (``Engine.chat``, ``generate``): the
     same steps as every batch, its failure raised as it is. ``start()`` begins it whole, its prompt in one go, as a
     single call has always run it."""
-    scheduler = Scheduler(max_active=1)
-    request = Request(lambda prefill_chunk: start())
-    scheduler.add(request)
-    scheduler.run()
-    if request.output is not None:
-        return request.output
-    assert request.error is not None  # nothing cancels it before its first token: no flag reaches it there
-    raise request.error
+    [result] = run_batch([lambda prefill_chunk: start()], max_active=1, return_exceptions=True)
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def started(run: Generation) -> Begin:

@@ -140,17 +140,16 @@ class Engine:
         )
         if flush_denormals:
             torch.set_flush_denormal(True)
-        self.model, self.config, self.tokenizer, self.name = model, model.config, tokenizer, name
-        self.eos_token_ids = tuple(eos_token_ids)
-        self.generation_defaults = generation_defaults or GenerationDefaults()
-        self.chat_setup = ChatSetup.build(chat_template, tokenizer) if chat_template is not None else None
-        self.preparer = Preparer(  # what a request is prepared with, off the engine thread (``prepare.py``)
+        self.model, self.config = model, model.config
+        # The tokenizer, the template, the EOS ids and the generation defaults are the preparer's (``prepare.py``:
+        # what a request is prepared with, off the engine thread); the engine's names for them read its.
+        self.preparer = Preparer(
             tokenizer,
-            self.chat_setup,
+            ChatSetup.build(chat_template, tokenizer) if chat_template is not None else None,
             vocab_size=model.config.vocab_size,
             context=model.config.max_position_embeddings,
-            eos_token_ids=self.eos_token_ids,
-            generation_defaults=self.generation_defaults,
+            eos_token_ids=eos_token_ids,
+            generation_defaults=generation_defaults,
             name=name,
         )
         stores = open_stores(self.settings.cache, model, fingerprint)
@@ -160,6 +159,31 @@ class Engine:
         self.prefill_program = PrefillProgram(
             model, self.settings.prefill, self.segment_store, self.prefix_store, self.fingerprint, prefill_pool
         )
+
+    @property
+    def name(self) -> str:
+        return self.preparer.name
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.preparer.tokenizer
+
+    @property
+    def chat_setup(self) -> ChatSetup | None:
+        return self.preparer.chat_setup
+
+    @property
+    def generation_defaults(self) -> GenerationDefaults:
+        return self.preparer.generation_defaults
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.preparer.eos_token_ids
+
+    @eos_token_ids.setter
+    def eos_token_ids(self, ids: Sequence[int]) -> None:
+        """Every end the engine stops at, and the grammar's ends with them (a test may clear them)."""
+        self.preparer.eos_token_ids = tuple(ids)
 
     @property
     def cache_dir(self) -> Path | None:

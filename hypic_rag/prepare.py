@@ -28,6 +28,7 @@ from .generation_config import GenerationDefaults, eos_token_ids, read_generatio
 from .grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, response_lark
 from .inputs import as_list
 from .logits import Banned
+from .model.families import config_from_file
 from .options import RequestOptions
 from .outputs import GenerationOutput
 from .plan import Prompt
@@ -85,8 +86,6 @@ class Preparer:
     @classmethod
     def from_checkpoint(cls, root: str | Path, name: str | None = None) -> Preparer:
         """The preparer of the checkpoint in ``root``, read from its files without loading its weights."""
-        from .model.families import config_from_file
-
         root = Path(root)
         config = config_from_file(root)
         tokenizer = load_tokenizer(root)
@@ -249,9 +248,14 @@ class Preparer:
         )
 
     def segments(
-        self, segments: Sequence[Segment], query: str | Segment, options: RequestOptions | None = None
+        self,
+        segments: Sequence[Segment],
+        query: str | Segment,
+        options: RequestOptions | None = None,
+        compile: bool = True,
     ) -> Prepared:
-        """A request of segments and a query, its sampling settings left unset at their fixed defaults."""
+        """A request of segments and a query, its sampling settings left unset at their fixed defaults;
+        ``compile=False`` as for ``chat``."""
         options = options or RequestOptions()
         chat_only = options.chat_only()
         if chat_only:
@@ -260,6 +264,7 @@ class Preparer:
         grammar = None
         if options.response_format is not None:
             grammar = "start: " + response_lark(options.response_format, SPACED)
-            compile_checked(self.grammar_tokenizer(), grammar, "response_format")  # kept for the engine
+            if compile:
+                compile_checked(self.grammar_tokenizer(), grammar, "response_format")  # kept for the engine
         closing = asks_json(options.response_format)
         return Prepared(prompt, options.with_defaults(None), grammar=grammar, closing=closing)

@@ -192,39 +192,21 @@ class Scheduler:
             self._background_piece(report)
 
     def _background_piece(self, report: StepReport) -> None:
-        """One piece of the oldest background request's prompt (begun here if it has not been); once its prompt
-        is in, it joins the running batch as any request does."""
+        """One piece of the oldest background request's prompt (begun here if it has not been, unless it was
+        cancelled while it waited); once its prompt is in, it joins the running batch as any request does."""
         request = self.background[0]
-        if request.cancelled():
-            self.background.popleft()
-            self._end(request, Status.CANCELLED, Event.DONE)
-            return
         if request.pending is None:
-            request.mark(Status.PREFILLING)
-            try:
-                begun = request.begin(prefill_chunk=self.max_num_batched_tokens)
-            except Exception as exc:
+            if request.cancelled():
                 self.background.popleft()
-                self._fail(request, exc)
+                self._end(request, Status.CANCELLED, Event.DONE)
                 return
-            if isinstance(begun, Generation):
-                self.background.popleft()
-                self._running(request, begun)
+            if not self._start(request):
+                self.background.remove(request)
                 return
-            request.pending = begun
-        try:
-            piece = request.pending.piece
-            if piece is not None:
-                ran = request.pending.advance(max(1, self._left(report) - 1) if piece.splittable else None)
-                self._ran(report, piece, ran)
-                request.prefilled_tokens += ran
-        except Exception as exc:
-            self.background.popleft()
-            self._fail(request, exc)
-            return
-        if request.pending.generation is not None:
-            self.background.popleft()
-            self._running(request, request.pending.generation)
+        piece = self._piece(request, self.background)
+        if piece is not None:
+            limit = max(1, self._left(report) - 1) if piece.splittable else None
+            self._advance(request, report, piece, limit, self.background)
 
     def _run_prompt(self, request: Request, report: StepReport, share: int | None = None) -> None:
         """Pieces of ``request``'s prompt while they fit in the step, and in ``share`` tokens (None: no share of its
@@ -276,8 +258,16 @@ class Scheduler:
             return request
 
     def _begin(self, request: Request) -> bool:
-        """Start ``request``; False when it ended there (it failed, or it was begun past its first token and is
-        decoding already)."""
+        """Start ``request`` as one of the prompts running; False when it ended there."""
+        if not self._start(request):
+            return False
+        request.order = self._begun = self._begun + 1
+        self.prompts.append(request)
+        return True
+
+    def _start(self, request: Request) -> bool:
+        """Begin ``request``'s prompt; False when it ended there (it failed, or it was begun past its first token
+        and is decoding already)."""
         request.mark(Status.PREFILLING)
         try:
             begun = request.begin(prefill_chunk=self.max_num_batched_tokens)
@@ -288,45 +278,48 @@ class Scheduler:
             self._running(request, begun)
             return False
         request.pending = begun
-        request.order = self._begun = self._begun + 1
-        self.prompts.append(request)
         return True
 
-    def _piece(self, request: Request) -> Piece | None:
+    def _piece(self, request: Request, held: deque[Request] | None = None) -> Piece | None:
         """The next piece of ``request``'s prompt (its first look plans it); None when the prompt ended there: it
-        failed, or it was in already."""
+        failed, or it was in already, and it has left ``held`` (the prompts running, or the background)."""
         assert request.pending is not None
+        held = self.prompts if held is None else held
         try:
             piece = request.pending.piece
         except Exception as exc:
-            self.prompts.remove(request)
+            held.remove(request)
             self._fail(request, exc)
             return None
         if piece is None:
-            self._prompt_in(request)
+            self._prompt_in(request, held)
         return piece
 
-    def _advance(self, request: Request, report: StepReport, piece: Piece, limit: int | None) -> None:
-        """Run ``piece`` of ``request``'s prompt (cut to ``limit``). A cancelled request's prompt stops here."""
+    def _advance(
+        self, request: Request, report: StepReport, piece: Piece, limit: int | None, held: deque[Request] | None = None
+    ) -> None:
+        """Run ``piece`` of ``request``'s prompt (cut to ``limit``). A cancelled request's prompt stops here, and
+        one that ends here leaves ``held``."""
         assert request.pending is not None
+        held = self.prompts if held is None else held
         if request.cancelled():
-            self.prompts.remove(request)
+            held.remove(request)
             self._end(request, Status.CANCELLED, Event.DONE)
             return
         try:
             ran = request.pending.advance(limit)
         except Exception as exc:
-            self.prompts.remove(request)
+            held.remove(request)
             self._fail(request, exc)
             return
         self._ran(report, piece, ran)
         request.prefilled_tokens += ran
         if request.pending.generation is not None:
-            self._prompt_in(request)
+            self._prompt_in(request, held)
 
-    def _prompt_in(self, request: Request) -> None:
+    def _prompt_in(self, request: Request, held: deque[Request]) -> None:
         assert request.pending is not None and request.pending.generation is not None
-        self.prompts.remove(request)
+        held.remove(request)
         self._running(request, request.pending.generation)
 
     def _running(self, request: Request, run: Generation) -> None:

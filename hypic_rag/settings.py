@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .cache.entry import entry_dtype as entry_dtype_of
-from .cache.lru import POLICIES
+from .cache.lru import check_memory
 from .cache.remote import check_url
 from .cache.seal import secret_bytes
 from .options import RequestOptions, check_seam
@@ -87,10 +87,9 @@ class CacheSettings:
             object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
         if self.cache_url is not None:
             check_url(self.cache_url)
-        check_count("memory_bytes", self.memory_bytes, 0)
+        check_memory(self.memory_bytes, self.cache_policy)
         check_count("disk_bytes", 1 if self.disk_bytes is None else self.disk_bytes, 1)
         object.__setattr__(self, "entry_dtype", entry_dtype_of(self.entry_dtype))
-        check_choice("cache_policy", self.cache_policy, POLICIES)
         if self.cache_secret is not None:
             object.__setattr__(self, "cache_secret", secret_bytes(self.cache_secret))
 

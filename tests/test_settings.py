@@ -34,7 +34,7 @@ def test_a_bad_setting_is_refused_when_made_and_when_changed(name, value, words)
     [
         ("cache_dir", "redis://127.0.0.1:6379/0", "cache_dir is a folder"),
         ("cache_url", "http://127.0.0.1:6379", "cache_url must be redis://"),
-        ("memory_bytes", -1, "memory_bytes must be an integer >= 0"),
+        ("memory_bytes", -1, r"memory_bytes \(the memory budget\) must be an integer >= 0"),
         ("disk_bytes", 0, "disk_bytes must be an integer >= 1"),
         ("entry_dtype", "int8", "entry_dtype must be one of"),
         ("cache_policy", "lfu", "unknown cache_policy"),

@@ -68,6 +68,14 @@ def _density(value: Sized, size: int) -> float:
     return (tokens if tokens else 1) / max(size, 1)
 
 
+def check_memory(budget: int, policy: str) -> None:
+    """A memory tier's budget (``memory_bytes``) and policy (``cache_policy``), or a ``ValueError`` naming them."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ValueError(f"memory_bytes (the memory budget) must be an integer >= 0 bytes, got {budget!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown cache_policy {policy!r}; expected one of {', '.join(POLICIES)}")
+
+
 class ByteLRU(Generic[V]):
     """A value larger than the whole budget is not kept; inserting evicts by ``policy`` (``POLICIES``).
 
@@ -75,10 +83,7 @@ class ByteLRU(Generic[V]):
     one thing that recurs (a segment's entry and its remainders)."""
 
     def __init__(self, budget: int, policy: str = "lru") -> None:
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-            raise ValueError(f"memory_bytes (the memory budget) must be an integer >= 0 bytes, got {budget!r}")
-        if policy not in POLICIES:
-            raise ValueError(f"unknown cache_policy {policy!r}; expected one of {', '.join(POLICIES)}")
+        check_memory(budget, policy)
         self.budget = budget
         self.policy = policy
         self.used = 0

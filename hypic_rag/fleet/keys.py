@@ -102,7 +102,7 @@ class RequestKeys:
             for prompt in prompts(request, most=1 << 30):
                 arguments = completion_arguments(request, prompt, self.default_mode)
                 if arguments["options"].mode in COMPOSED:
-                    keys.update(self._keys(self.preparer.segments(**arguments).prompt))
+                    keys.update(self._keys(self.preparer.segments(**arguments, compile=False).prompt))
             return sorted(keys)
         except (APIError, ValueError, TypeError, KeyError):
             return []

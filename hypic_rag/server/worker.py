@@ -113,8 +113,7 @@ class EngineWorker:
         self.shadow_rate, self.shadowed = float(shadow_rate), shadowed
         self._shadow_credit = 0.0
         self.engine = engine
-        self.max_active, self.queue_timeout_s = max_active, queue_timeout_s
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.queue_timeout_s = queue_timeout_s
         self.scheduler = Scheduler(
             max_active=max_active,
             max_num_batched_tokens=max_num_batched_tokens,
