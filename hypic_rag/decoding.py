@@ -280,7 +280,8 @@ class Generation:
     ``thinking_open`` and ``answer_prefix`` say how the chat prompt ended, for a caller that splits the
     streamed text as ``finalize`` will (``chat.streaming``). ``fill`` is cache work the prompt left for after
     its first token is out (the exact cold policy's segments, ``fill_tokens`` of them), which the scheduler runs as
-    a piece of a later step."""
+    a piece of a later step; ``keep``, what the scheduler calls once it has ended, keeps its state after the answer
+    for the conversation's next turn (``PrefillProgram.keep_answer``)."""
 
     thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
     answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
@@ -295,10 +296,11 @@ class Generation:
         finalize: Callable[[GenerationOutput], GenerationOutput] | None = None,
         fill: Callable[[], object] | None = None,
         fill_tokens: int = 0,
+        keep: Callable[[], object] | None = None,
     ) -> None:
         self.decoder, self.stats, self.ttft_s = decoder, stats, ttft_s
         self.prompt_logits, self.finalize = prompt_logits, finalize
-        self.fill, self.fill_tokens = fill, fill_tokens
+        self.fill, self.fill_tokens, self.keep = fill, fill_tokens, keep
 
     @property
     def done(self) -> bool:

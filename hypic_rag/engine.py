@@ -84,6 +84,7 @@ class Engine:
     min_cached_tokens = Setting()
     fuse_forwards = Setting()
     fidelity_budget = Setting()
+    keep_states = Setting()
 
     def __init__(
         self,
@@ -110,6 +111,7 @@ class Engine:
         entry_dtype: str | torch.dtype = "float32",
         cache_policy: str = "value",
         cache_secret: str | bytes | None = None,
+        keep_states: bool = True,
     ) -> None:
         """``seam`` tokens (or a fraction of each segment) are recomputed at every boundary in
         ``hypic`` mode; ``seam_variant`` is docs/design.md §4's A or B; ``cold_policy`` is how misses are
@@ -132,9 +134,16 @@ class Engine:
         memory tier's: ``"value"`` admits a segment that needs room only once it recurs and evicts by prefill saved
         per byte, ``"lru"`` keeps the least recently used out (``cache/lru.py``). ``cache_secret`` (16 bytes or more)
         seals what the disk and shared tiers hold, so that whoever can write them without it cannot make an entry
-        this engine uses (``cache/seal.py``); engines with different secrets, or none, share no entries."""
+        this engine uses (``cache/seal.py``); engines with different secrets, or none, share no entries.
+        ``keep_states``: a composed request keeps the states it used (where its query and its template's
+        generation prompt begin, at its prompt's end and after its answer) in the memory tier, and restores the
+        longest one a later prompt begins with: a conversation's next turn runs only what is new (``False``:
+        composed requests restore only ``prefix`` mode's exact states, and run their seams and query as one
+        forward)."""
         self.settings = EngineSettings(  # every setting checked here, before anything is built
-            PrefillSettings(seam, seam_variant, cold_policy, min_cached_tokens, fuse_forwards, fidelity_budget),
+            PrefillSettings(
+                seam, seam_variant, cold_policy, min_cached_tokens, fuse_forwards, fidelity_budget, keep_states
+            ),
             CacheSettings(cache_dir, cache_url, memory_bytes, disk_bytes, entry_dtype, cache_policy, cache_secret),
             flush_denormals,
         )

@@ -33,6 +33,9 @@ class RequestStats:
     # of hit_segments, the leading segments a composed request restored exactly from the prefix store (the
     # nodes ``prefix`` mode writes) before composing the others onto them
     prefix_segments: int | None = None
+    # of cached_tokens, the leading prompt tokens restored whole from a kept state: an exact prefix (``prefix`` mode's
+    # nodes), or the state an earlier turn of the conversation ended with
+    prefix_tokens: int | None = None
     recomputed_tokens: int = 0
     cached_tokens: int = 0
     cache_bytes: int = 0

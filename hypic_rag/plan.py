@@ -49,6 +49,9 @@ class Prompt:
     query: list[int]
     cacheable: tuple[bool, ...] | None = None  # per segment; None: all may be cached
     kinds: tuple[str, ...] | None = None  # per segment (document, tool, ...), for the cache's hit ratio by kind
+    # Where a chat template's generation prompt begins among the ids (the last message's end), a state kept for the
+    # next turn, whose template may render the answer's opening otherwise (a reasoning block dropped); None: unknown.
+    header_at: int | None = None
 
     @property
     def ids(self) -> list[int]:
@@ -80,6 +83,21 @@ class RequestPlan:
     def boundaries(self) -> list[int]:
         """The segments a seam may repair: cached ones after the prompt's first."""
         return [i for i, seg in enumerate(self.segments) if i and seg.key is not None]
+
+
+def after(plan: RequestPlan, at: int) -> tuple[RequestPlan, int]:
+    """What is left of ``plan`` once its first ``at`` tokens are restored from a kept state, and how many segments
+    that covered whole: the segment ``at`` falls inside runs the rest of its tokens in context (its cached entry
+    covers the whole of it), and the later ones keep their plans, the first of them its seam."""
+    offset = 0
+    for covered, seg in enumerate(plan.segments):
+        if offset + len(seg.ids) > at:
+            rest = list(plan.segments[covered:])
+            if at > offset:
+                rest[0] = SegmentPlan(seg.ids[at - offset :], None, 0, 0, 0)
+            return replace(plan, segments=rest), covered
+        offset += len(seg.ids)
+    return replace(plan, segments=[], query=plan.query[at - offset :]), len(plan.segments)
 
 
 def plan_request(

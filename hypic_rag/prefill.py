@@ -16,14 +16,15 @@ import torch
 
 from .assembly import assemble, assemble_fused, fresh_tokens, run_in_context
 from .cache import CachedSegment, PrefixStore, RemainderEntry, SegmentEntry, SegmentStore, segment_key
-from .decoding import Piece
+from .cache.prefix import EXACT, Kept, composed_namespace
+from .decoding import Decoder, Piece
 from .entries import prefill_isolated
 from .guard import guard
 from .kernels.indices import int64
 from .model import HybridModel, RequestState
 from .options import ADAPTIVE, COMPOSED, RequestOptions, check_mode
 from .outputs import RequestStats
-from .plan import Prompt, RequestPlan, SegmentPlan, plan_request
+from .plan import Prompt, RequestPlan, SegmentPlan, after, plan_request
 from .settings import PrefillSettings
 
 
@@ -36,12 +37,36 @@ class Prefilled:
     logits: torch.Tensor
     state: RequestState
     stats: RequestStats
-    deferred: list[tuple[SegmentPlan, CachedSegment | None]]
+    deferred: list[Deferred]
+    kept: Kept | None = None  # the state kept at the prompt's end, which the answer's is kept after
 
 
 def missing(seg: SegmentPlan, found: CachedSegment | None) -> bool:
     """A cacheable segment without its entry, or without the remainder its plan composes."""
     return seg.key is not None and (found is None or (seg.remainder > 0 and found.remainder is None))
+
+
+Deferred = tuple[SegmentPlan, CachedSegment | None]
+
+
+def _stops(prompt: Prompt) -> list[int]:
+    """Where ``prefix`` mode keeps a state: each segment's end, and where the generation prompt begins."""
+    ends, at = [], 0
+    for ids in prompt.segments:
+        at += len(ids)
+        ends.append(at)
+    return [*ends, prompt.header_at] if prompt.header_at is not None else ends
+
+
+def _covered(prompt: Prompt, at: int) -> int:
+    """How many leading segments the first ``at`` tokens cover whole."""
+    n, end = 0, 0
+    for ids in prompt.segments:
+        end += len(ids)
+        if end > at:
+            break
+        n += 1
+    return n
 
 
 T = TypeVar("T")
@@ -118,19 +143,31 @@ class PrefillProgram:
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in COMPOSED:
             plan = self.plan(prompt, mode, seam)
-            logits, deferred = yield from self._composed(plan, state, stats, chunk, options, prompt.kinds)
+            logits, deferred, kept = yield from self._composed(plan, state, stats, chunk, options, prompt)
             if logits is not None:
-                return Prefilled(logits, state, stats, deferred)
+                return Prefilled(logits, state, stats, deferred, kept)
             state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
             stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids) + stats.filled_tokens, 0
             logits = yield from self._in_context(prompt.ids, state, chunk)
             return Prefilled(logits, state, stats, deferred)
-        last: Sequence[int] = prompt.ids  # full: the whole prompt in context
         if mode == "prefix":
-            yield from self._prefix(prompt, state, stats, chunk)
-            last = prompt.query
-        logits = yield from self._in_context(last, state, chunk)
+            logits, kept = yield from self._prefix(prompt, state, stats, chunk)
+            return Prefilled(logits, state, stats, [], kept)
+        logits = yield from self._in_context(prompt.ids, state, chunk)  # full: the whole prompt in context
         return Prefilled(logits, state, stats, [])
+
+    def _through(
+        self, ids: Sequence[int], state: RequestState, chunk: int | None
+    ) -> Generator[Piece, int | None, None]:
+        """Run ``ids`` after ``state`` in chunks of at most ``chunk`` tokens, each cut to what it is sent."""
+        at = 0
+        while at < len(ids):
+            take = len(ids) - at
+            if chunk is not None:
+                piece = Piece(min(take, chunk), splittable=True)
+                take = piece.runs((yield piece))
+            run_in_context(self.model, state, ids[at : at + take])
+            at += take
 
     def _in_context(
         self, ids: Sequence[int], state: RequestState, chunk: int | None
@@ -147,31 +184,54 @@ class PrefillProgram:
             last = last[take:]
         return self.last_logits(last, state)
 
+    def _keeping(
+        self,
+        ids: Sequence[int],
+        at: int,
+        stops: Sequence[int],
+        state: RequestState,
+        chunk: int | None,
+        kept: Kept | None,
+        namespace: str,
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor, Kept | None]]:
+        """Run ``ids[at:]`` in context after ``state`` (which holds ``ids[:at]``), keeping the state at each of
+        ``stops`` and at the end, each node after the last (``kept`` first); the next-token logits and the last
+        node kept."""
+        for stop in sorted(set(stops)):
+            if at < stop < len(ids):
+                yield from self._through(ids[at:stop], state, chunk)
+                kept = self.prefix_store.keep(ids[:stop], state, namespace, kept)
+                at = stop
+        logits = yield from self._in_context(ids[at:], state, chunk)
+        return logits, self.prefix_store.keep(ids, state, namespace, kept)
+
     def last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
         """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
         tensor = int64(ids, self.model.device)[None]
         return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
 
+    def _restore(self, prompt: Prompt, state: RequestState, namespaces: Sequence[str]) -> Kept | None:
+        """Restore into the empty ``state`` the longest state kept in ``namespaces`` whose tokens begin the prompt,
+        leaving at least its last token to run (for its logits)."""
+        ids = prompt.ids
+        kept = self.prefix_store.find(ids, namespaces, most=len(ids) - 1)
+        if kept is not None:
+            self.prefix_store.restore(kept, state)
+        return kept
+
     def _prefix(
         self, prompt: Prompt, state: RequestState, stats: RequestStats, chunk: int | None
-    ) -> Generator[Piece, int | None, None]:
-        keys = self.prefix_store.chain_keys(prompt.segments)
-        depth = self.prefix_store.longest(keys)
-        if depth:
-            self.prefix_store.restore(keys[:depth], state)
-        for key, ids in zip(keys[depth:], prompt.segments[depth:], strict=True):
-            start, at = state.seq_len, 0
-            while at < len(ids):
-                take = len(ids) - at
-                if chunk is not None:
-                    piece = Piece(min(take, chunk), splittable=True)
-                    take = piece.runs((yield piece))
-                run_in_context(self.model, state, ids[at : at + take])
-                at += take
-            self.prefix_store.snapshot(key, state, start)
-        stats.hit_segments, stats.miss_segments = depth, len(keys) - depth
-        stats.recomputed_tokens = len(prompt.ids) - sum(len(ids) for ids in prompt.segments[:depth])
-        stats.cached_tokens = sum(len(ids) for ids in prompt.segments[:depth])
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor, Kept | None]]:
+        """Restore the longest exact state kept, run the rest in context, keeping the state at each segment's end
+        and where the generation prompt begins."""
+        ids = prompt.ids
+        kept = self._restore(prompt, state, (EXACT,))
+        at = kept.length if kept is not None else 0
+        logits, last = yield from self._keeping(ids, at, _stops(prompt), state, chunk, kept, EXACT)
+        stats.hit_segments = _covered(prompt, at)
+        stats.miss_segments = len(prompt.segments) - stats.hit_segments
+        stats.recomputed_tokens, stats.cached_tokens, stats.prefix_tokens = len(ids) - at, at, at
+        return logits, last
 
     def _composed(
         self,
@@ -180,24 +240,30 @@ class PrefillProgram:
         stats: RequestStats,
         chunk: int | None,
         options: RequestOptions,
-        kinds: Sequence[str] | None = None,
-    ) -> Generator[Piece, int | None, tuple[torch.Tensor | None, list[tuple[SegmentPlan, CachedSegment | None]]]]:
-        """Look up, fill the misses (now, or after the first token under the exact policy), assemble and run
-        the query: the next-token logits and the misses whose filling is deferred. An ``auto`` seam or a
-        fidelity budget probes the boundaries first (``_guard``); logits None: the guard wants it computed
-        exactly, and the misses are still filled after its first token, so the cache learns them."""
+        prompt: Prompt,
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor | None, list[Deferred], Kept | None]]:
+        """Restore the longest state kept, look up, fill the misses (now, or after the first token under the exact
+        policy), assemble and run the query: the next-token logits, the misses whose filling is deferred and the
+        last state kept. An ``auto`` seam or a fidelity budget probes the boundaries first (``_guard``); logits None:
+        the guard wants it computed exactly, and the misses are still filled after its first token, so the cache
+        learns them."""
         budget = options.fidelity_budget if options.fidelity_budget is not None else self.settings.fidelity_budget
         guarded_plan = plan.seam in ADAPTIVE or budget is not None
+        namespace = composed_namespace(plan.seam, plan.variant)
+        kinds = prompt.kinds
         # The guard probes a plan from the prompt's start, so a guarded request composes every segment.
-        depth = 0 if guarded_plan else self._restore_prefix(plan, state)
-        restored = sum(len(seg.ids) for seg in plan.segments[:depth])
-        if depth:  # the segments after the exact prefix compose onto it; the first of them keeps its seam
-            plan = replace(plan, segments=plan.segments[depth:])
-            kinds = kinds[depth:] if kinds is not None else None
+        keeps = self.settings.keep_states and not guarded_plan
+        readable = (EXACT, namespace) if keeps else (EXACT,)
+        kept = None if guarded_plan else self._restore(prompt, state, readable)
+        restored = kept.length if kept is not None else 0
+        depth = 0
+        if restored:  # the segments after the kept state compose onto it; the first of them keeps its seam
+            plan, depth = after(plan, restored)
+            kinds = kinds[len(prompt.segments) - len(plan.segments) :] if kinds is not None else None
         stats.memory_segments = depth + sum(
             seg.key is not None and seg.key in self.segment_store for seg in plan.segments
         )
-        stats.prefix_segments = depth
+        stats.prefix_segments, stats.prefix_tokens = depth, restored
         found = self.lookup(plan, kinds)
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)
         filled = 0  # tokens run in isolation to make entries; the guard's fills count whatever it chose
@@ -206,7 +272,7 @@ class PrefillProgram:
             filled = sum(len(plan.segments[i].ids) for i in prefilled)
             if guarded is None:
                 stats.filled_tokens = filled
-                return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if missing(seg, found[i])]
+                return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if missing(seg, found[i])], None
             plan = guarded
         missed = [i for i, seg in enumerate(plan.segments) if missing(seg, found[i])]
         deferred = [(plan.segments[i], found[i]) for i in missed]
@@ -227,27 +293,64 @@ class PrefillProgram:
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, depth + len(plan.segments) - hits
-        if chunk is not None:
-            yield Piece(fresh_tokens(plan, found))  # the seams, what runs in context and the query, one forward
-        if self.settings.fuse_forwards:
-            logits, ran = assemble_fused(self.model, state, plan, found)
-        else:
-            ran = assemble(self.model, state, plan, found) + len(plan.query)
-            logits = self.last_logits(plan.query, state)
+        logits, ran, kept = yield from self._assemble(plan, found, state, chunk, prompt, kept, namespace, keeps)
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
         held = zip(plan.segments, found, strict=True)
         stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.settings.cold_policy
-        return logits, deferred
+        return logits, deferred, kept
 
-    def _restore_prefix(self, plan: RequestPlan, state: RequestState) -> int:
-        """Restore into the empty ``state`` the longest run of the plan's leading segments that the prefix store
-        holds exactly (the nodes ``prefix`` mode writes); how many segments that is."""
-        keys = self.prefix_store.chain_keys([seg.ids for seg in plan.segments])
-        depth = self.prefix_store.longest(keys)
-        if depth:
-            self.prefix_store.restore(keys[:depth], state)
-        return depth
+    def _assemble(
+        self,
+        plan: RequestPlan,
+        found: list[CachedSegment | None],
+        state: RequestState,
+        chunk: int | None,
+        prompt: Prompt,
+        kept: Kept | None,
+        namespace: str,
+        keeps: bool,
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor, int, Kept | None]]:
+        """Assemble the segments onto ``state`` and run the query: the next-token logits, the tokens that went
+        through the model and the last state kept. With ``keeps``, the state is kept at the query's start (the
+        segments and the query run as two forwards), where the generation prompt begins, and at the end: under
+        ``namespace``, or as exact where nothing was composed. A guarded plan keeps nothing: its seams were the
+        guard's choice for this prompt."""
+        if not keeps:
+            if chunk is not None:
+                yield Piece(fresh_tokens(plan, found))
+            if self.settings.fuse_forwards:
+                logits, ran = assemble_fused(self.model, state, plan, found)
+                return logits, ran, None
+            ran = assemble(self.model, state, plan, found) + len(plan.query)
+            return self.last_logits(plan.query, state), ran, None
+        composed = any(f is not None and not seg.in_context for seg, f in zip(plan.segments, found, strict=True))
+        if not composed and (kept is None or kept.namespace == EXACT):
+            namespace = EXACT  # run in context after an exact state: as ``prefix`` would have
+        ids = prompt.ids
+        start = len(ids) - len(plan.query)  # where the query begins
+        segments = replace(plan, query=())
+        fresh = fresh_tokens(segments, found)
+        ran = 0
+        if plan.segments:
+            if chunk is not None and fresh:
+                yield Piece(fresh)
+            if self.settings.fuse_forwards and fresh:
+                _, ran = assemble_fused(self.model, state, segments, found)
+            else:
+                ran = assemble(self.model, state, segments, found)
+            kept = self.prefix_store.keep(ids[:start], state, namespace, kept)
+        stops = [prompt.header_at] if prompt.header_at is not None else []
+        logits, kept = yield from self._keeping(ids, start, stops, state, chunk, kept, namespace)
+        return logits, ran + len(plan.query), kept
+
+    def keep_answer(self, ids: Sequence[int], kept: Kept, decoder: Decoder) -> None:
+        """Keep a finished request's state after its answer (``ids`` its prompt's), after ``kept``, the node at
+        its prompt's end: the next turn of a conversation begins with both."""
+        state = decoder.state
+        covered = [*ids, *decoder.ids][: state.seq_len]
+        if len(covered) == state.seq_len:
+            self.prefix_store.keep(covered, state, kept.namespace, kept)
 
     def find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None:
         """``found`` gets the remainder each cached segment of ``plan`` composes at its (new) width."""

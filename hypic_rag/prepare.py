@@ -12,13 +12,14 @@ is queued, and a fleet's ingress (which holds no model) runs the same step to fi
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .chat.conversation import ChatSetup, thinking_opened
+from .chat.conversation import ChatSetup, generation_prompt_text, thinking_opened
 from .chat.grammar import CALL_FORMATS, no_call_bans, tool_signatures
 from .chat.requests import ChatRequests
 from .chat.segmentation import RenderedPrompt
@@ -81,6 +82,7 @@ class Preparer:
         self.generation_defaults = generation_defaults or GenerationDefaults()
         self.name = name
         self._grammar_tokenizers: dict[tuple[int, ...], GrammarTokenizer] = {}
+        self._openings: dict[str, list[int]] = {}  # the generation prompt's ids, per set of template variables
         self._lock = threading.Lock()
 
     @classmethod
@@ -160,6 +162,23 @@ class Preparer:
                 self._grammar_tokenizers[ends] = GrammarTokenizer(tokenizer, self.vocab_size, ends)
             return self._grammar_tokenizers[ends]
 
+    def header_at(self, prompt: Prompt, chat_template_kwargs: Mapping[str, Any] | None) -> int | None:
+        """Where the template's generation prompt begins in ``prompt`` (rendered with ``chat_template_kwargs``): a
+        state kept there is one the next turn can restore when its template renders this turn's answer without
+        the opening it was generated after (a reasoning block). None when the prompt does not end with it."""
+        assert self.chat_setup is not None
+        kwargs = dict(chat_template_kwargs or {})
+        name = json.dumps(kwargs, sort_keys=True, default=repr)
+        with self._lock:
+            ids = self._openings.get(name)
+        if ids is None:
+            text = generation_prompt_text(self.chat_setup.template, **kwargs)
+            ids = self.encode(text) if text else []
+            with self._lock:
+                self._openings[name] = ids
+        n = len(ids)
+        return len(prompt.ids) - n if 0 < n <= len(prompt.query) and prompt.query[-n:] == ids else None
+
     # -- requests -------------------------------------------------------------------------------------------------
 
     @property
@@ -184,6 +203,7 @@ class Preparer:
         shape, choice = chats.answer_shape(tools, tool_choice, parallel_tool_calls, options)
         asked, tools = tools, shape.tools
         rendered, prompt = chats.render(messages, tools, options.chat_template_kwargs, options.segmentation)
+        prompt = replace(prompt, header_at=self.header_at(prompt, options.chat_template_kwargs))
         thinking = thinking_opened(rendered.text)
         structured = shape.response_format is not None
         rendered, prompt, opening_ids = chats.force_call(rendered, prompt, shape.choice, thinking, structured)

@@ -152,7 +152,8 @@ def start(
             picker=picker,
         )
         filling = sum(len(seg.ids) for seg, _ in done.deferred)
-        return Generation(decoder, done.stats, ttft, done.logits, prepared.finalize, fill, filling)
+        keep = functools.partial(program.keep_answer, prompt.ids, done.kept, decoder) if done.kept else None
+        return Generation(decoder, done.stats, ttft, done.logits, prepared.finalize, fill, filling, keep)
 
     run: Generation | Prefilling = drain(steps()) if chunk is None else Prefilling(steps())
     run.thinking_open, run.answer_prefix, run.exact_content = prepared.thinking, prepared.forced, prepared.exact

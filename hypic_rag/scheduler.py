@@ -374,6 +374,11 @@ class Scheduler:
         except Exception as exc:
             self._fail(request, exc)
             return
+        if request.run.keep is not None:  # its state, for the conversation's next turn, before the answer goes out
+            try:
+                request.run.keep()
+            except Exception:  # the answer is good: only the cache missed a state
+                log.exception("keeping a request's state after its answer failed")
         request.run = request.pending = None  # its state (KV, linear states) is no longer needed
         self._end(request, status, Event.DONE)
 

@@ -43,6 +43,7 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "min_cached_tokens": lambda n, v: check_count(n, v, 0),
     "fuse_forwards": check_flag,
     "fidelity_budget": lambda _, v: RequestOptions(fidelity_budget=v),  # checked as a request's would be
+    "keep_states": check_flag,
 }
 
 
@@ -57,6 +58,7 @@ class PrefillSettings:
     min_cached_tokens: int = 12
     fuse_forwards: bool = True
     fidelity_budget: float | None = None
+    keep_states: bool = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         _CHECKS[name](name, value)

@@ -124,4 +124,8 @@ def test_the_fused_path_is_one_forward(checkpoint, monkeypatch):
 
     monkeypatch.setattr(fused.model, "hidden_states", counted)
     out = fused.generate(segs, q, max_new_tokens=1, seam=8)
+    # the seams, then the query: the state where the query begins is kept for a later prompt that begins there
+    assert calls == [3 * 8, len(q.token_ids)] and out.stats["recomputed_tokens"] == sum(calls)
+    fused.keep_states, calls[:] = False, []
+    out = fused.generate(segs[1:] + segs[:1], q, max_new_tokens=1, seam=8)
     assert calls == [3 * 8 + len(q.token_ids)] and out.stats["recomputed_tokens"] == calls[0]

@@ -47,8 +47,10 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _engine(path, **options) -> Engine:
-    """The segments here are short: cache every one unless a test says otherwise."""
-    return Engine.from_pretrained(path, **{"min_cached_tokens": 0, **options})
+    """The segments here are short: cache every one unless a test says otherwise. The tests here are of how
+    segments compose, so a repeated prompt composes again rather than restoring the state it kept last time
+    (``tests/test_prefill.py`` has those)."""
+    return Engine.from_pretrained(path, **{"min_cached_tokens": 0, "keep_states": False, **options})
 
 
 @pytest.fixture(params=KINDS)

@@ -88,7 +88,7 @@ def test_reordered_documents_still_hit_their_entries(checkpoint):
     engine.generate(segs, QUERY, mode="prefix", max_new_tokens=1)
     cold = engine.generate(segs[::-1], QUERY, mode="hypic", max_new_tokens=1)  # no prefix: entries for all three
     assert cold.stats["prefix_segments"] == 0 and cold.stats["miss_segments"] == 3
-    reordered = engine.generate(segs[::-1], QUERY, mode="hypic", max_new_tokens=1)
+    reordered = engine.generate([segs[1], segs[2], segs[0]], QUERY, mode="hypic", max_new_tokens=1)
     assert reordered.stats["prefix_segments"] == 0 and reordered.stats["hit_segments"] == 3
     moved = engine.generate([segs[0], segs[2], segs[1]], QUERY, mode="hypic", max_new_tokens=1)
     assert moved.stats["prefix_segments"] == 1 and moved.stats["hit_segments"] == 3
@@ -102,3 +102,111 @@ def test_a_guarded_request_composes_from_the_start(checkpoint):
     engine.generate(segs, QUERY, mode="prefix", max_new_tokens=1)
     out = engine.generate(segs, QUERY, mode="hypic", seam="auto", max_new_tokens=1)
     assert out.stats["prefix_segments"] == 0
+
+
+# -- continuation: a conversation's next turn restores the state its last turn ended with ------------------------
+
+
+def _turns(engine: Engine, mode: str, seed: int, **options):
+    """Turn 1 (two documents and a question), its answer, and turn 2, whose query begins with turn 1's question and
+    answer: its outputs, the tokens turn 1's state covered after its answer, and turn 2's prompt."""
+    segs = _segments([30, 41], seed=seed)
+    first = engine.generate(segs, QUERY, mode=mode, max_new_tokens=4, **options)
+    answer = first.token_ids
+    # the last token chosen went through the model only if a stop id ended the answer after it
+    ran = len(answer) - (first.finish_reason == "length")
+    follow = Segment(token_ids=[*QUERY.token_ids, *answer, 12, 13, 14, 15, 16], kind="query")
+    second = engine.generate(segs, follow, mode=mode, max_new_tokens=1, **options)
+    return first, second, 30 + 41 + len(QUERY.token_ids) + ran, engine.build_prompt(segs, follow)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prefix_mode_continues_a_conversation_from_its_answer_and_still_equals_full(checkpoint, kind):
+    engine = _engine(checkpoint, kind)
+    _, second, covered, prompt = _turns(engine, "prefix", seed=5)
+    assert second.stats["prefix_tokens"] == second.stats["cached_tokens"] == covered
+    assert second.stats["recomputed_tokens"] == len(prompt.ids) - covered  # only what is new since the answer
+    full = engine.generate(_segments([30, 41], seed=5), Segment(token_ids=prompt.query), mode="full", max_new_tokens=1)
+    assert float((second.prompt_logits - full.prompt_logits).abs().max()) <= rounding_bound(
+        engine.model, torch.tensor([prompt.ids])
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_composed_turn_continues_from_the_state_its_last_turn_used(checkpoint, kind):
+    engine = _engine(checkpoint, kind)
+    _, second, covered, prompt = _turns(engine, "hypic", seed=6)
+    assert second.stats["prefix_tokens"] == covered and second.stats["prefix_segments"] == 2
+    assert second.stats["recomputed_tokens"] == len(prompt.ids) - covered
+    # By hand: turn 1's prompt composed (on an engine that keeps nothing), its answer and turn 2's new tokens run
+    # after it in context.
+    alone = _engine(checkpoint, kind, keep_states=False)
+    alone.generate(_segments([30, 41], seed=6), QUERY, mode="hypic", max_new_tokens=1)  # the entries, warm
+    first = alone.prefill_program.run(alone.build_prompt(_segments([30, 41], seed=6), QUERY), "hypic", None)
+    with torch.inference_mode():
+        run_in_context(alone.model, first.state, prompt.ids[first.state.seq_len : -1])
+        want = alone.prefill_program.last_logits(prompt.ids[-1:], first.state)
+    assert float((second.prompt_logits - want).abs().max()) <= rounding_bound(engine.model, torch.tensor([prompt.ids]))
+    # The composed state is the composed requests' own: prefix mode restores only what it kept itself.
+    follow = Segment(token_ids=prompt.query)
+    again = engine.generate(_segments([30, 41], seed=6), follow, mode="prefix", max_new_tokens=1)
+    assert again.stats["prefix_tokens"] == 0
+
+
+def test_an_engine_that_keeps_no_states_composes_every_turn(checkpoint):
+    engine = _engine(checkpoint, "qwen3_5_text", keep_states=False)
+    _, second, _, _ = _turns(engine, "hypic", seed=7)
+    assert second.stats["prefix_tokens"] == 0 and second.stats["hit_segments"] == 2
+    assert engine.prefix_store.stats()["prefix_nodes"] == 0
+
+
+@pytest.fixture(scope="module")
+def qwen35_chat(checkpoint, tmp_path_factory) -> Engine:
+    """The tiny Gated DeltaNet checkpoint with the Qwen3.5-style template, which drops an earlier answer's
+    reasoning block when it renders it again."""
+    import shutil
+    from pathlib import Path
+
+    from hypic_rag.testing.synthetic import add_chat_files
+
+    path = tmp_path_factory.mktemp("qwen35") / "chat"
+    shutil.copytree(checkpoint("qwen3_5_text"), path)
+    template = (Path(__file__).parent / "chat" / "templates" / "qwen3_5.jinja").read_text()
+    return Engine.from_pretrained(add_chat_files(path, template), min_cached_tokens=0, seam=SEAM)
+
+
+def _common(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("mode", ["prefix", "hypic"])
+def test_a_chat_turn_restores_the_last_state_its_prompt_still_begins_with(qwen35_chat, mode):
+    """The template renders turn 1's answer without the generation prompt's reasoning block: turn 2 falls back
+    to the state kept where that generation prompt began, never to one its tokens do not match."""
+    engine = qwen35_chat
+    engine.clear_cache()
+    messages = [
+        {"role": "system", "content": "Answer from the notes. The museum opens at nine and closes at five."},
+        {"role": "user", "content": "When does the museum open?"},
+    ]
+    kwargs = {"mode": mode, "max_new_tokens": 6, "chat_template_kwargs": {"enable_thinking": False}}
+    first = engine.chat(messages, **kwargs)
+    asked = engine.render(messages, chat_template_kwargs={"enable_thinking": False}).token_ids
+    messages += [{"role": "assistant", "content": first.text or "nine"}, {"role": "user", "content": "And close?"}]
+    second = engine.chat(messages, **kwargs)
+    ids = engine.render(messages, chat_template_kwargs={"enable_thinking": False}).token_ids
+    generation_prompt = engine.encode("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert asked[-len(generation_prompt) :] == generation_prompt
+    shared = _common(ids, [*asked, *first.token_ids])  # what turn 2 has in common with turn 1 and its answer
+    assert shared < len(asked)  # the reasoning block the template dropped
+    restored = second.stats["prefix_tokens"]
+    assert restored == len(asked) - len(generation_prompt)  # the state kept before it, not a later one
+    assert second.stats["recomputed_tokens"] <= len(ids) - shared + 3 * SEAM
+    if mode == "prefix":
+        full = engine.chat(messages, **{**kwargs, "mode": "full"})
+        assert float((second.prompt_logits - full.prompt_logits).abs().max()) <= rounding_bound(
+            engine.model, torch.tensor([ids])
+        )

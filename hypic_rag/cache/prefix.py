@@ -1,68 +1,140 @@
-"""Exact prefix caching at whole-segment boundaries: the baseline vLLM and SGLang offer for hybrids.
+"""Kept request states, restored at any token position: exact prefix caching, and a conversation's turns.
 
-A node per cached prefix of segments holds the linear states (conv tail + recurrent state) at its
-boundary and the KV of its own last segment; a prompt reuses the longest chain of nodes that matches
-its leading segments exactly, so reuse stops at the first segment that moved.
+A node is the state a request had after the first ``seq_len`` tokens of its prompt (and answer): the linear
+states there and the KV of the tokens since its parent node, whose key it names, so a chain of nodes holds a
+conversation's states with each token's KV once. Its key hashes the model's fingerprint, a namespace and those
+token ids. The namespace says how the state was computed: ``exact`` (``EXACT``) for states run in context
+(``prefix`` mode's, and a composed request's that composed nothing), a composed request's own (its seam and
+variant, ``composed_namespace``) for the states it actually used, so that ``prefix`` mode, which reads only
+``exact``, still equals ``full``. A request restores the longest node whose tokens begin its prompt, in the
+namespaces it may read, and whose chain is whole.
+
+Hand-written: the engines that cache hybrid states (vLLM, SGLang) keep them per block of their own paged memory;
+ours are request states, restored into a fresh ``RequestState``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..model.state import AttentionLayerKV, LinearLayerState, RequestState
 from .lru import ByteLRU, Space, memory_space
 
+EXACT = "exact"
+
+
+def composed_namespace(seam: object, variant: str) -> str:
+    """Where a composed request keeps its states: the settings that made them (``pic`` is a seam of 0)."""
+    return f"composed/{seam}/{variant}"
+
 
 @dataclass
 class PrefixNode:
     seq_len: int
+    parent: str | None  # the node its KV continues (None: the prompt's start)
     linear: dict[int, LinearLayerState]
-    kv: dict[int, AttentionLayerKV]  # this segment's tokens only
+    kv: dict[int, AttentionLayerKV]  # the tokens since its parent's end only
 
     @property
     def nbytes(self) -> int:
         lin = sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
         return lin + sum(k.nbytes for k in self.kv.values())
 
+    @property
+    def prefill_tokens(self) -> int:
+        """The prefill restoring it saves, for the memory tier's value policy."""
+        return self.seq_len
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A node found or written: its key, how many tokens it covers, its namespace and its chain (root first)."""
+
+    key: str
+    length: int
+    namespace: str
+    chain: tuple[tuple[str, PrefixNode], ...] = field(default=(), repr=False, compare=False)  # (key, node)
+
+
+def _as_bytes(ids: Sequence[int]) -> bytes:
+    return np.asarray(ids, dtype=np.int64).tobytes()
+
 
 class PrefixStore:
-    """Prefix nodes keyed by the chain of segments that leads to them, in a byte-budget LRU."""
+    """Kept states keyed by namespace and token ids, in a byte-budget memory tier."""
 
     def __init__(self, fingerprint: str, memory: ByteLRU | Space | int = 1 << 30) -> None:
         """``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
         self.fingerprint = fingerprint
         self._nodes: Space[PrefixNode] = memory_space(memory, "prefix")
+        self._lengths: Counter[int] = Counter()  # the lengths nodes were kept at (evicted ones too, until a rebuild)
+        self._kept = 0
 
-    def chain_keys(self, segments: Sequence[Sequence[int]]) -> list[str]:
-        keys, h = [], hashlib.sha256(self.fingerprint.encode())
-        for ids in segments:
-            h = h.copy()
-            h.update(torch.tensor([len(ids), *ids], dtype=torch.int64).numpy().tobytes())
-            keys.append(h.hexdigest())
-        return keys
+    def _hasher(self, namespace: str) -> hashlib._Hash:
+        h = hashlib.sha256(self.fingerprint.encode())
+        h.update(b"\0" + namespace.encode() + b"\0")
+        return h
 
-    def longest(self, keys: Sequence[str]) -> int:
-        """How many leading segments are cached. Every node of the chain counts as looked up, so the memory
-        tier's admission sees a prefix recur even while its nodes are not kept."""
-        for key in keys:
-            self._nodes.note(key)
-        depth = 0
-        while depth < len(keys) and keys[depth] in self._nodes:
-            depth += 1
-        return depth
+    def key(self, ids: Sequence[int], namespace: str = EXACT) -> str:
+        h = self._hasher(namespace)
+        h.update(_as_bytes(ids))
+        return h.hexdigest()
 
-    def restore(self, keys: Sequence[str], state: RequestState) -> None:
-        """Load the chain ``keys`` (all cached) into an empty request ``state``."""
-        nodes = [self._nodes.get(k) for k in keys]
-        assert all(n is not None for n in nodes), "restore takes a chain that longest() found"
+    def _candidate_lengths(self, most: int) -> list[int]:
+        if self._kept > 2 * len(self._nodes) + 64:  # evictions are not reported: recount from what is held
+            self._lengths = Counter(node.seq_len for _, node in self._nodes.items())
+            self._kept = len(self._nodes)
+        return sorted(n for n in self._lengths if 0 < n <= most)
+
+    def find(self, ids: Sequence[int], namespaces: Sequence[str] = (EXACT,), most: int | None = None) -> Kept | None:
+        """The longest node (at most ``most`` tokens) whose tokens begin ``ids``, in one of ``namespaces`` (the
+        earlier of them at equal length), with its whole chain held; None if there is none."""
+        lengths = self._candidate_lengths(len(ids) if most is None else min(most, len(ids)))
+        if not lengths:
+            return None
+        data = _as_bytes(ids)
+        keys: list[list[str]] = []
+        for namespace in namespaces:
+            h, at, found = self._hasher(namespace), 0, []
+            for n in lengths:
+                h.update(data[8 * at : 8 * n])
+                at = n
+                found.append(h.copy().hexdigest())
+            keys.append(found)
+        for k in range(len(lengths) - 1, -1, -1):
+            for namespace, found in zip(namespaces, keys, strict=True):
+                chain = self._chain(found[k])
+                if chain is not None:
+                    return Kept(found[k], lengths[k], namespace, chain)
+        return None
+
+    def _chain(self, key: str) -> tuple[tuple[str, PrefixNode], ...] | None:
+        """The node under ``key`` and its ancestors, root first; None unless all are held."""
+        nodes: list[tuple[str, PrefixNode]] = []
+        at: str | None = key
+        while at is not None:
+            node = self._nodes.get(at, count=False)
+            if node is None:
+                return None
+            nodes.append((at, node))
+            at = node.parent
+        return tuple(reversed(nodes))
+
+    def restore(self, kept: Kept, state: RequestState) -> None:
+        """Load ``kept`` (as ``find`` returned it) into an empty request ``state``."""
+        for key, _ in kept.chain:  # a restore is a use of every node of the chain
+            self._nodes.get(key)
+        nodes = [node for _, node in kept.chain]
         last = nodes[-1]
         kv = {}
         for i in last.kv:
-            parts = [n.kv[i] for n in nodes]
+            parts = [n.kv[i] for n in nodes if i in n.kv]
             kv[i] = AttentionLayerKV(
                 torch.cat([p.keys for p in parts], dim=2),
                 torch.cat([p.values for p in parts], dim=2),
@@ -71,10 +143,20 @@ class PrefixStore:
             )
         state.restore(last.seq_len, last.linear, kv)
 
-    def snapshot(self, key: str, state: RequestState, start: int) -> None:
-        """Record the boundary ``state`` is at, with the KV of tokens from ``start`` on."""
-        if self._nodes.get(key) is not None:
-            return
+    def keep(self, ids: Sequence[int], state: RequestState, namespace: str, parent: Kept | None) -> Kept | None:
+        """Keep ``state``, which holds ``ids`` (``len(ids) == state.seq_len``), as a node after ``parent`` (the
+        node it continues, or None from the start); the node, or None where there is nothing new to keep."""
+        n = state.seq_len
+        if len(ids) != n:
+            raise ValueError(f"a state of {n} tokens kept under {len(ids)} ids")
+        start = parent.length if parent is not None else 0
+        if n <= start:
+            return parent
+        key = self.key(ids, namespace)
+        chain = parent.chain if parent is not None else ()
+        held = self._nodes.get(key, count=False)
+        if held is not None:
+            return Kept(key, n, namespace, (*chain, (key, held)))
         linear, kv = {}, {}
         for i in state.linear_layer_ids:
             layer = state.linear(i)
@@ -90,10 +172,18 @@ class PrefixStore:
                     layer.positions[sel].clone(),
                     layer.shift[sel].clone(),
                 )
-        self._nodes.put(key, PrefixNode(state.seq_len, linear, kv))
+        node = PrefixNode(n, parent.key if parent is not None else None, linear, kv)
+        self._nodes.note(key)  # kept for the request that will look it up
+        if not self._nodes.put(key, node):
+            return None
+        self._lengths[n] += 1
+        self._kept += 1
+        return Kept(key, n, namespace, (*chain, (key, node)))
 
     def clear(self) -> None:
         self._nodes.clear()
+        self._lengths.clear()
+        self._kept = 0
 
     def stats(self) -> dict[str, int]:
         return {"prefix_nodes": len(self._nodes), "prefix_bytes": self._nodes.used}

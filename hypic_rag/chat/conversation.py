@@ -23,6 +23,18 @@ def end_of_turn_text(template: ChatTemplate) -> str:
     return text[at + len(_PROBE) :] if at >= 0 else ""
 
 
+def generation_prompt_text(template: ChatTemplate, **kwargs: Any) -> str:
+    """The text the template writes for the answer to begin (``add_generation_prompt``), e.g.
+    ``<|im_start|>assistant\n``; empty when it cannot tell."""
+    messages = [{"role": "user", "content": "hi"}]
+    try:
+        before = template.render(messages, add_generation_prompt=False, **kwargs)
+        after = template.render(messages, add_generation_prompt=True, **kwargs)
+    except ValueError:
+        return ""
+    return after[len(before) :] if after.startswith(before) else ""
+
+
 def special_ids(tokenizer: Any) -> set[int]:
     """Ids of the tokenizer's special added tokens."""
     return {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}

@@ -117,8 +117,8 @@ def text_completion(
     """The answer to a request: one choice per prompt, the usage summed over them."""
     totals = [usage(out) for out in outs]
     summed = {key: sum(u[key] for u in totals) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
-    cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in totals)
-    summed["prompt_tokens_details"] = {"cached_tokens": cached}
+    details = ("cached_tokens", "prefix_tokens")
+    summed["prompt_tokens_details"] = {k: sum(u["prompt_tokens_details"][k] for u in totals) for k in details}
     return {
         "id": request_id,
         "object": "text_completion",

@@ -348,7 +348,11 @@ def usage(out: GenerationOutput) -> dict[str, Any]:
         "prompt_tokens": prompt,
         "completion_tokens": generated,
         "total_tokens": prompt + generated,
-        "prompt_tokens_details": {"cached_tokens": int(out.stats.get("cached_tokens", 0))},
+        # prefix_tokens (ours): of cached_tokens, those restored whole from a kept state (an earlier turn's)
+        "prompt_tokens_details": {
+            "cached_tokens": int(out.stats.get("cached_tokens", 0)),
+            "prefix_tokens": int(out.stats.get("prefix_tokens", 0)),
+        },
     }
 
 

@@ -1,0 +1,71 @@
+"""Kept states: found by the longest run of tokens a prompt begins with, in the namespaces a request may read,
+only with their whole chain; restored, they continue as the state they were."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hypic_rag import Engine
+from hypic_rag.assembly import run_in_context
+from hypic_rag.cache.lru import ByteLRU
+from hypic_rag.cache.prefix import EXACT, PrefixStore, composed_namespace
+
+IDS = torch.randint(3, 320, (60,), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint) -> Engine:
+    return Engine.from_pretrained(checkpoint("qwen3_5_text"))
+
+
+def _run(engine: Engine, ids, state=None):
+    state = state if state is not None else engine.model.new_state()
+    with torch.inference_mode():
+        run_in_context(engine.model, state, ids)
+    return state
+
+
+def _logits(engine: Engine, state, ids) -> torch.Tensor:
+    with torch.inference_mode():
+        return engine.prefill_program.last_logits(ids, state)
+
+
+def test_the_longest_kept_state_a_prompt_begins_with_is_restored_and_continues_as_it_was(engine):
+    store = PrefixStore("f")
+    state = _run(engine, IDS[:20])
+    first = store.keep(IDS[:20], state, EXACT, None)
+    second = store.keep(IDS[:45], _run(engine, IDS[20:45], state), EXACT, first)
+    assert second is not None and second.length == 45 and [k for k, _ in second.chain] == [first.key, second.key]
+    assert store.find(IDS[:44]).length == 20  # a node longer than the prompt's own tokens is not a prefix of it
+    other = IDS[:30] + [7] * 20
+    assert store.find(other).length == 20  # differs after token 30: the state after 20 still holds
+    found = store.find(IDS, most=59)
+    assert found.key == second.key
+    restored = engine.model.new_state()
+    store.restore(found, restored)
+    assert restored.seq_len == 45
+    want = _logits(engine, _run(engine, IDS[:59]), IDS[59:])
+    got = _logits(engine, _run(engine, IDS[45:59], restored), IDS[59:])
+    assert float((got - want).abs().max()) < 1e-4
+    assert store.find(IDS, most=44).length == 20 and store.find([1, 2, 3]) is None
+
+
+def test_a_state_is_found_only_in_the_namespaces_asked_and_only_with_its_whole_chain(engine):
+    memory = ByteLRU(1 << 30, policy="lru")
+    store = PrefixStore("f", memory)
+    composed = composed_namespace(8, "B")
+    state = _run(engine, IDS[:20])
+    root = store.keep(IDS[:20], state, EXACT, None)
+    leaf = store.keep(IDS[:40], _run(engine, IDS[20:40], state), composed, root)
+    assert store.find(IDS).length == 20  # exact only: the composed one is not read
+    assert store.find(IDS, (EXACT, composed)).key == leaf.key
+    assert store.find(IDS, (composed,)).key == leaf.key
+    memory.pop("prefix/" + root.key, "capacity")  # evicted, as the shared budget may evict any node
+    assert store.find(IDS, (EXACT, composed)) is None  # its parent's KV is gone: a leaf alone is never used
+
+
+def test_a_kept_state_must_hold_the_tokens_it_is_kept_under(engine):
+    store = PrefixStore("f")
+    with pytest.raises(ValueError, match="a state of 20 tokens kept under 19 ids"):
+        store.keep(IDS[:19], _run(engine, IDS[:20]), EXACT, None)
