@@ -35,7 +35,7 @@ settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from hypic_rag.testing.parity import load_reference  # noqa: E402
-from hypic_rag.testing.synthetic import build_checkpoint  # noqa: E402
+from hypic_rag.testing.synthetic import TEMPLATES, build_checkpoint  # noqa: E402
 from hypic_rag.training.train import TRAIN_MIX  # noqa: E402
 
 # Folders whose every test belongs to a slow tier (pyproject.toml's markers; `make test-fast` leaves them out).
@@ -87,14 +87,14 @@ def reference():
 @pytest.fixture(scope="session")
 def chat_checkpoint(checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random ``qwen3_5_text`` checkpoint with a Qwen-style tokenizer, chat template
-    (tests/chat/templates/qwen3.jinja) and generation config, as a real checkpoint ships them."""
+    (hypic_rag/testing/templates/qwen3.jinja) and generation config, as a real checkpoint ships them."""
     import shutil
 
     from hypic_rag.testing.synthetic import add_chat_files
 
     path = tmp_path_factory.mktemp("chat") / "qwen-style"
     shutil.copytree(checkpoint("qwen3_5_text"), path)
-    template = (Path(__file__).parent / "chat" / "templates" / "qwen3.jinja").read_text()
+    template = (TEMPLATES / "qwen3.jinja").read_text()
     return add_chat_files(path, template)
 
 

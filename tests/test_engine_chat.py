@@ -14,6 +14,7 @@ from hypic_rag.chat.conversation import thinking_opened
 from hypic_rag.chat.formats.base import NONE
 from hypic_rag.generation_config import GenerationDefaults
 from hypic_rag.options import RequestOptions
+from hypic_rag.testing.synthetic import TEMPLATES
 
 DOCS = ["Ana Lee lives in Oslo.", "Bo Ek lives in Rome.", "Cy Ru lives in Lima and works as a pilot."]
 
@@ -219,13 +220,12 @@ def test_other_families_serve_chat_with_their_own_files(checkpoint, tmp_path, re
     """A checkpoint of another family with a ChatML template and a tokenizer, as a real one ships them: its
     reordered documents hit through ``Engine.chat``, and ``full`` gives transformers' logits on the same ids
     (Ring-linear has no transformers class: its parity is the oracle's, in tests/model)."""
-    from pathlib import Path
 
     from hypic_rag.testing.synthetic import add_chat_files
 
     path = tmp_path / kind
     shutil.copytree(checkpoint(kind), path)
-    add_chat_files(path, (Path(__file__).parent / "chat" / "templates" / "chatml.jinja").read_text())
+    add_chat_files(path, (TEMPLATES / "chatml.jinja").read_text())
     engine = Engine.from_pretrained(path, min_cached_tokens=1)
     engine.chat(_ask(DOCS), max_new_tokens=1, temperature=0.0)
     again = engine.chat(_ask(DOCS[::-1]), max_new_tokens=1, temperature=0.0)

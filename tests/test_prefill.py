@@ -10,6 +10,7 @@ import torch
 from hypic_rag import Engine, Segment
 from hypic_rag.assembly import install_segment, run_in_context
 from hypic_rag.testing.parity import rounding_bound
+from hypic_rag.testing.synthetic import TEMPLATES
 
 KINDS = ["qwen3_5_text", "nemotron_h"]  # a dense operator (Gated DeltaNet) and a scalar one (Mamba2)
 SEAM = 8
@@ -165,13 +166,12 @@ def qwen35_chat(checkpoint, tmp_path_factory) -> Engine:
     """The tiny Gated DeltaNet checkpoint with the Qwen3.5-style template, which drops an earlier answer's
     reasoning block when it renders it again."""
     import shutil
-    from pathlib import Path
 
     from hypic_rag.testing.synthetic import add_chat_files
 
     path = tmp_path_factory.mktemp("qwen35") / "chat"
     shutil.copytree(checkpoint("qwen3_5_text"), path)
-    template = (Path(__file__).parent / "chat" / "templates" / "qwen3_5.jinja").read_text()
+    template = (TEMPLATES / "qwen3_5.jinja").read_text()
     return Engine.from_pretrained(add_chat_files(path, template), min_cached_tokens=0, seam=SEAM)
 
 

@@ -1,6 +1,6 @@
 """How often a segmented chat prompt's ids differ from the tokenizer's ids of the same rendered text.
 
-    python -m hypic_rag.eval.bench.template_ids --template tests/chat/templates/qwen3.jinja --json ids.json
+    python -m hypic_rag.eval.bench.template_ids --template hypic_rag/testing/templates/qwen3.jinja --json ids.json
 
 Every mode serves the concatenation of each segment's own ids (so a segment is the same ids wherever
 it appears); ``full`` over a chat prompt therefore runs those ids, not ``tokenizer.encode(text)``. The

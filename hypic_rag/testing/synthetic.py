@@ -557,6 +557,9 @@ def build_ring_checkpoint(out: str | Path, overrides: dict[str, Any] | None = No
 
 
 # Special tokens of a Qwen-style chat vocabulary: turn delimiters, reasoning and tool-call tags.
+# Chat templates of the real checkpoints' styles (ChatML, Qwen3, Qwen3.5), for tests and benchmarks.
+TEMPLATES = Path(__file__).parent / "templates"
+
 CHAT_SPECIALS = (
     "<|endoftext|>",
     "<|im_start|>",

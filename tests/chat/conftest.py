@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
-TEMPLATES = Path(__file__).parent / "templates"
+from hypic_rag.testing.synthetic import TEMPLATES as SYNTHETIC_TEMPLATES
+
+TEMPLATES = SYNTHETIC_TEMPLATES
 SPECIAL_TOKENS = ["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 @pytest.fixture(scope="session")
 def template_source() -> Callable[[str], str]:
-    """``template_source(name)`` -> the text of ``tests/chat/templates/NAME.jinja`` (qwen3, qwen3_5, chatml)."""
+    """``template_source(name)`` -> the text of ``hypic_rag/testing/templates/NAME.jinja`` (qwen3, qwen3_5, chatml)."""
     return lambda name: (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from hypic_rag.chat.segmentation import content_pieces, plain_messages, segment_prompt
 from hypic_rag.chat.template import ChatTemplate
 from hypic_rag.model.loading import default_model_path
+from hypic_rag.testing.synthetic import TEMPLATES as SYNTHETIC_TEMPLATES
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = SYNTHETIC_TEMPLATES
 WEATHER = {
     "type": "function",
     "function": {

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 from hypic_rag.eval.bench.template_ids import STYLES, run
+from hypic_rag.testing.synthetic import TEMPLATES as SYNTHETIC_TEMPLATES
 
-TEMPLATES = Path(__file__).parents[2] / "chat" / "templates"
+TEMPLATES = SYNTHETIC_TEMPLATES
 
 
 def test_cuts_at_line_boundaries_keep_the_ids_and_spaced_parts_do_not(tmp_path):
