@@ -35,7 +35,9 @@ def run(
     shapes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "redis", maxmemory="2gb") as redis:
-        engine: Engine = random_engine(layers, shapes, log, cache_dir=Path(tmp) / "disk", cache_url=redis.url)[0]
+        # the segment tiers serve the warm request, not the state the first one kept in memory
+        kwargs = {"cache_dir": Path(tmp) / "disk", "cache_url": redis.url, "keep_states": False}
+        engine: Engine = random_engine(layers, shapes, log, **kwargs)[0]
         store = engine.segment_store
         disk, remote = store.disk, store.remote
         assert disk is not None and remote is not None

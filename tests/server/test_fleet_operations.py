@@ -171,7 +171,11 @@ def test_the_fleets_metrics_sum_its_replicas_and_match_the_answers(proxy):
     docs = [f"Note {i}: {NAMES[i]} keeps the key to room {100 + i} in a blue box by the door." for i in range(8)]
 
     def body(i: int) -> dict:
-        parts = [{"type": "text", "text": docs[(i + j) % 8] + "\n\n", "hypic": {"kind": "document"}} for j in range(2)]
+        # request i + 2 (the same replica, round robin) begins with request i's second document: a segment hit,
+        # never a prompt that begins as an earlier one does (whose kept state it would restore instead)
+        parts = [
+            {"type": "text", "text": docs[(i // 2 + j) % 8] + "\n\n", "hypic": {"kind": "document"}} for j in range(2)
+        ]
         ask = {"type": "text", "text": f"Who keeps the key to room {100 + i % 8}?"}
         return {"model": MODEL, "messages": [{"role": "user", "content": [*parts, ask]}], "max_tokens": 2}
 
