@@ -16,7 +16,7 @@ import torch
 
 from .assembly import assemble, assemble_fused, fresh_tokens, run_in_context
 from .cache import CachedSegment, PrefixStore, RemainderEntry, SegmentEntry, SegmentStore, segment_key
-from .cache.prefix import EXACT, Kept, composed_namespace
+from .cache.prefix import EXACT, Keeping, Kept, composed_namespace
 from .decoding import Decoder, Piece
 from .entries import prefill_isolated
 from .guard import guard
@@ -38,7 +38,7 @@ class Prefilled:
     state: RequestState
     stats: RequestStats
     deferred: list[Deferred]
-    kept: Kept | None = None  # the state kept at the prompt's end, which the answer's is kept after
+    keeping: Keeping | None = None  # the states it keeps once it ends (``PrefillProgram.keep_answer``)
 
 
 def missing(seg: SegmentPlan, found: CachedSegment | None) -> bool:
@@ -143,16 +143,16 @@ class PrefillProgram:
         stats = RequestStats.uncached(mode, len(prompt.ids), len(prompt.segments))
         if mode in COMPOSED:
             plan = self.plan(prompt, mode, seam)
-            logits, deferred, kept = yield from self._composed(plan, state, stats, chunk, options, prompt)
+            logits, deferred, keeping = yield from self._composed(plan, state, stats, chunk, options, prompt)
             if logits is not None:
-                return Prefilled(logits, state, stats, deferred, kept)
+                return Prefilled(logits, state, stats, deferred, keeping)
             state = self.model.new_state()  # the guard chose to compute it exactly, as ``full`` does
             stats.recomputed_tokens, stats.cached_tokens = len(prompt.ids) + stats.filled_tokens, 0
             logits = yield from self._in_context(prompt.ids, state, chunk)
             return Prefilled(logits, state, stats, deferred)
         if mode == "prefix":
-            logits, kept = yield from self._prefix(prompt, state, stats, chunk)
-            return Prefilled(logits, state, stats, [], kept)
+            logits, keeping = yield from self._prefix(prompt, state, stats, chunk)
+            return Prefilled(logits, state, stats, [], keeping)
         logits = yield from self._in_context(prompt.ids, state, chunk)  # full: the whole prompt in context
         return Prefilled(logits, state, stats, [])
 
@@ -191,19 +191,19 @@ class PrefillProgram:
         stops: Sequence[int],
         state: RequestState,
         chunk: int | None,
-        kept: Kept | None,
+        keeping: Keeping,
         namespace: str,
-    ) -> Generator[Piece, int | None, tuple[torch.Tensor, Kept | None]]:
-        """Run ``ids[at:]`` in context after ``state`` (which holds ``ids[:at]``), keeping the state at each of
-        ``stops`` and at the end, each node after the last (``kept`` first); the next-token logits and the last
-        node kept."""
+    ) -> Generator[Piece, int | None, torch.Tensor]:
+        """Run ``ids[at:]`` in context after ``state`` (which holds ``ids[:at]``), marking the state at each of
+        ``stops`` and at the end, to be kept once the request ends; the next-token logits."""
         for stop in sorted(set(stops)):
             if at < stop < len(ids):
                 yield from self._through(ids[at:stop], state, chunk)
-                kept = self.prefix_store.keep(ids[:stop], state, namespace, kept)
+                self.prefix_store.mark(keeping, ids[:stop], state, namespace)
                 at = stop
         logits = yield from self._in_context(ids[at:], state, chunk)
-        return logits, self.prefix_store.keep(ids, state, namespace, kept)
+        self.prefix_store.mark(keeping, ids, state, namespace)
+        return logits
 
     def last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
         """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
@@ -221,17 +221,18 @@ class PrefillProgram:
 
     def _prefix(
         self, prompt: Prompt, state: RequestState, stats: RequestStats, chunk: int | None
-    ) -> Generator[Piece, int | None, tuple[torch.Tensor, Kept | None]]:
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor, Keeping]]:
         """Restore the longest exact state kept, run the rest in context, keeping the state at each segment's end
         and where the generation prompt begins."""
         ids = prompt.ids
         kept = self._restore(prompt, state, (EXACT,))
         at = kept.length if kept is not None else 0
-        logits, last = yield from self._keeping(ids, at, _stops(prompt), state, chunk, kept, EXACT)
+        keeping = self.prefix_store.begin(state, kept)
+        logits = yield from self._keeping(ids, at, _stops(prompt), state, chunk, keeping, EXACT)
         stats.hit_segments = _covered(prompt, at)
         stats.miss_segments = len(prompt.segments) - stats.hit_segments
         stats.recomputed_tokens, stats.cached_tokens, stats.prefix_tokens = len(ids) - at, at, at
-        return logits, last
+        return logits, keeping
 
     def _composed(
         self,
@@ -241,7 +242,7 @@ class PrefillProgram:
         chunk: int | None,
         options: RequestOptions,
         prompt: Prompt,
-    ) -> Generator[Piece, int | None, tuple[torch.Tensor | None, list[Deferred], Kept | None]]:
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor | None, list[Deferred], Keeping | None]]:
         """Restore the longest state kept, look up, fill the misses (now, or after the first token under the exact
         policy), assemble and run the query: the next-token logits, the misses whose filling is deferred and the
         last state kept. An ``auto`` seam or a fidelity budget probes the boundaries first (``_guard``); logits None:
@@ -293,12 +294,13 @@ class PrefillProgram:
         for i in missed if deferred else ():  # exact policy: the misses run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, depth + len(plan.segments) - hits
-        logits, ran, kept = yield from self._assemble(plan, found, state, chunk, prompt, kept, namespace, keeps)
+        keeping = self.prefix_store.begin(state, kept) if keeps else None
+        logits, ran = yield from self._assemble(plan, found, state, chunk, prompt, keeping, namespace)
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
         held = zip(plan.segments, found, strict=True)
         stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.settings.cold_policy
-        return logits, deferred, kept
+        return logits, deferred, keeping
 
     def _assemble(
         self,
@@ -307,25 +309,26 @@ class PrefillProgram:
         state: RequestState,
         chunk: int | None,
         prompt: Prompt,
-        kept: Kept | None,
+        keeping: Keeping | None,
         namespace: str,
-        keeps: bool,
-    ) -> Generator[Piece, int | None, tuple[torch.Tensor, int, Kept | None]]:
-        """Assemble the segments onto ``state`` and run the query: the next-token logits, the tokens that went
-        through the model and the last state kept. With ``keeps``, the state is kept at the query's start (the
-        segments and the query run as two forwards), where the generation prompt begins, and at the end: under
-        ``namespace``, or as exact where nothing was composed. A guarded plan keeps nothing: its seams were the
-        guard's choice for this prompt."""
-        if not keeps:
+    ) -> Generator[Piece, int | None, tuple[torch.Tensor, int]]:
+        """Assemble the segments onto ``state`` and run the query: the next-token logits and the tokens that went
+        through the model. With ``keeping``, the state is marked where the query begins (the segments and the query
+        run as two forwards), where the generation prompt begins, and at the end: under ``namespace``, or as exact
+        where nothing was composed. Without (a guarded plan, whose seams were the guard's choice for this prompt,
+        or an engine that keeps no states), one forward."""
+        if keeping is None:
             if chunk is not None:
                 yield Piece(fresh_tokens(plan, found))
             if self.settings.fuse_forwards:
                 logits, ran = assemble_fused(self.model, state, plan, found)
-                return logits, ran, None
+                assert logits is not None
+                return logits, ran
             ran = assemble(self.model, state, plan, found) + len(plan.query)
-            return self.last_logits(plan.query, state), ran, None
+            return self.last_logits(plan.query, state), ran
         composed = any(f is not None and not seg.in_context for seg, f in zip(plan.segments, found, strict=True))
-        if not composed and (kept is None or kept.namespace == EXACT):
+        base = keeping.base
+        if not composed and (base is None or base.namespace == EXACT):
             namespace = EXACT  # run in context after an exact state: as ``prefix`` would have
         ids = prompt.ids
         start = len(ids) - len(plan.query)  # where the query begins
@@ -336,21 +339,18 @@ class PrefillProgram:
             if chunk is not None and fresh:
                 yield Piece(fresh)
             if self.settings.fuse_forwards and fresh:
-                _, ran = assemble_fused(self.model, state, segments, found)
+                _, ran = assemble_fused(self.model, state, segments, found, logits=False)
             else:
                 ran = assemble(self.model, state, segments, found)
-            kept = self.prefix_store.keep(ids[:start], state, namespace, kept)
+            self.prefix_store.mark(keeping, ids[:start], state, namespace)
         stops = [prompt.header_at] if prompt.header_at is not None else []
-        logits, kept = yield from self._keeping(ids, start, stops, state, chunk, kept, namespace)
-        return logits, ran + len(plan.query), kept
+        logits = yield from self._keeping(ids, start, stops, state, chunk, keeping, namespace)
+        return logits, ran + len(plan.query)
 
-    def keep_answer(self, ids: Sequence[int], kept: Kept, decoder: Decoder) -> None:
-        """Keep a finished request's state after its answer (``ids`` its prompt's), after ``kept``, the node at
-        its prompt's end: the next turn of a conversation begins with both."""
-        state = decoder.state
-        covered = [*ids, *decoder.ids][: state.seq_len]
-        if len(covered) == state.seq_len:
-            self.prefix_store.keep(covered, state, kept.namespace, kept)
+    def keep_answer(self, ids: Sequence[int], keeping: Keeping, decoder: Decoder) -> None:
+        """Keep what a finished request marked and its state after its answer (``ids`` its prompt's): the next
+        turn of a conversation begins with both."""
+        self.prefix_store.keep(keeping, decoder.state, [*ids, *decoder.ids])
 
     def find_remainders(self, plan: RequestPlan, found: list[CachedSegment | None]) -> None:
         """``found`` gets the remainder each cached segment of ``plan`` composes at its (new) width."""

@@ -152,7 +152,7 @@ def start(
             picker=picker,
         )
         filling = sum(len(seg.ids) for seg, _ in done.deferred)
-        keep = functools.partial(program.keep_answer, prompt.ids, done.kept, decoder) if done.kept else None
+        keep = functools.partial(program.keep_answer, prompt.ids, done.keeping, decoder) if done.keeping else None
         return Generation(decoder, done.stats, ttft, done.logits, prepared.finalize, fill, filling, keep)
 
     run: Generation | Prefilling = drain(steps()) if chunk is None else Prefilling(steps())

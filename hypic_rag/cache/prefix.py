@@ -62,6 +62,44 @@ class Kept:
     chain: tuple[tuple[str, PrefixNode], ...] = field(default=(), repr=False, compare=False)  # (key, node)
 
 
+@dataclass
+class Mark:
+    """A state noted while a request runs (``PrefixStore.mark``), kept as a node once it ends."""
+
+    ids: tuple[int, ...]
+    namespace: str
+    linear: dict[int, LinearLayerState]
+    sizes: dict[int, int]  # per attention layer, the KV entries its buffer held then
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class Keeping:
+    """What a request keeps once it ends: the state it restored (and the KV entries that came with it), then
+    its marks, in order."""
+
+    base: Kept | None
+    sizes: dict[int, int]
+    marks: list[Mark] = field(default_factory=list)
+
+
+def _sizes(state: RequestState) -> dict[int, int]:
+    return {i: layer.keys.shape[2] for i in state.attention_layer_ids if (layer := state.attention(i)) is not None}
+
+
+def _linear(state: RequestState, copy: bool = False) -> dict[int, LinearLayerState]:
+    out = {}
+    for i in state.linear_layer_ids:
+        layer = state.linear(i)
+        if layer is not None:
+            conv, recurrent = (layer.conv.clone(), layer.recurrent.clone()) if copy else (layer.conv, layer.recurrent)
+            out[i] = LinearLayerState(conv, recurrent)
+    return out
+
+
 def _as_bytes(ids: Sequence[int]) -> bytes:
     return np.asarray(ids, dtype=np.int64).tobytes()
 
@@ -143,42 +181,57 @@ class PrefixStore:
             )
         state.restore(last.seq_len, last.linear, kv)
 
-    def keep(self, ids: Sequence[int], state: RequestState, namespace: str, parent: Kept | None) -> Kept | None:
-        """Keep ``state``, which holds ``ids`` (``len(ids) == state.seq_len``), as a node after ``parent`` (the
-        node it continues, or None from the start); the node, or None where there is nothing new to keep."""
-        n = state.seq_len
-        if len(ids) != n:
-            raise ValueError(f"a state of {n} tokens kept under {len(ids)} ids")
-        start = parent.length if parent is not None else 0
-        if n <= start:
-            return parent
-        key = self.key(ids, namespace)
+    def begin(self, state: RequestState, base: Kept | None) -> Keeping:
+        """What a request will keep, after ``base``, the state it restored into ``state`` (None: nothing)."""
+        return Keeping(base, _sizes(state))
+
+    def mark(self, keeping: Keeping, ids: Sequence[int], state: RequestState, namespace: str) -> None:
+        """Note ``state``, which holds ``ids``, to be kept once the request ends: its linear states copied now,
+        its KV cut from the request's buffers then (they only grow), so no KV is copied while the prompt runs."""
+        if len(ids) != state.seq_len:
+            raise ValueError(f"a state of {state.seq_len} tokens kept under {len(ids)} ids")
+        last = keeping.marks[-1].length if keeping.marks else keeping.base.length if keeping.base else 0
+        if state.seq_len > last:
+            keeping.marks.append(Mark(tuple(ids), namespace, _linear(state, copy=True), _sizes(state)))
+
+    def keep(self, keeping: Keeping, state: RequestState, ids: Sequence[int] | None = None) -> Kept | None:
+        """Keep ``keeping``'s marks as nodes, each after the one before (the first after its base), cutting their KV
+        from ``state``, the request's state once it ended; with ``ids`` (what it then holds), that state too, under
+        the last mark's namespace. The last node kept (or found already kept)."""
+        marks = list(keeping.marks)
+        if ids is not None and marks and state.seq_len > marks[-1].length:
+            marks.append(Mark(tuple(ids[: state.seq_len]), marks[-1].namespace, _linear(state), _sizes(state)))
+        parent, sizes = keeping.base, keeping.sizes
+        for mark in marks:
+            parent, sizes = self._put(mark, state, parent, sizes), mark.sizes
+            if parent is None:
+                return None  # refused: no node after it can be used
+        return parent
+
+    def _put(self, mark: Mark, state: RequestState, parent: Kept | None, start: dict[int, int]) -> Kept | None:
+        key = self.key(mark.ids, mark.namespace)
         chain = parent.chain if parent is not None else ()
         held = self._nodes.get(key, count=False)
         if held is not None:
-            return Kept(key, n, namespace, (*chain, (key, held)))
-        linear, kv = {}, {}
-        for i in state.linear_layer_ids:
-            layer = state.linear(i)
-            if layer is not None:
-                linear[i] = LinearLayerState(layer.conv.clone(), layer.recurrent.clone())
-        for i in state.attention_layer_ids:
+            return Kept(key, mark.length, mark.namespace, (*chain, (key, held)))
+        kv = {}
+        for i, end in mark.sizes.items():
             layer = state.attention(i)
-            if layer is not None:
-                sel = layer.positions >= start
-                kv[i] = AttentionLayerKV(
-                    layer.keys[:, :, sel].clone(),
-                    layer.values[:, :, sel].clone(),
-                    layer.positions[sel].clone(),
-                    layer.shift[sel].clone(),
-                )
-        node = PrefixNode(n, parent.key if parent is not None else None, linear, kv)
+            assert layer is not None
+            a = start.get(i, 0)
+            kv[i] = AttentionLayerKV(
+                layer.keys[:, :, a:end].clone(),
+                layer.values[:, :, a:end].clone(),
+                layer.positions[a:end].clone(),
+                layer.shift[a:end].clone(),
+            )
+        node = PrefixNode(mark.length, parent.key if parent is not None else None, mark.linear, kv)
         self._nodes.note(key)  # kept for the request that will look it up
         if not self._nodes.put(key, node):
             return None
-        self._lengths[n] += 1
+        self._lengths[mark.length] += 1
         self._kept += 1
-        return Kept(key, n, namespace, (*chain, (key, node)))
+        return Kept(key, mark.length, mark.namespace, (*chain, (key, node)))
 
     def clear(self) -> None:
         self._nodes.clear()

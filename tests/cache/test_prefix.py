@@ -31,13 +31,24 @@ def _logits(engine: Engine, state, ids) -> torch.Tensor:
         return engine.prefill_program.last_logits(ids, state)
 
 
+def _kept(store: PrefixStore, engine: Engine, ends, namespaces, base=None):
+    """Run ``IDS`` up to each of ``ends`` after ``base``, marking each under its namespace; keep them all."""
+    state = engine.model.new_state()
+    if base is not None:
+        store.restore(base, state)
+    keeping = store.begin(state, base)
+    for end, namespace in zip(ends, namespaces, strict=True):
+        _run(engine, IDS[state.seq_len : end], state)
+        store.mark(keeping, IDS[:end], state, namespace)
+    return store.keep(keeping, state)
+
+
 def test_the_longest_kept_state_a_prompt_begins_with_is_restored_and_continues_as_it_was(engine):
     store = PrefixStore("f")
-    state = _run(engine, IDS[:20])
-    first = store.keep(IDS[:20], state, EXACT, None)
-    second = store.keep(IDS[:45], _run(engine, IDS[20:45], state), EXACT, first)
+    second = _kept(store, engine, [20, 45], [EXACT, EXACT])
+    first = store.find(IDS[:44])
     assert second is not None and second.length == 45 and [k for k, _ in second.chain] == [first.key, second.key]
-    assert store.find(IDS[:44]).length == 20  # a node longer than the prompt's own tokens is not a prefix of it
+    assert first.length == 20  # a node longer than the prompt's own tokens is not a prefix of it
     other = IDS[:30] + [7] * 20
     assert store.find(other).length == 20  # differs after token 30: the state after 20 still holds
     found = store.find(IDS, most=59)
@@ -55,9 +66,8 @@ def test_a_state_is_found_only_in_the_namespaces_asked_and_only_with_its_whole_c
     memory = ByteLRU(1 << 30, policy="lru")
     store = PrefixStore("f", memory)
     composed = composed_namespace(8, "B")
-    state = _run(engine, IDS[:20])
-    root = store.keep(IDS[:20], state, EXACT, None)
-    leaf = store.keep(IDS[:40], _run(engine, IDS[20:40], state), composed, root)
+    root = _kept(store, engine, [20], [EXACT])
+    leaf = _kept(store, engine, [40], [composed], base=root)
     assert store.find(IDS).length == 20  # exact only: the composed one is not read
     assert store.find(IDS, (EXACT, composed)).key == leaf.key
     assert store.find(IDS, (composed,)).key == leaf.key
@@ -67,5 +77,6 @@ def test_a_state_is_found_only_in_the_namespaces_asked_and_only_with_its_whole_c
 
 def test_a_kept_state_must_hold_the_tokens_it_is_kept_under(engine):
     store = PrefixStore("f")
+    state = _run(engine, IDS[:20])
     with pytest.raises(ValueError, match="a state of 20 tokens kept under 19 ids"):
-        store.keep(IDS[:19], _run(engine, IDS[:20]), EXACT, None)
+        store.mark(store.begin(engine.model.new_state(), None), IDS[:19], state, EXACT)
