@@ -278,6 +278,11 @@ def _add_serve(sub: Any) -> None:
         help="deviation estimate past which a request widens its seams or runs exactly (default: no guard)",
     )
     srv.add_argument(
+        "--no-keep-states",
+        action="store_true",
+        help="keep no composed request states (a conversation's next turn then composes every earlier turn again)",
+    )
+    srv.add_argument(
         "--shadow-rate", type=float, default=0.0, help="share of requests also run in full when idle, KL exported"
     )
     fleet = srv.add_argument_group("fleet", "N engine replicas on Ray Serve behind one ingress (needs the ray extra)")
@@ -546,6 +551,7 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
         "pack_head": args.pack_head,
         "pack_weights": args.pack_weights,
         "fidelity_budget": args.fidelity_budget,
+        "keep_states": not args.no_keep_states,
     }
 
 

@@ -210,11 +210,11 @@ class PrefillProgram:
         tensor = int64(ids, self.model.device)[None]
         return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
 
-    def _restore(self, prompt: Prompt, state: RequestState, namespaces: Sequence[str]) -> Kept | None:
+    def _restore(self, prompt: Prompt, state: RequestState, namespaces: Sequence[str], root_at: int) -> Kept | None:
         """Restore into the empty ``state`` the longest state kept in ``namespaces`` whose tokens begin the prompt,
-        leaving at least its last token to run (for its logits)."""
+        leaving at least its last token to run (for its logits); ``root_at``: where its first state will be kept."""
         ids = prompt.ids
-        kept = self.prefix_store.find(ids, namespaces, most=len(ids) - 1)
+        kept = self.prefix_store.find(ids, namespaces, most=len(ids) - 1, root_at=root_at)
         if kept is not None:
             self.prefix_store.restore(kept, state)
         return kept
@@ -225,10 +225,11 @@ class PrefillProgram:
         """Restore the longest exact state kept, run the rest in context, keeping the state at each segment's end
         and where the generation prompt begins."""
         ids = prompt.ids
-        kept = self._restore(prompt, state, (EXACT,))
+        stops = _stops(prompt)
+        kept = self._restore(prompt, state, (EXACT,), min(stops, default=len(ids)))
         at = kept.length if kept is not None else 0
         keeping = self.prefix_store.begin(state, kept)
-        logits = yield from self._keeping(ids, at, _stops(prompt), state, chunk, keeping, EXACT)
+        logits = yield from self._keeping(ids, at, stops, state, chunk, keeping, EXACT)
         stats.hit_segments = _covered(prompt, at)
         stats.miss_segments = len(prompt.segments) - stats.hit_segments
         stats.recomputed_tokens, stats.cached_tokens, stats.prefix_tokens = len(ids) - at, at, at
@@ -255,7 +256,8 @@ class PrefillProgram:
         # The guard probes a plan from the prompt's start, so a guarded request composes every segment.
         keeps = self.settings.keep_states and not guarded_plan
         readable = (EXACT, namespace) if keeps else (EXACT,)
-        kept = None if guarded_plan else self._restore(prompt, state, readable)
+        first = len(prompt.ids) - len(prompt.query) if prompt.segments else prompt.header_at or len(prompt.ids)
+        kept = None if guarded_plan else self._restore(prompt, state, readable, first)
         restored = kept.length if kept is not None else 0
         depth = 0
         if restored:  # the segments after the kept state compose onto it; the first of them keeps its seam

@@ -100,6 +100,9 @@ def test_serve_replicas_checks_its_arguments_then_runs_the_fleet(capsys, monkeyp
     assert kwargs["policy"] == "affinity" and kwargs["max_active"] == 8 and kwargs["pack_weights"] is True
     assert (kwargs["epsilon"], kwargs["burst"]) == (0.5, 1.0)
     assert kwargs["autoscaling"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 4}
+    assert kwargs["keep_states"] is True  # a conversation's next turn restores the state its last turn kept
+    assert main(["serve", "--replicas", "2", "--no-keep-states"]) == 0
+    assert seen[-1][1]["keep_states"] is False
 
 
 def test_a_benchmark_runs_by_name_with_its_own_flags(capsys, tmp_path):

@@ -106,7 +106,10 @@ def _clean(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
-def conversation(run: Run, turns: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def conversation(
+    run: Run, turns: int, log: Callable[[str], None]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]:
+    """The conversation's rows, its messages and the last turn's prompt and answer (``prefix``'s ids)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "\n\n".join(_documents(4))}]
     rows: list[dict[str, Any]] = []
     before: list[int] = []
@@ -117,7 +120,7 @@ def conversation(run: Run, turns: int, log: Callable[[str], None]) -> list[dict[
         messages.append({"role": "assistant", "content": row["_answer"]})
         rows.append(row)
         log(f"  turn {t + 1}: {_line(row)}")
-    return rows
+    return rows, messages, before
 
 
 def tool_loop(run: Run, steps: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -148,13 +151,7 @@ def tool_loop(run: Run, steps: int, log: Callable[[str], None]) -> list[dict[str
 
 
 def insertion(run: Run, turns: int, log: Callable[[str], None]) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "\n\n".join(_documents(4))}]
-    before: list[int] = []
-    for t in range(turns):
-        messages.append({"role": "user", "content": _question(t)})
-        row = run.turn(messages, before)
-        before = row["_next"]
-        messages.append({"role": "assistant", "content": row["_answer"]})
+    _, messages, before = conversation(run, turns, lambda _: None)
     inserted = [*messages[:3], {"role": "user", "content": "Also note: " + _documents(1, 4)[0]}]
     inserted += [{"role": "assistant", "content": "Noted."}, *messages[3:]]
     inserted.append({"role": "user", "content": _question(turns)})
@@ -205,7 +202,7 @@ def model_run(
 ) -> dict[str, Any]:
     run = Run(path, kwargs, tokens)
     log(f"{name}: conversation of {turns} turns")
-    conv = conversation(run, turns, log)
+    conv = conversation(run, turns, log)[0]
     log(f"{name}: tool loop of {steps} steps")
     loop = tool_loop(Run(path, kwargs, tokens), steps, log)
     log(f"{name}: insertion")

@@ -1,8 +1,10 @@
 """Kept request states, restored at any token position: exact prefix caching, and a conversation's turns.
 
-A node is the state a request had after the first ``seq_len`` tokens of its prompt (and answer): the linear
-states there and the KV of the tokens since its parent node, whose key it names, so a chain of nodes holds a
-conversation's states with each token's KV once. Its key hashes the model's fingerprint, a namespace and those
+A node is the state a request had after the first ``seq_len`` tokens of its prompt (and answer): the KV of the
+tokens since its parent node, whose key it names, so a chain of nodes holds a conversation's KV with each token's
+once, and, held apart under the same key, the linear states there. A restore needs the whole chain's KV and the
+point's own linear states; a conversation's old points lose their linear states first (they are most of the
+bytes), which leaves the chain whole for its newest ones. Its key hashes the model's fingerprint, a namespace and those
 token ids. The namespace says how the state was computed: ``exact`` (``EXACT``) for states run in context
 (``prefix`` mode's, and a composed request's that composed nothing), a composed request's own (its seam and
 variant, ``composed_namespace``) for the states it actually used, so that ``prefix`` mode, which reads only
@@ -27,6 +29,7 @@ from ..model.state import AttentionLayerKV, LinearLayerState, RequestState
 from .lru import ByteLRU, Space, memory_space
 
 EXACT = "exact"
+POINT = "point:"  # a node's linear states are held under its key with this before it
 
 
 def composed_namespace(seam: object, variant: str) -> str:
@@ -38,17 +41,33 @@ def composed_namespace(seam: object, variant: str) -> str:
 class PrefixNode:
     seq_len: int
     parent: str | None  # the node its KV continues (None: the prompt's start)
-    linear: dict[int, LinearLayerState]
     kv: dict[int, AttentionLayerKV]  # the tokens since its parent's end only
+    saves: int = 0  # the longest restore it is part of: what its eviction would cost (``prefill_tokens``)
 
     @property
     def nbytes(self) -> int:
-        lin = sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
-        return lin + sum(k.nbytes for k in self.kv.values())
+        return sum(k.nbytes for k in self.kv.values())
 
     @property
     def prefill_tokens(self) -> int:
-        """The prefill restoring it saves, for the memory tier's value policy."""
+        """The prefill it saves, for the memory tier's value policy: that of the longest chain it is part of, so
+        that a chain's first nodes are not the first to go."""
+        return max(self.seq_len, self.saves)
+
+
+@dataclass
+class PointState:
+    """The linear states at a node: what makes it a point a request can restore."""
+
+    seq_len: int
+    linear: dict[int, LinearLayerState]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.conv.nbytes + s.recurrent.nbytes for s in self.linear.values())
+
+    @property
+    def prefill_tokens(self) -> int:
         return self.seq_len
 
 
@@ -100,6 +119,10 @@ def _linear(state: RequestState, copy: bool = False) -> dict[int, LinearLayerSta
     return out
 
 
+def _root(kept: Kept) -> str:
+    return kept.chain[0][0] if kept.chain else kept.key
+
+
 def _as_bytes(ids: Sequence[int]) -> bytes:
     return np.asarray(ids, dtype=np.int64).tobytes()
 
@@ -110,7 +133,8 @@ class PrefixStore:
     def __init__(self, fingerprint: str, memory: ByteLRU | Space | int = 1 << 30) -> None:
         """``memory``: the engine's shared LRU (one budget for all its caches), or a budget of its own."""
         self.fingerprint = fingerprint
-        self._nodes: Space[PrefixNode] = memory_space(memory, "prefix")
+        # Nodes and their points in one space, so that the memory tier sees a conversation's as one value (``_put``).
+        self._nodes: Space[PrefixNode | PointState] = memory_space(memory, "prefix")
         self._lengths: Counter[int] = Counter()  # the lengths nodes were kept at (evicted ones too, until a rebuild)
         self._kept = 0
 
@@ -126,13 +150,24 @@ class PrefixStore:
 
     def _candidate_lengths(self, most: int) -> list[int]:
         if self._kept > 2 * len(self._nodes) + 64:  # evictions are not reported: recount from what is held
-            self._lengths = Counter(node.seq_len for _, node in self._nodes.items())
+            self._lengths = Counter(v.seq_len for _, v in self._nodes.items() if isinstance(v, PrefixNode))
             self._kept = len(self._nodes)
         return sorted(n for n in self._lengths if 0 < n <= most)
 
-    def find(self, ids: Sequence[int], namespaces: Sequence[str] = (EXACT,), most: int | None = None) -> Kept | None:
+    def find(
+        self, ids: Sequence[int], namespaces: Sequence[str] = (EXACT,), most: int | None = None, root_at: int = 0
+    ) -> Kept | None:
         """The longest node (at most ``most`` tokens) whose tokens begin ``ids``, in one of ``namespaces`` (the
-        earlier of them at equal length), with its whole chain held; None if there is none."""
+        earlier of them at equal length), with its whole chain held; None if there is none. Then the chain the
+        request will start, at ``root_at`` tokens, counts as looked up, so the memory tier sees a prompt recur
+        even while its nodes are not let in."""
+        found = self._find(ids, namespaces, most)
+        if found is None and 0 < root_at <= len(ids):
+            for namespace in namespaces:
+                self._nodes.note(self.key(ids[:root_at], namespace))
+        return found
+
+    def _find(self, ids: Sequence[int], namespaces: Sequence[str], most: int | None) -> Kept | None:
         lengths = self._candidate_lengths(len(ids) if most is None else min(most, len(ids)))
         if not lengths:
             return None
@@ -147,6 +182,8 @@ class PrefixStore:
             keys.append(found)
         for k in range(len(lengths) - 1, -1, -1):
             for namespace, found in zip(namespaces, keys, strict=True):
+                if POINT + found[k] not in self._nodes:
+                    continue
                 chain = self._chain(found[k])
                 if chain is not None:
                     return Kept(found[k], lengths[k], namespace, chain)
@@ -158,7 +195,7 @@ class PrefixStore:
         at: str | None = key
         while at is not None:
             node = self._nodes.get(at, count=False)
-            if node is None:
+            if not isinstance(node, PrefixNode):
                 return None
             nodes.append((at, node))
             at = node.parent
@@ -166,10 +203,11 @@ class PrefixStore:
 
     def restore(self, kept: Kept, state: RequestState) -> None:
         """Load ``kept`` (as ``find`` returned it) into an empty request ``state``."""
-        for key, _ in kept.chain:  # a restore is a use of every node of the chain
-            self._nodes.get(key)
+        self._uses(kept, count=True)
         nodes = [node for _, node in kept.chain]
         last = nodes[-1]
+        point = self._nodes.get(POINT + kept.key, _root(kept), count=False)
+        assert isinstance(point, PointState), "restore takes a point find() returned"
         kv = {}
         for i in last.kv:
             parts = [n.kv[i] for n in nodes if i in n.kv]
@@ -179,7 +217,17 @@ class PrefixStore:
                 torch.cat([p.positions for p in parts]),
                 torch.cat([p.shift for p in parts]),
             )
-        state.restore(last.seq_len, last.linear, kv)
+        state.restore(last.seq_len, point.linear, kv)
+
+    def _uses(self, kept: Kept, count: bool = False) -> None:
+        """A restore of ``kept`` (``count``: one lookup of its conversation), or a node kept after it, is a use of
+        every node of its chain, each then worth what the whole chain saves."""
+        root = _root(kept)
+        if count:
+            self._nodes.note(root)
+        for key, node in kept.chain:
+            node.saves = max(node.saves, kept.length)
+            self._nodes.get(key, root, count=False)
 
     def begin(self, state: RequestState, base: Kept | None) -> Keeping:
         """What a request will keep, after ``base``, the state it restored into ``state`` (None: nothing)."""
@@ -212,7 +260,9 @@ class PrefixStore:
         key = self.key(mark.ids, mark.namespace)
         chain = parent.chain if parent is not None else ()
         held = self._nodes.get(key, count=False)
-        if held is not None:
+        if isinstance(held, PrefixNode):
+            if POINT + key not in self._nodes:
+                self._nodes.put(POINT + key, PointState(mark.length, mark.linear), chain[0][0] if chain else key)
             return Kept(key, mark.length, mark.namespace, (*chain, (key, held)))
         kv = {}
         for i, end in mark.sizes.items():
@@ -225,10 +275,15 @@ class PrefixStore:
                 layer.positions[a:end].clone(),
                 layer.shift[a:end].clone(),
             )
-        node = PrefixNode(mark.length, parent.key if parent is not None else None, mark.linear, kv)
-        self._nodes.note(key)  # kept for the request that will look it up
-        if not self._nodes.put(key, node):
+        node = PrefixNode(mark.length, parent.key if parent is not None else None, kv, mark.length)
+        # A conversation is counted as one value, its root: its nodes and points are seen as it is, so a new turn's
+        # may take the place of its own older ones, and competes with other entries as the conversation does.
+        root = chain[0][0] if chain else key
+        if parent is not None:
+            self._uses(parent)
+        if not self._nodes.put(key, node, root):
             return None
+        self._nodes.put(POINT + key, PointState(mark.length, mark.linear), root)  # if refused, the chain goes on
         self._lengths[mark.length] += 1
         self._kept += 1
         return Kept(key, mark.length, mark.namespace, (*chain, (key, node)))
@@ -239,4 +294,9 @@ class PrefixStore:
         self._kept = 0
 
     def stats(self) -> dict[str, int]:
-        return {"prefix_nodes": len(self._nodes), "prefix_bytes": self._nodes.used}
+        held = self._nodes.items()
+        return {
+            "prefix_nodes": sum(isinstance(v, PrefixNode) for _, v in held),
+            "prefix_points": sum(isinstance(v, PointState) for _, v in held),
+            "prefix_bytes": self._nodes.used,
+        }

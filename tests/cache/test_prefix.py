@@ -63,6 +63,7 @@ def test_the_longest_kept_state_a_prompt_begins_with_is_restored_and_continues_a
 
 
 def test_a_state_is_found_only_in_the_namespaces_asked_and_only_with_its_whole_chain(engine):
+    """A point needs its own linear states and every node's KV up its chain; the linear states go first."""
     memory = ByteLRU(1 << 30, policy="lru")
     store = PrefixStore("f", memory)
     composed = composed_namespace(8, "B")
@@ -71,6 +72,8 @@ def test_a_state_is_found_only_in_the_namespaces_asked_and_only_with_its_whole_c
     assert store.find(IDS).length == 20  # exact only: the composed one is not read
     assert store.find(IDS, (EXACT, composed)).key == leaf.key
     assert store.find(IDS, (composed,)).key == leaf.key
+    memory.pop("prefix/point:" + root.key, "capacity")  # the root's linear states evicted: its KV still serves
+    assert store.find(IDS) is None and store.find(IDS, (EXACT, composed)).key == leaf.key
     memory.pop("prefix/" + root.key, "capacity")  # evicted, as the shared budget may evict any node
     assert store.find(IDS, (EXACT, composed)) is None  # its parent's KV is gone: a leaf alone is never used
 
@@ -80,3 +83,26 @@ def test_a_kept_state_must_hold_the_tokens_it_is_kept_under(engine):
     state = _run(engine, IDS[:20])
     with pytest.raises(ValueError, match="a state of 20 tokens kept under 19 ids"):
         store.mark(store.begin(engine.model.new_state(), None), IDS[:19], state, EXACT)
+
+
+def test_a_long_conversation_keeps_its_chain_under_a_budget_its_points_overflow(engine):
+    """Under the value policy, points of old turns are evicted, not the first nodes of the chain the newest ones
+    stand on: a conversation far longer than its budget still restores its last turn."""
+    ids = torch.randint(3, 320, (400,), generator=torch.Generator().manual_seed(1)).tolist()
+    state = _run(engine, ids)
+    point = sum(s.conv.nbytes + s.recurrent.nbytes for s in map(state.linear, state.linear_layer_ids))
+    kv = sum(state.attention(i).nbytes for i in state.attention_layer_ids)
+    memory = ByteLRU(kv + 6 * point, policy="value")  # the whole conversation's KV and about six points
+    store = PrefixStore("f", memory)
+    kept = None
+    for end in range(10, 401, 10):
+        found = store.find(ids[:end], most=end - 1)
+        assert end <= 20 or (found is not None and found.length == end - 10), end  # the last turn's state
+        state = engine.model.new_state()
+        if found is not None:
+            store.restore(found, state)
+        keeping = store.begin(state, found)
+        _run(engine, ids[state.seq_len : end], state)
+        store.mark(keeping, ids[:end], state, EXACT)
+        kept = store.keep(keeping, state)
+    assert kept is not None and kept.length == 400 and store.stats()["prefix_points"] < 40
