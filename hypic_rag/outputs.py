@@ -36,6 +36,9 @@ class RequestStats:
     # of cached_tokens, the leading prompt tokens restored whole from a kept state: an exact prefix (``prefix`` mode's
     # nodes), or the state an earlier turn of the conversation ended with
     prefix_tokens: int | None = None
+    # of cached_tokens, those of runs of kept turns found later in the prompt (after a document inserted into the
+    # history), their seams aside
+    run_tokens: int | None = None
     recomputed_tokens: int = 0
     cached_tokens: int = 0
     cache_bytes: int = 0

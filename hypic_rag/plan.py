@@ -100,6 +100,26 @@ def after(plan: RequestPlan, at: int) -> tuple[RequestPlan, int]:
     return replace(plan, segments=[], query=plan.query[at - offset :]), len(plan.segments)
 
 
+def with_run(plan: RequestPlan, first: int, length: int, key: str, opens: bool) -> tuple[RequestPlan, int, bool]:
+    """``plan`` with a run of ``length`` kept tokens (``key``) in place of its segments from ``first`` on: one cached
+    segment with the plan's seam (none where it ``opens`` the prompt, or in ``pic``), and the segment the run ends
+    inside running the rest of its tokens in context. Also the index of the last segment it covers and whether
+    that one was cut."""
+    segments = plan.segments
+    ids: list[int] = []
+    last = first
+    while len(ids) < length:
+        ids += segments[last].ids
+        last += 1
+    last -= 1
+    cut = len(ids) > length
+    width = resolve_seam(plan.seam, length) if not opens and plan.seam not in ADAPTIVE else 0
+    remainder = width if plan.variant == "B" and 0 < width < length else 0
+    run = SegmentPlan(tuple(ids[:length]), key, width, remainder, 0)
+    rest = [SegmentPlan(tuple(ids[length:]), None, 0, 0, 0)] if cut else []
+    return replace(plan, segments=[*segments[:first], run, *rest, *segments[last + 1 :]]), last, cut
+
+
 def plan_request(
     prompt: Prompt,
     *,

@@ -24,7 +24,8 @@ from .kernels.indices import int64
 from .model import HybridModel, RequestState
 from .options import ADAPTIVE, COMPOSED, RequestOptions, check_mode
 from .outputs import RequestStats
-from .plan import Prompt, RequestPlan, SegmentPlan, after, plan_request
+from .plan import Prompt, RequestPlan, SegmentPlan, after, plan_request, with_run
+from .runs import RUN_KEY, run_segment
 from .settings import PrefillSettings
 
 
@@ -268,6 +269,8 @@ class PrefillProgram:
         )
         stats.prefix_segments, stats.prefix_tokens = depth, restored
         found = self.lookup(plan, kinds)
+        if keeps:
+            plan, found, stats.run_tokens = self._runs(prompt.ids, plan, found, restored, readable)
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)
         filled = 0  # tokens run in isolation to make entries; the guard's fills count whatever it chose
         if guarded_plan:
@@ -299,10 +302,43 @@ class PrefillProgram:
         keeping = self.prefix_store.begin(state, kept) if keeps else None
         logits, ran = yield from self._assemble(plan, found, state, chunk, prompt, keeping, namespace)
         stats.recomputed_tokens, stats.filled_tokens = filled + ran, filled
-        held = zip(plan.segments, found, strict=True)
-        stats.cache_bytes = sum(self.segment_store.held_nbytes(seg.key, f) for seg, f in held if f and seg.key)
+        held = [(seg.key, f) for seg, f in zip(plan.segments, found, strict=True) if f and seg.key]
+        stats.cache_bytes = sum(self.segment_store.held_nbytes(k, f) for k, f in held if not k.startswith(RUN_KEY))
         stats.seam, stats.seam_variant, stats.cold_policy = plan.seam, plan.variant, self.settings.cold_policy
         return logits, deferred, keeping
+
+    def _runs(
+        self,
+        ids: Sequence[int],
+        plan: RequestPlan,
+        found: list[CachedSegment | None],
+        at: int,
+        namespaces: Sequence[str],
+    ) -> tuple[RequestPlan, list[CachedSegment | None], int]:
+        """Each stretch of a kept conversation found again after the restored state (``at`` tokens), from one of
+        ``plan``'s segments on, composes as one cached segment (``runs``) in place of the segments it covers: the
+        turns after a document inserted into (or removed from) the history. The plan, its entries, and the tokens
+        the runs give (their seams aside)."""
+        query_at = len(ids) - len(plan.query)
+        i, offset, reused = 0, at, 0
+        while i < len(plan.segments):
+            seg = plan.segments[i]
+            run = self.prefix_store.find_run(ids, offset, namespaces, query_at)
+            # a run replaces a segment the cache holds only where it covers more: an entry has its own operator
+            if (
+                run is None
+                or run.length < max(len(seg.ids), self.settings.min_cached_tokens)
+                or (found[i] is not None and run.length <= len(seg.ids))
+            ):
+                offset, i = offset + len(seg.ids), i + 1
+                continue
+            plan, last, cut = with_run(plan, i, run.length, RUN_KEY + run.chain[-1][0], opens=offset == 0)
+            placed = plan.segments[i]
+            entry = run_segment(self.model, run, placed.ids, placed.remainder)
+            found = [*found[:i], entry, *([None] if cut else []), *found[last + 1 :]]
+            reused += run.length - placed.seam
+            offset, i = offset + run.length, i + 1
+        return plan, found, reused
 
     def _assemble(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypic_rag.plan import Prompt, plan_request, resolve_seam
+from hypic_rag.plan import Prompt, plan_request, resolve_seam, with_run
 
 
 def _plan(lengths, seam, variant="B", min_cached_tokens=1, default_seam=8):
@@ -191,3 +191,16 @@ def test_a_budget_that_covers_every_segment_needs_no_probe():
     lengths = [9, 7]
     covered = recomputes_every_segment(8, lengths)
     assert covered and allocate_seams([[0.0]] * 2, lengths, boundary_budget(8, 2), reads=[0.0, 0.0]) == lengths
+
+
+def test_a_run_takes_the_place_of_the_segments_it_covers_with_one_seam():
+    prompt = Prompt([[1] * 20, [2] * 15, [3] * 15, [4] * 10], [9, 9])
+    plan = plan_request(prompt, seam=8, default_seam=8, variant="B", min_cached_tokens=12, key=str)
+    runs, last, cut = with_run(plan, 1, 27, "run:x", opens=False)
+    assert (last, cut) == (2, True)  # it ends three tokens before the third segment's end
+    assert [len(s.ids) for s in runs.segments] == [20, 27, 3, 10]
+    run, rest = runs.segments[1], runs.segments[2]
+    assert (run.key, run.seam, run.remainder, run.record_remainder) == ("run:x", 8, 8, 0)
+    assert rest.in_context and rest.ids == (3, 3, 3)
+    whole, last, cut = with_run(plan, 0, 35, "run:y", opens=True)
+    assert (last, cut) == (1, False) and whole.segments[0].seam == 0 and len(whole.segments) == 3

@@ -9,7 +9,8 @@ Qwen3.5-style chat template (``testing/templates/qwen3_5.jinja``, reasoning off)
 - ``tool_loop``: a task, then ``steps`` steps, each appending the assistant's tool call, the tool's result and a
   user line (the calls are written for the model, as an agent framework writes them back);
 - ``insertion``: a warm conversation of ``turns // 5`` turns, then a fifth document inserted after the first
-  question (a retrieval that came late), and the conversation asked again.
+  question (a retrieval that came late), and the conversation asked again; the document was read before, in
+  another conversation, so its segment is cached.
 
 Every mode answers the same conversation: the history holds ``prefix``'s answers (the exact mode's, which equal
 ``full``'s), so a turn's answers can be compared across modes. Each mode has its own engine, and so its own
@@ -95,6 +96,7 @@ class Run:
                 "recomputed_tokens": stats["recomputed_tokens"],
                 "cached_tokens": stats["cached_tokens"],
                 "prefix_tokens": stats.get("prefix_tokens", 0),
+                "run_tokens": stats.get("run_tokens", 0),
                 "ttft_s": round(out.ttft_s, 5),
                 "same_answer": out.token_ids == exact.token_ids,
             }
@@ -152,12 +154,20 @@ def tool_loop(run: Run, steps: int, log: Callable[[str], None]) -> list[dict[str
 
 def insertion(run: Run, turns: int, log: Callable[[str], None]) -> dict[str, Any]:
     _, messages, before = conversation(run, turns, lambda _: None)
-    inserted = [*messages[:3], {"role": "user", "content": "Also note: " + _documents(1, 4)[0]}]
-    inserted += [{"role": "assistant", "content": "Noted."}, *messages[3:]]
-    inserted.append({"role": "user", "content": _question(turns)})
+    note = [
+        {"role": "user", "content": "Also note: " + _documents(1, 4)[0]},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    for mode, engine in run.engines.items():  # another conversation read the document first
+        asked = [messages[0], *note, {"role": "user", "content": _question(0)}]
+        engine.chat(asked, mode=mode, chat_template_kwargs=run.template_kwargs, **run.kwargs)
+    inserted = [*messages[:3], *note, *messages[3:], {"role": "user", "content": _question(turns)}]
     row = run.turn(inserted, before)
     log(f"  after the insertion: {_line(row)}")
-    return _clean([row])[0]
+    out = _clean([row])[0]
+    for mode in MODES:
+        out[mode]["recomputed_share"] = round(out[mode]["recomputed_tokens"] / out["prompt_tokens"], 3)
+    return out
 
 
 def _line(row: dict[str, Any]) -> str:

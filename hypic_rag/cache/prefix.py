@@ -11,6 +11,11 @@ variant, ``composed_namespace``) for the states it actually used, so that ``pref
 ``exact``, still equals ``full``. A request restores the longest node whose tokens begin its prompt, in the
 namespaces it may read, and whose chain is whole.
 
+A stretch of a chain can also be found again later in a prompt (``find_run``): a document inserted into (or removed
+from) a conversation's history leaves the turns after it as they were, each node's tokens since its parent
+(its *edge*) still in order. Nodes are indexed by their edge's first ``RUN_PROBE`` tokens and by parent, so a
+composed request looks a run up at each of its segments' starts (``runs``, docs/design.md §6).
+
 Hand-written: the engines that cache hybrid states (vLLM, SGLang) keep them per block of their own paged memory;
 ours are request states, restored into a fresh ``RequestState``.
 """
@@ -30,6 +35,8 @@ from .lru import ByteLRU, Space, memory_space
 
 EXACT = "exact"
 POINT = "point:"  # a node's linear states are held under its key with this before it
+RUN_PROBE = 8  # a run is looked up by its first edge's first tokens; a shorter edge starts none
+RUN_SEARCH = 256  # the most nodes one run lookup visits: a prompt bounds the work it causes
 
 
 def composed_namespace(seam: object, variant: str) -> str:
@@ -43,10 +50,16 @@ class PrefixNode:
     parent: str | None  # the node its KV continues (None: the prompt's start)
     kv: dict[int, AttentionLayerKV]  # the tokens since its parent's end only
     saves: int = 0  # the longest restore it is part of: what its eviction would cost (``prefill_tokens``)
+    edge: bytes = b""  # its token ids since its parent's end (int64): how a run finds it elsewhere in a prompt
+    namespace: str = EXACT
 
     @property
     def nbytes(self) -> int:
-        return sum(k.nbytes for k in self.kv.values())
+        return sum(k.nbytes for k in self.kv.values()) + len(self.edge)
+
+    @property
+    def edge_length(self) -> int:
+        return len(self.edge) // 8
 
     @property
     def prefill_tokens(self) -> int:
@@ -79,6 +92,25 @@ class Kept:
     length: int
     namespace: str
     chain: tuple[tuple[str, PrefixNode], ...] = field(default=(), repr=False, compare=False)  # (key, node)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stretch of a kept chain found later in a prompt: its nodes (their edges tile ``length`` tokens from
+    ``start`` in the prompt), where it began in the prompt that kept it (``first``), and the linear states at its
+    end (``point``)."""
+
+    start: int
+    length: int
+    first: int
+    namespace: str
+    chain: tuple[tuple[str, PrefixNode], ...] = field(repr=False, compare=False)
+    point: PointState = field(repr=False, compare=False)
+
+    def kv(self) -> dict[int, AttentionLayerKV]:
+        """Its tokens' KV per attention layer, as the request that kept it held them (at its positions there)."""
+        nodes = [node for _, node in self.chain]
+        return _joined(nodes, nodes[-1].kv)
 
 
 @dataclass
@@ -119,12 +151,48 @@ def _linear(state: RequestState, copy: bool = False) -> dict[int, LinearLayerSta
     return out
 
 
+def _joined(nodes: Sequence[PrefixNode], layers: Sequence[int]) -> dict[int, AttentionLayerKV]:
+    kv = {}
+    for i in layers:
+        parts = [n.kv[i] for n in nodes if i in n.kv]
+        kv[i] = AttentionLayerKV(
+            torch.cat([p.keys for p in parts], dim=2),
+            torch.cat([p.values for p in parts], dim=2),
+            torch.cat([p.positions for p in parts]),
+            torch.cat([p.shift for p in parts]),
+        )
+    return kv
+
+
 def _root(kept: Kept) -> str:
     return kept.chain[0][0] if kept.chain else kept.key
 
 
 def _as_bytes(ids: Sequence[int]) -> bytes:
     return np.asarray(ids, dtype=np.int64).tobytes()
+
+
+def _probe(namespace: str, edge: bytes) -> bytes:
+    return namespace.encode() + b"\0" + edge[: 8 * RUN_PROBE]
+
+
+def _end(path: Sequence[tuple[str, PrefixNode]]) -> int:
+    return path[-1][1].seq_len if path else -1
+
+
+def _within(part: np.ndarray, whole: np.ndarray) -> bool:
+    """Whether ``part`` is a subsequence of ``whole``: its tokens in it in order, others between them."""
+    if len(part) > len(whole):
+        return False
+    same = part == whole[: len(part)]
+    n = len(part) if same.all() else int(same.argmin())  # the shared beginning, at numpy's speed
+    rest = iter(whole[n:].tolist())
+    return all(any(token == t for t in rest) for token in part[n:].tolist())  # each found after the last
+
+
+def _tiled(path: Sequence[tuple[str, PrefixNode]]) -> int:
+    """The tokens a path's edges tile (0 for none)."""
+    return path[-1][1].seq_len - path[0][1].seq_len + path[0][1].edge_length if path else 0
 
 
 class PrefixStore:
@@ -136,6 +204,9 @@ class PrefixStore:
         # Nodes and their points in one space, so that the memory tier sees a conversation's as one value (``_put``).
         self._nodes: Space[PrefixNode | PointState] = memory_space(memory, "prefix")
         self._lengths: Counter[int] = Counter()  # the lengths nodes were kept at (evicted ones too, until a rebuild)
+        # Runs' indexes, by namespace and an edge's first tokens, and by parent (evicted keys too, until a rebuild).
+        self._starts: dict[bytes, set[str]] = {}
+        self._children: dict[str, set[str]] = {}
         self._kept = 0
 
     def _hasher(self, namespace: str) -> hashlib._Hash:
@@ -149,10 +220,27 @@ class PrefixStore:
         return h.hexdigest()
 
     def _candidate_lengths(self, most: int) -> list[int]:
-        if self._kept > 2 * len(self._nodes) + 64:  # evictions are not reported: recount from what is held
-            self._lengths = Counter(v.seq_len for _, v in self._nodes.items() if isinstance(v, PrefixNode))
-            self._kept = len(self._nodes)
+        self._recount()
         return sorted(n for n in self._lengths if 0 < n <= most)
+
+    def _recount(self) -> None:
+        """Evictions are not reported: once the indexes name many more nodes than are held, rebuild them."""
+        if self._kept <= 2 * len(self._nodes) + 64:
+            return
+        self._lengths.clear()
+        self._starts.clear()
+        self._children.clear()
+        for key, node in self._nodes.items():
+            if isinstance(node, PrefixNode):
+                self._index(key, node)
+        self._kept = len(self._nodes)
+
+    def _index(self, key: str, node: PrefixNode) -> None:
+        self._lengths[node.seq_len] += 1
+        if node.parent is not None:
+            self._children.setdefault(node.parent, set()).add(key)
+        if node.edge_length >= RUN_PROBE:
+            self._starts.setdefault(_probe(node.namespace, node.edge), set()).add(key)
 
     def find(
         self, ids: Sequence[int], namespaces: Sequence[str] = (EXACT,), most: int | None = None, root_at: int = 0
@@ -208,16 +296,80 @@ class PrefixStore:
         last = nodes[-1]
         point = self._nodes.get(POINT + kept.key, _root(kept), count=False)
         assert isinstance(point, PointState), "restore takes a point find() returned"
-        kv = {}
-        for i in last.kv:
-            parts = [n.kv[i] for n in nodes if i in n.kv]
-            kv[i] = AttentionLayerKV(
-                torch.cat([p.keys for p in parts], dim=2),
-                torch.cat([p.values for p in parts], dim=2),
-                torch.cat([p.positions for p in parts]),
-                torch.cat([p.shift for p in parts]),
-            )
-        state.restore(last.seq_len, point.linear, kv)
+        state.restore(last.seq_len, point.linear, _joined(nodes, list(last.kv)))
+
+    def find_run(self, ids: Sequence[int], at: int, namespaces: Sequence[str], most: int) -> Run | None:
+        """The longest run of kept nodes, in one of ``namespaces``, whose edges tile ``ids`` from ``at`` to at most
+        ``most``, each node held and the last one with its point; None if there is none. A run's states carry what
+        came before it where it was kept, so it is found only after its chain's start and where all of that is in
+        ``ids`` before ``at``, in order (something inserted, nothing removed)."""
+        if most - at < RUN_PROBE:
+            return None
+        data = _as_bytes(ids[:most])
+        before = np.asarray(ids[:at], dtype=np.int64)
+        best: list[tuple[str, PrefixNode]] = []
+        budget = [RUN_SEARCH]
+        for namespace in namespaces:
+            for key in sorted(self._starts.get(_probe(namespace, data[8 * at :]), ())):
+                node = self._held(key)
+                if node is None or node.parent is None or not data.startswith(node.edge, 8 * at):
+                    continue
+                context = self._context(node.parent)
+                if context is None or not _within(context, before):
+                    continue
+                path = self._longest([(key, node)], data, 8 * at + len(node.edge), budget)
+                if _tiled(path) > _tiled(best):
+                    best = path
+        if not best:
+            return None
+        first = best[0][1]
+        root = self._root_of(best[0][0])
+        for key, _ in best:
+            self._nodes.get(key, root, count=False)
+        point = self._nodes.get(POINT + best[-1][0], root, count=False)
+        assert isinstance(point, PointState)
+        return Run(at, _tiled(best), first.seq_len - first.edge_length, first.namespace, tuple(best), point)
+
+    def _context(self, key: str) -> np.ndarray | None:
+        """The token ids up to the end of node ``key``, from its chain's edges; None unless the chain is held."""
+        edges = []
+        at: str | None = key
+        while at is not None:
+            node = self._held(at)
+            if node is None:
+                return None
+            edges.append(node.edge)
+            at = node.parent
+        return np.frombuffer(b"".join(reversed(edges)), dtype=np.int64)
+
+    def _held(self, key: str) -> PrefixNode | None:
+        node = self._nodes.get(key, count=False)
+        return node if isinstance(node, PrefixNode) else None
+
+    def _longest(
+        self, path: list[tuple[str, PrefixNode]], data: bytes, at: int, budget: list[int]
+    ) -> list[tuple[str, PrefixNode]]:
+        """The longest way on from ``path``'s last node through children whose edges ``data`` holds from byte
+        ``at``, cut back to its last node with a point (empty if none); ``budget``: nodes it may still visit."""
+        best = path if POINT + path[-1][0] in self._nodes else []
+        for key in sorted(self._children.get(path[-1][0], ())):
+            if budget[0] <= 0:
+                break
+            budget[0] -= 1
+            node = self._held(key)
+            if node is None or not node.edge or not data.startswith(node.edge, at):
+                continue
+            way = self._longest([*path, (key, node)], data, at + len(node.edge), budget)
+            if _end(way) > _end(best):
+                best = way
+        return best
+
+    def _root_of(self, key: str) -> str:
+        """The first node of the chain ``key`` is on, as far as it is held: what its conversation is seen as."""
+        at: str | None = key
+        while at is not None and (node := self._held(at)) is not None:
+            key, at = at, node.parent
+        return key
 
     def _uses(self, kept: Kept, count: bool = False) -> None:
         """A restore of ``kept`` (``count``: one lookup of its conversation), or a node kept after it, is a use of
@@ -275,7 +427,10 @@ class PrefixStore:
                 layer.positions[a:end].clone(),
                 layer.shift[a:end].clone(),
             )
-        node = PrefixNode(mark.length, parent.key if parent is not None else None, kv, mark.length)
+        begins = parent.length if parent is not None else 0
+        edge = _as_bytes(mark.ids[begins:])
+        up = parent.key if parent is not None else None
+        node = PrefixNode(mark.length, up, kv, mark.length, edge, mark.namespace)
         # A conversation is counted as one value, its root: its nodes and points are seen as it is, so a new turn's
         # may take the place of its own older ones, and competes with other entries as the conversation does.
         root = chain[0][0] if chain else key
@@ -284,13 +439,15 @@ class PrefixStore:
         if not self._nodes.put(key, node, root):
             return None
         self._nodes.put(POINT + key, PointState(mark.length, mark.linear), root)  # if refused, the chain goes on
-        self._lengths[mark.length] += 1
+        self._index(key, node)
         self._kept += 1
         return Kept(key, mark.length, mark.namespace, (*chain, (key, node)))
 
     def clear(self) -> None:
         self._nodes.clear()
         self._lengths.clear()
+        self._starts.clear()
+        self._children.clear()
         self._kept = 0
 
     def stats(self) -> dict[str, int]:

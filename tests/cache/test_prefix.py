@@ -106,3 +106,32 @@ def test_a_long_conversation_keeps_its_chain_under_a_budget_its_points_overflow(
         store.mark(keeping, ids[:end], state, EXACT)
         kept = store.keep(keeping, state)
     assert kept is not None and kept.length == 400 and store.stats()["prefix_points"] < 40
+
+
+def test_a_stretch_of_a_kept_chain_is_found_again_later_in_a_prompt(engine):
+    """After an insertion a conversation's later turns are still its nodes' edges in order: a run starts at an
+    edge of at least ``RUN_PROBE`` tokens, goes on while the edges match, ends at its last node with a point, and is
+    found only where what its states carry (the tokens before it where it was kept) is all before it again."""
+    memory = ByteLRU(1 << 30, policy="lru")
+    store = PrefixStore("f", memory)
+    _kept(store, engine, [20, 30, 45], [EXACT, EXACT, EXACT])
+    moved = IDS[:20] + [7] * 5 + IDS[20:60]  # five tokens inserted after the first node: its children at 25
+    run = store.find_run(moved, 25, (EXACT,), len(moved))
+    assert (run.start, run.length, run.first) == (25, 25, 20)
+    assert [node.seq_len for _, node in run.chain] == [30, 45]
+    kv = run.kv()
+    assert all(layer.keys.shape[2] == 25 and layer.positions[0] == 20 for layer in kv.values())
+    assert store.find_run(moved, 25, (EXACT,), 25 + 24).length == 10  # the next node would pass ``most``
+    assert store.find_run(moved, 25, (composed_namespace(8, "B"),), len(moved)) is None
+    assert store.find_run(moved, 24, (EXACT,), len(moved)) is None  # no edge begins there
+    assert store.find_run([7] * 5 + IDS, 5, (EXACT,), 65) is None  # a chain's start is no run: it carries nothing
+    removed = IDS[:10] + IDS[20:60]  # what the run's states carry is no longer all in the prompt
+    assert store.find_run(removed, 10, (EXACT,), len(removed)) is None
+    changed = [*moved]
+    changed[45] = 2  # inside the second edge: the run ends before it
+    assert store.find_run(changed, 25, (EXACT,), len(changed)).length == 10
+    second = run.chain[-1][0]
+    memory.pop("prefix/point:" + second, "capacity")  # the last node's linear states evicted: cut back
+    assert store.find_run(moved, 25, (EXACT,), len(moved)).length == 10
+    memory.pop("prefix/" + run.chain[0][0], "capacity")  # the first node's KV evicted: no run
+    assert store.find_run(moved, 25, (EXACT,), len(moved)) is None
