@@ -16,7 +16,8 @@ Every mode answers the same conversation: the history holds ``prefix``'s answers
 ``full``'s), so a turn's answers can be compared across modes. Each mode has its own engine, and so its own
 caches. Per turn and mode: prompt tokens, ``new_tokens`` (the prompt's tokens after the longest run it shares with
 the last turn's prompt and answer, ``prefix``'s ids), recomputed, cached and restored (``prefix_tokens``) tokens,
-TTFT, and whether the answer equals ``prefix``'s. The summary gives, from the third turn on, the most a turn
+TTFT, whether the answer equals ``prefix``'s, and the KL divergence of its first token's distribution from ``full``'s.
+The summary gives, from the third turn on, the most a turn
 recomputed beyond its new tokens (in seams), TTFT at the last turn over the second, and the answers that differ.
 """
 
@@ -78,20 +79,22 @@ class Run:
 
     def turn(self, messages: list[dict[str, Any]], before: list[int], tools: list | None = None) -> dict[str, Any]:
         """Every mode answers ``messages``; ``before`` is the last turn's prompt and answer (``prefix``'s)."""
+        from hypic_rag.fidelity import kl_divergence
+
         row: dict[str, Any] = {}
-        exact = None
-        for mode in ("prefix", "full", "hypic"):
+        outs = {}
+        for mode in MODES:
             engine = self.engines[mode]
-            out = engine.chat(
+            outs[mode] = engine.chat(
                 messages, tools=tools, mode=mode, chat_template_kwargs=self.template_kwargs, **self.kwargs
             )
+        exact = outs["prefix"]
+        ids = self.engines["prefix"].render(messages, tools, self.template_kwargs).token_ids
+        row["prompt_tokens"] = exact.stats["prompt_tokens"]
+        row["new_tokens"] = len(ids) - _common(ids, before)
+        row["_next"] = [*ids, *exact.token_ids]
+        for mode, out in outs.items():
             stats = out.stats
-            if mode == "prefix":
-                exact = out
-                ids = engine.render(messages, tools, self.template_kwargs).token_ids
-                row["prompt_tokens"] = stats["prompt_tokens"]
-                row["new_tokens"] = len(ids) - _common(ids, before)
-                row["_next"] = [*ids, *out.token_ids]
             row[mode] = {
                 "recomputed_tokens": stats["recomputed_tokens"],
                 "cached_tokens": stats["cached_tokens"],
@@ -99,6 +102,7 @@ class Run:
                 "run_tokens": stats.get("run_tokens", 0),
                 "ttft_s": round(out.ttft_s, 5),
                 "same_answer": out.token_ids == exact.token_ids,
+                "kl_to_full": float(kl_divergence(outs["full"].prompt_logits, out.prompt_logits)),
             }
         row["_answer"] = exact.text or ""
         return row
@@ -197,6 +201,7 @@ def summary(rows: list[dict[str, Any]], seam: int) -> dict[str, Any]:
                 min((r[mode]["cached_tokens"] / r["prompt_tokens"] for r in later), default=0), 3
             ),
             "answers_differ": sum(not r[mode]["same_answer"] for r in rows),
+            "mean_kl_to_full": sum(r[mode]["kl_to_full"] for r in rows) / len(rows),
         }
     return out
 
