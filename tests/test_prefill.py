@@ -225,7 +225,7 @@ def test_the_turns_after_an_inserted_document_compose_as_the_run_the_conversatio
     from hypic_rag.kernels.algebra import rerotate
 
     engine = _engine(checkpoint, kind, seam_variant=variant)
-    a, b, x = _segments([30, 41, 25], seed=8)
+    a, b, x = _segments([30, 41, 12], seed=8)
     question = Segment(token_ids=list(range(20, 32)), kind="query")
     first = engine.generate([a, b], question, mode="hypic", max_new_tokens=4)
     ran = len(first.token_ids) - (first.finish_reason == "length")
@@ -233,7 +233,7 @@ def test_the_turns_after_an_inserted_document_compose_as_the_run_the_conversatio
     follow = Segment(token_ids=[40, 41, 42, 43, 44], kind="query")
     namespaces = (composed_namespace(SEAM, variant),)
     ids = engine.build_prompt([a, x, b, turn], follow).ids
-    at = 30 + 25 + 41
+    at = 30 + 12 + 41
     old = engine.prefix_store.find_run(ids, at, namespaces, len(ids) - len(follow.token_ids))
     assert old is not None and old.length == len(turn.token_ids) and old.first == 71
     old_kv = old.kv()
@@ -241,7 +241,7 @@ def test_the_turns_after_an_inserted_document_compose_as_the_run_the_conversatio
     second = engine.generate([a, x, b, turn], follow, mode="hypic", max_new_tokens=1)
     assert second.stats["run_tokens"] == len(turn.token_ids) - SEAM
     # x was cold (filled alone), then its seam, b's, the run's and the question
-    assert second.stats["recomputed_tokens"] == 25 + 3 * SEAM + len(follow.token_ids)
+    assert second.stats["recomputed_tokens"] == 12 + 3 * SEAM + len(follow.token_ids)
     start = len(ids) - len(follow.token_ids)
     kept = engine.prefix_store.find(ids[: start + 1], namespaces)
     assert kept is not None and kept.length == start  # the state where turn 2's question began
@@ -255,9 +255,9 @@ def test_the_turns_after_an_inserted_document_compose_as_the_run_the_conversatio
         now = state.attention(i)
         order = now.positions.argsort()  # a request's KV is held in the order it was placed, each at its position
         cached = order[at + SEAM : at + old.length]  # the run's tokens after its seam
-        assert torch.equal(now.positions[cached], layer.positions[SEAM:] + 25)
+        assert torch.equal(now.positions[cached], layer.positions[SEAM:] + 12)
         assert torch.equal(now.values[0][:, cached], layer.values[0][:, SEAM:])
-        if inv_freq.numel():  # keys rotated at their positions: the conversation's, moved by x's 25 tokens
-            was = rerotate(layer.keys[0].float(), layer.shift + 25, inv_freq)[:, SEAM:]
+        if inv_freq.numel():  # keys rotated at their positions: the conversation's, moved by x's 12 tokens
+            was = rerotate(layer.keys[0].float(), layer.shift + 12, inv_freq)[:, SEAM:]
             keys = rerotate(now.keys[0].float(), now.shift, inv_freq)[:, cached]
             assert float((keys - was).abs().max()) < 1e-4

@@ -302,7 +302,8 @@ class PrefixStore:
         """The longest run of kept nodes, in one of ``namespaces``, whose edges tile ``ids`` from ``at`` to at most
         ``most``, each node held and the last one with its point; None if there is none. A run's states carry what
         came before it where it was kept, so it is found only after its chain's start and where all of that is in
-        ``ids`` before ``at``, in order (something inserted, nothing removed)."""
+        ``ids`` before ``at``, in order (something inserted, nothing removed); and they never saw what was
+        inserted, so only where that is no longer than the run."""
         if most - at < RUN_PROBE:
             return None
         data = _as_bytes(ids[:most])
@@ -318,7 +319,8 @@ class PrefixStore:
                 if context is None or not _within(context, before):
                     continue
                 path = self._longest([(key, node)], data, 8 * at + len(node.edge), budget)
-                if _tiled(path) > _tiled(best):
+                # its states forget what the prompt has before it that they never saw: at most the run's length
+                if _tiled(path) > _tiled(best) and _tiled(path) >= at - len(context):
                     best = path
         if not best:
             return None

@@ -111,7 +111,8 @@ def test_a_long_conversation_keeps_its_chain_under_a_budget_its_points_overflow(
 def test_a_stretch_of_a_kept_chain_is_found_again_later_in_a_prompt(engine):
     """After an insertion a conversation's later turns are still its nodes' edges in order: a run starts at an
     edge of at least ``RUN_PROBE`` tokens, goes on while the edges match, ends at its last node with a point, and is
-    found only where what its states carry (the tokens before it where it was kept) is all before it again."""
+    found only where what its states carry (the tokens before it where it was kept) is all before it again, with
+    no more inserted than it covers."""
     memory = ByteLRU(1 << 30, policy="lru")
     store = PrefixStore("f", memory)
     _kept(store, engine, [20, 30, 45], [EXACT, EXACT, EXACT])
@@ -127,6 +128,8 @@ def test_a_stretch_of_a_kept_chain_is_found_again_later_in_a_prompt(engine):
     assert store.find_run([7] * 5 + IDS, 5, (EXACT,), 65) is None  # a chain's start is no run: it carries nothing
     removed = IDS[:10] + IDS[20:60]  # what the run's states carry is no longer all in the prompt
     assert store.find_run(removed, 10, (EXACT,), len(removed)) is None
+    longer = IDS[:20] + [7] * 26 + IDS[20:60]  # its states would forget more than it gives
+    assert store.find_run(longer, 46, (EXACT,), len(longer)) is None
     changed = [*moved]
     changed[45] = 2  # inside the second edge: the run ends before it
     assert store.find_run(changed, 25, (EXACT,), len(changed)).length == 10
