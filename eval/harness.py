@@ -1,7 +1,8 @@
 """``hypic-rag eval``: score a workload in several modes on one model, with fidelity against ``full``.
 
 Each example's messages and tools go through ``Engine.chat`` in every mode, so the checkpoint's own
-chat template makes the prompt and every mode gets the same segments and token ids; the answer is
+chat template makes the prompt and every mode gets the same segments and token ids (a conversation's earlier
+turns are asked first, in the same mode, and each mode restores only the states it kept itself); the answer is
 what the model writes up to its end of answer (a tool call as it wrote it), scored with the
 workload's metric. For
 modes other than ``full`` it also reports KL(full ‖ mode) and top-1 agreement of the first answer
@@ -21,6 +22,7 @@ a whole forward (the column the seam comparisons read).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,19 @@ def _answer(
     return engine.chat(served, tools=ex.tools, segmentation=SEGMENTATION, **sampling)
 
 
+def _earlier_turns(engine: Engine, ex: Example, mode: str, options: dict[str, Any], max_new_tokens: int) -> None:
+    """Each mode answers an example with only the states it kept itself: the kept states are cleared first (a
+    composed mode would otherwise restore ``prefix``'s exact ones). Then a conversation's earlier turns are asked
+    in ``mode``, as a live conversation asks them, so the last turn continues the states they kept (its history
+    holds the example's own answers; the segment entries they fill stay, as a server's would)."""
+    engine.prefix_store.clear()
+    if mode == "full":
+        return
+    for k in ex.meta.get("turns", ()):
+        earlier = replace(ex, messages=ex.messages[:k])
+        _answer(engine, earlier, served_prompt(engine, earlier), mode, options, max_new_tokens)
+
+
 def prediction(engine: Engine, out: GenerationOutput) -> str:
     """The answer to score: ``out.text``, or where the model wrote a tool call, the call as it wrote it (the
     tool-call metric parses it; exact match and ROUGE read what the model wrote)."""
@@ -148,9 +163,10 @@ def evaluate(
     bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
     for ex in examples:
         served = served_prompt(engine, ex)
-        outputs = {
-            label: _answer(engine, ex, served, mode, options, max_new_tokens) for label, mode, options in variants
-        }
+        outputs = {}
+        for label, mode, options in variants:
+            _earlier_turns(engine, ex, mode, options, max_new_tokens)
+            outputs[label] = _answer(engine, ex, served, mode, options, max_new_tokens)
         full = outputs["full"].prompt_logits if "full" in outputs else None
         if full is None and kls:
             if isinstance(served, list):

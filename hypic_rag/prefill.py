@@ -59,6 +59,18 @@ def _stops(prompt: Prompt) -> list[int]:
     return [*ends, prompt.header_at] if prompt.header_at is not None else ends
 
 
+def _continued(plan: RequestPlan, found: Sequence[CachedSegment | None]) -> set[int]:
+    """The segments right after a restored state that the cache lacks (up to the first it holds): the new
+    messages of a conversation's next turn."""
+    out = set()
+    for i, (seg, entry) in enumerate(zip(plan.segments, found, strict=True)):
+        if entry is not None:
+            break
+        if seg.key is not None:
+            out.add(i)
+    return out
+
+
 def _covered(prompt: Prompt, at: int) -> int:
     """How many leading segments the first ``at`` tokens cover whole."""
     n, end = 0, 0
@@ -281,7 +293,6 @@ class PrefillProgram:
                 return None, [(seg, found[i]) for i, seg in enumerate(plan.segments) if missing(seg, found[i])], None
             plan = guarded
         missed = [i for i, seg in enumerate(plan.segments) if missing(seg, found[i])]
-        deferred = [(plan.segments[i], found[i]) for i in missed]
         made_here = set(missed).union(prefilled)  # not held before the request
         hits = depth + sum(f is not None and i not in made_here for i, f in enumerate(found))
         stats.cached_tokens = restored + sum(
@@ -289,14 +300,19 @@ class PrefillProgram:
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
             if f is not None and i not in made_here and not seg.in_context
         )
-        if deferred and self.settings.cold_policy == "parallel":
-            made = yield from self.fill_steps(deferred, chunk)
-            for i, entry in zip(missed, made, strict=True):
+        # A turn's new segments right after the state it continues run in context, exactly, under either policy:
+        # their isolated prefill would run the same tokens and a seam more. Their entries are made after the first
+        # token, as the exact policy makes them.
+        later = set(missed) if self.settings.cold_policy == "exact" else _continued(plan, found) if restored else set()
+        now = [i for i in missed if i not in later]
+        if now:
+            made = yield from self.fill_steps([(plan.segments[i], found[i]) for i in now], chunk)
+            for i, entry in zip(now, made, strict=True):
                 found[i] = entry
             # a segment the guard filled whose remainder it lacked is filled again: both count
-            filled += sum(len(seg.ids) for seg, _ in deferred)
-            deferred = []
-        for i in missed if deferred else ():  # exact policy: the misses run in context
+            filled += sum(len(plan.segments[i].ids) for i in now)
+        deferred = [(plan.segments[i], found[i]) for i in missed if i in later]
+        for i in later:  # they run in context
             found[i] = None
         stats.hit_segments, stats.miss_segments = hits, depth + len(plan.segments) - hits
         keeping = self.prefix_store.begin(state, kept) if keeps else None

@@ -9,6 +9,7 @@ import torch
 
 from hypic_rag import Engine, Segment
 from hypic_rag.assembly import install_segment, run_in_context
+from hypic_rag.cache.prefix import composed_namespace
 from hypic_rag.testing.parity import rounding_bound
 from hypic_rag.testing.synthetic import TEMPLATES
 
@@ -221,7 +222,6 @@ def test_the_turns_after_an_inserted_document_compose_as_the_run_the_conversatio
     """Turn 1 over documents a and b; then document x inserted before b: a, x and b compose, and turn 1 (its question
     and answer) is found as a run of kept nodes and composes as one segment with one seam. Its linear states after
     it are the ones the conversation had there, and its KV the conversation's moved by x's length."""
-    from hypic_rag.cache.prefix import composed_namespace
     from hypic_rag.kernels.algebra import rerotate
 
     engine = _engine(checkpoint, kind, seam_variant=variant)
@@ -261,3 +261,27 @@ def test_the_turns_after_an_inserted_document_compose_as_the_run_the_conversatio
             was = rerotate(layer.keys[0].float(), layer.shift + 12, inv_freq)[:, SEAM:]
             keys = rerotate(now.keys[0].float(), now.shift, inv_freq)[:, cached]
             assert float((keys - was).abs().max()) < 1e-4
+
+
+def test_a_turns_new_segments_after_the_state_it_continues_run_in_context_and_are_cached_after(checkpoint):
+    """Composing them would prefill the same tokens alone and add a seam: they run in context, exactly, and get
+    their entries once the first token is out (as under the exact cold policy)."""
+    engine = _engine(checkpoint, "qwen3_5_text")
+    a, b, c = _segments([30, 41, 20], seed=9)
+    first = engine.generate([a, b], QUERY, mode="hypic", max_new_tokens=1)
+    turn = Segment(token_ids=[*QUERY.token_ids])
+    follow = Segment(token_ids=[40, 41, 42, 43, 44], kind="query")
+    second = engine.generate([a, b, turn, c], follow, mode="hypic", max_new_tokens=1)
+    assert second.stats["prefix_tokens"] == 30 + 41 + len(QUERY.token_ids) and first.stats["filled_tokens"] == 71
+    assert second.stats["recomputed_tokens"] == 20 + len(follow.token_ids) and second.stats["filled_tokens"] == 0
+    key = engine.prefill_program.plan(engine.build_prompt([c], follow)).segments[0].key
+    assert key in engine.segment_store  # filled after the first token
+    # by hand: the state turn 1 kept where its query ended, then c and the question in context
+    kept = engine.prefix_store.find(engine.build_prompt([a, b], QUERY).ids + [0], (composed_namespace(SEAM, "B"),))
+    state = engine.model.new_state()
+    engine.prefix_store.restore(kept, state)
+    with torch.inference_mode():
+        run_in_context(engine.model, state, c.token_ids)
+        want = engine.prefill_program.last_logits(follow.token_ids, state)
+    ids = engine.build_prompt([a, b, turn, c], follow).ids
+    assert float((second.prompt_logits - want).abs().max()) <= rounding_bound(engine.model, torch.tensor([ids]))

@@ -24,6 +24,7 @@ recomputed beyond its new tokens (in seams), TTFT at the last turn over the seco
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import tempfile
 from collections.abc import Callable, Sequence
@@ -216,16 +217,20 @@ def model_run(
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     run = Run(path, kwargs, tokens)
+    seam = run.seam
     log(f"{name}: conversation of {turns} turns")
     conv = conversation(run, turns, log)[0]
+    del run  # each workload's three engines (and their caches) go before the next one's are loaded
+    gc.collect()
     log(f"{name}: tool loop of {steps} steps")
     loop = tool_loop(Run(path, kwargs, tokens), steps, log)
+    gc.collect()
     log(f"{name}: insertion")
     inserted = insertion(Run(path, kwargs, tokens), max(2, turns // 5), log)
     return {
-        "seam": run.seam,
-        "conversation": {"summary": summary(conv, run.seam), "turns": _clean(conv)},
-        "tool_loop": {"summary": summary(loop, run.seam), "steps": _clean(loop)},
+        "seam": seam,
+        "conversation": {"summary": summary(conv, seam), "turns": _clean(conv)},
+        "tool_loop": {"summary": summary(loop, seam), "steps": _clean(loop)},
         "insertion": inserted,
     }
 

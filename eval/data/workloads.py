@@ -1,4 +1,4 @@
-"""Five synthetic RAG and agent workloads over a fictional world, deterministic per seed.
+"""Seven synthetic RAG and agent workloads over a fictional world, deterministic per seed.
 
     make("single_doc", n=200, seed=1) -> list[Example]
 
@@ -17,6 +17,10 @@ the same people; ``longbench`` reads and writes these examples in LongBench's sc
 - ``tool_call``: 4-8 OpenAI-format tool schemas; the query needs exactly one call, whose arguments
   come from the query or a document; the answer is the call as JSON (exact match of the parsed call).
 - ``memory``: memory entries and earlier turns; the query needs one remembered fact (F1).
+- ``framework_qa``: ``single_doc`` in a framework's default prompt (F1).
+- ``conversation``: a conversation asked turn by turn: documents and a first question, more questions, a document
+  added mid-conversation, a tool call and its result; the last question asks a fact from any of them (F1). Its
+  ``meta["turns"]`` says where the earlier turns were asked: the harness asks them first, in the same mode.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from hypic_rag.segments import Segment
 
 from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
 
-WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory", "framework_qa")
+WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory", "framework_qa", "conversation")
 WORKLOAD_METRICS = {
     "single_doc": "f1",
     "multi_hop": "f1",
@@ -41,6 +45,7 @@ WORKLOAD_METRICS = {
     "tool_call": "tool_call",
     "memory": "f1",
     "framework_qa": "f1",
+    "conversation": "f1",
 }
 # The prompts RAG frameworks send by default, word for word (a test holds them to the installed libraries):
 # LlamaIndex's text-QA prompt, as a chat (its system prompt, then the context and the query in one user message)
@@ -432,6 +437,44 @@ def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     return Example(messages, [str(steps[-1][2][field_name])], "f1", tools)
 
 
+def _conversation(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+    """Documents and a first question, then more questions (each answered right in the history), a document
+    added mid-conversation with a question on it, a tool call whose result answers the next question; the
+    last question asks again a fact from any of them. ``meta["turns"]``: the message counts at which the earlier
+    questions were asked, so a harness can ask them first as a live conversation would."""
+    w = World(rng)
+    people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]) + 2)]
+    first, late, looked = people[:-2], people[-2], people[-1]
+
+    def questions(p: dict) -> list[tuple[str, str]]:
+        return [(q.format(name=p["name"]), str(p[k])) for k, q in PERSON_QUESTIONS]
+
+    messages: list[dict] = []
+    turns: list[int] = []
+    asked: list[tuple[str, str]] = []
+
+    def turn(parts: list[dict], qa: tuple[str, str]) -> None:
+        messages.append(ask(parts, qa[0]))
+        turns.append(len(messages))
+        messages.append({"role": "assistant", "content": qa[1]})
+        asked.append(qa)
+
+    pool = [qa for p in first for qa in questions(p)]
+    rng.shuffle(pool)
+    turn([part("document", _describe_person(p, rng)) for p in first], pool.pop())
+    for _ in range(rng.randint(*size["conversation"])):
+        turn([], pool.pop())
+    turn([part("document", _describe_person(late, rng))], rng.choice(questions(late)))
+    messages.append(ask([], f"Look up {looked['name']} in the employee records."))
+    turns.append(len(messages))
+    messages += tool_step("call_0", "lookup_employee", {"name": looked["name"]}, employee_record(looked))
+    turn([], rng.choice([qa for qa in questions(looked) if not qa[0].startswith("How old")]))
+    last = rng.choice([*pool, *asked])  # a fact from the first documents, the late one or the tool's result
+    messages.append(ask([], last[0]))
+    tools = copy.deepcopy([t for t in TOOLS if t["function"]["name"] == "lookup_employee"])
+    return Example(messages, [last[1]], "f1", tools, meta={"turns": turns})
+
+
 # How many documents / people / tools / turns an example draws: the workloads as specified, and a
 # small variant (fewer pieces, shorter prompts) that training uses first, where attention over a
 # short context learns to find things sooner.
@@ -442,6 +485,7 @@ SIZES = {
     "tool_call": (3, 7),
     "memory": (1, 3),
     "agent": (1, 4),
+    "conversation": (1, 3),
 }
 SMALL_SIZES = {
     "single_doc": (2, 4),
@@ -450,6 +494,7 @@ SMALL_SIZES = {
     "tool_call": (1, 3),
     "memory": (0, 1),
     "agent": (0, 2),
+    "conversation": (0, 1),
 }
 
 _MAKERS = {
@@ -459,6 +504,7 @@ _MAKERS = {
     "tool_call": _tool_call,
     "memory": _memory,
     "framework_qa": _framework_qa,
+    "conversation": _conversation,
     "agent": _agent,  # training mix and the agent loop's tests; not one of the scored workloads
 }
 

@@ -232,3 +232,25 @@ def test_eval_counts_the_answers_identical_to_full(trained):
     rows = report["results"]
     assert rows["hypic@auto:inf"]["same_answer"] == 1.0 and rows["hypic@auto:inf"]["kl"] < 1e-9
     assert "same_answer" in rows["pic"] and "same_answer" not in rows["full"]
+
+
+def test_a_conversation_asks_its_earlier_turns_first_in_each_mode_and_continues_their_states(trained, monkeypatch):
+    engine = Engine.from_pretrained(trained, min_cached_tokens=0)
+    asked: list[str] = []
+    chat = engine.chat
+
+    def counted(messages, **kwargs):
+        asked.append(kwargs["mode"])
+        return chat(messages, **kwargs)
+
+    monkeypatch.setattr(engine, "chat", counted)
+    report = evaluate(
+        engine, "conversation", ["full", "prefix", "hypic"], n=1, seed=2, max_new_tokens=4, log=lambda _: None
+    )
+    turns = len(make("conversation", 1, 2)[0].meta["turns"])
+    assert asked == ["full"] + ["prefix"] * (turns + 1) + ["hypic"] * (turns + 1)
+    results = report["results"]
+    # the last turn restores the states its earlier turns kept: prefix runs only what is new, and still equals full
+    assert results["prefix"]["recomputed_tokens"] < results["full"]["recomputed_tokens"] / 2
+    assert results["prefix"]["kl"] < 1e-6
+    assert results["hypic"]["recomputed_tokens"] < results["full"]["recomputed_tokens"]

@@ -100,7 +100,7 @@ def test_a_folder_deleted_mid_run(tmp_path, oracle):
 
     folder = tmp_path / "cache"
     reader = engine(cache_dir=folder)
-    reader.generate(segments(DOCS[:2]), QUESTION, max_new_tokens=1)
+    reader.generate(segments(DOCS[1::-1]), QUESTION, max_new_tokens=1)  # not the next prompt's beginning
     shutil.rmtree(folder)
     out = reader.generate(segments(), QUESTION, max_new_tokens=1)
     assert same(out.prompt_logits, oracle())

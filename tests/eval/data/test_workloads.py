@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -15,8 +16,9 @@ from hypic_rag.training.drills import recall_examples
 
 TAGS = {"system": "sys", "document": "doc", "tool": "tool", "memory": "mem", "turn": "turn"}
 ALL = (*WORKLOADS, "agent")
-# The workloads built of tagged parts; framework_qa is a framework's prompt in plain text (its own tests below).
-PARTS = tuple(w for w in ALL if w != "framework_qa")
+# The workloads built of tagged parts in one user message; framework_qa is a framework's prompt in plain text and
+# conversation a conversation of many messages (their own tests below).
+PARTS = tuple(w for w in ALL if w not in ("framework_qa", "conversation"))
 # sha256 of each workload's segments, query, answers and meta (``_digest``): the prompts, and so the training
 # data, must not change by a byte unless on purpose. First computed on the code that built the segments by
 # hand, before the workloads became messages; changed once since, on purpose, when a person's description
@@ -34,6 +36,8 @@ DIGESTS = {
     "memory:small": "0b7874dba65e6a7f8a4538013d1dd02bf694163d30746bb7e19770247c425825",
     "framework_qa": "815143f16c0ce34bb09dd3b04be64812951618bd3f8d77887c60c995d7744eff",
     "framework_qa:small": "4af45446ac86816953c2c905f33b84caf47d01fcccad75ef48a3a394c0014084",
+    "conversation": "644aa9976b71ba2f5df86613c67db2dd483906ae3777238ced27fde02824f964",
+    "conversation:small": "cdca27f3576b020cf3aaad0a21e03b7b9408d42946bef4b9e06926f719ea6032",
     "agent": "26dfe9d02e909b96f331a07bf055729de36bd21f79e92a7bcc539e8b400f3278",
     "agent:small": "90317acf424a2c5e9ba902767f0a3c749c2cfbf88e1f7c6f10c66509501f3b7a",
     "recall": "dfccc2355b0ad7cb9457bf62637eb32ad125fa7647fb1323ba7b98961379f609",
@@ -131,6 +135,22 @@ def test_every_answer_comes_from_the_prompt(workload):
             assert ex.answers[0] in context
         if workload == "single_doc":
             assert 4 <= len(ex.segments) <= 12
+
+
+def test_a_conversation_asks_its_turns_in_order_and_its_answer_is_in_its_history():
+    for ex in make("conversation", 50, 3):
+        rendered = render(ex)
+        kinds = [s.kind for s in rendered.segments]
+        context = "".join(s.text for s in rendered.segments)
+        assert ex.answers[0] in context and rendered.query.text == f"<q>{ex.query}</q>\n<a>"
+        turns = ex.meta["turns"]
+        assert turns == sorted(turns) and turns[-1] < len(ex.messages)
+        assert all(ex.messages[k - 1]["role"] == "user" for k in turns)  # each earlier request ends with a question
+        first_turn = kinds.index("turn")
+        assert "document" in kinds[first_turn:]  # a document added mid-conversation
+        assert "<turn>call: " in context and "result: {" in context  # a tool call and its result
+        earlier = render(replace(ex, messages=ex.messages[: turns[2]]))
+        assert rendered.text.startswith(earlier.text[: -len(earlier.query.text)])  # the history only grows
 
 
 def test_unknown_workload_and_bad_n():
