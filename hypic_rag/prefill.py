@@ -59,18 +59,6 @@ def _stops(prompt: Prompt) -> list[int]:
     return [*ends, prompt.header_at] if prompt.header_at is not None else ends
 
 
-def _continued(plan: RequestPlan, found: Sequence[CachedSegment | None]) -> set[int]:
-    """The segments right after a restored state that the cache lacks (up to the first it holds): the new
-    messages of a conversation's next turn."""
-    out = set()
-    for i, (seg, entry) in enumerate(zip(plan.segments, found, strict=True)):
-        if entry is not None:
-            break
-        if seg.key is not None:
-            out.add(i)
-    return out
-
-
 def _covered(prompt: Prompt, at: int) -> int:
     """How many leading segments the first ``at`` tokens cover whole."""
     n, end = 0, 0
@@ -300,10 +288,10 @@ class PrefillProgram:
             for i, (seg, f) in enumerate(zip(plan.segments, found, strict=True))
             if f is not None and i not in made_here and not seg.in_context
         )
-        # A turn's new segments right after the state it continues run in context, exactly, under either policy:
+        # After a restored state (a turn's new messages) the misses run in context, exactly, under either policy:
         # their isolated prefill would run the same tokens and a seam more. Their entries are made after the first
         # token, as the exact policy makes them.
-        later = set(missed) if self.settings.cold_policy == "exact" else _continued(plan, found) if restored else set()
+        later = set(missed) if self.settings.cold_policy == "exact" or restored else set()
         now = [i for i in missed if i not in later]
         if now:
             made = yield from self.fill_steps([(plan.segments[i], found[i]) for i in now], chunk)
