@@ -181,13 +181,14 @@ def _end(path: Sequence[tuple[str, PrefixNode]]) -> int:
 
 
 def _within(part: np.ndarray, whole: np.ndarray) -> bool:
-    """Whether ``part`` is a subsequence of ``whole``: its tokens in it in order, others between them."""
+    """Whether ``whole`` is ``part`` with one stretch inserted (or none): a shared beginning, then the rest of
+    ``part`` ending ``whole``. Two array comparisons, whatever the prompt's length."""
     if len(part) > len(whole):
         return False
     same = part == whole[: len(part)]
-    n = len(part) if same.all() else int(same.argmin())  # the shared beginning, at numpy's speed
-    rest = iter(whole[n:].tolist())
-    return all(any(token == t for t in rest) for token in part[n:].tolist())  # each found after the last
+    n = len(part) if same.all() else int(same.argmin())  # the shared beginning
+    rest = len(part) - n
+    return bool((part[n:] == whole[len(whole) - rest :]).all()) if rest else True
 
 
 def _tiled(path: Sequence[tuple[str, PrefixNode]]) -> int:
@@ -301,9 +302,9 @@ class PrefixStore:
     def find_run(self, ids: Sequence[int], at: int, namespaces: Sequence[str], most: int) -> Run | None:
         """The longest run of kept nodes, in one of ``namespaces``, whose edges tile ``ids`` from ``at`` to at most
         ``most``, each node held and the last one with its point; None if there is none. A run's states carry what
-        came before it where it was kept, so it is found only after its chain's start and where all of that is in
-        ``ids`` before ``at``, in order (something inserted, nothing removed); and they never saw what was
-        inserted, so only where that is no longer than the run."""
+        came before it where it was kept, so it is found only after its chain's start and where ``ids`` before
+        ``at`` are all of that with one stretch inserted (nothing removed); and they never saw what was inserted,
+        so only where that is no longer than the run."""
         if most - at < RUN_PROBE:
             return None
         data = _as_bytes(ids[:most])
