@@ -51,7 +51,7 @@ def _operator(e: LinearEntry | LinearRemainder | LinearTokens) -> Operator:
     return e.operator() if isinstance(e, LinearTokens) else e
 
 
-def _placed(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:
+def placed_state(mixer: torch.nn.Module, b: torch.Tensor, offset: int, model: HybridModel) -> torch.Tensor:
     """A cached state moved to where its segment now begins, for mixers whose state depends on it (RoPE-rotated
     keys in a linear layer: Ring-linear); the others' states are position-free."""
     place = getattr(mixer, "place_state", None)
@@ -82,7 +82,7 @@ def install_segment(model: HybridModel, state: RequestState, cached: CachedSegme
         if isinstance(op, DeltaTokens):
             s = op.apply(start)
         else:
-            s = compose_forms(forms[i], op.p[None], _placed(mixers[i], op.b, offset, model)[None], start)[0]
+            s = compose_forms(forms[i], op.p[None], placed_state(mixers[i], op.b, offset, model)[None], start)[0]
         linear[i] = (lin.conv_tail[None].to(model.dtype), s[None])
     kv = {i: (att.keys[None, :, w:], att.values[None, :, w:]) for i, att in entry.attention.items()}
     state.extend(n - w, linear, kv, shift=offset)  # keys stay at w..L-1; stitch moves them by `offset`
@@ -180,7 +180,7 @@ def fused_inputs(
             tails[i].append(found.entry.linear[i].conv_tail)
             tokens[i].append(op if isinstance(op, DeltaTokens) else None)
             if not isinstance(op, DeltaTokens):
-                ops[i].append((op.p, _placed(mixers[i], op.b, offset, model)))
+                ops[i].append((op.p, placed_state(mixers[i], op.b, offset, model)))
         for i in attention:
             att = found.entry.attention[i]
             placed[i].append((att.keys[:, w:], att.values[:, w:]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from .assembly import placed_state
 from .cache.entry import AttentionEntry, CachedSegment, LinearEntry, LinearRemainder, RemainderEntry, SegmentEntry
 from .cache.prefix import Run
 from .kernels.algebra import operator_shape, rerotate
@@ -34,10 +35,8 @@ def run_segment(model: HybridModel, run: Run, ids: tuple[int, ...], seam: int) -
     entry = SegmentEntry(ids)
     forms, mixers = model.operator_forms, model.linear_mixers()
     for layer, state in run.point.linear.items():
-        b = state.recurrent[0].float()
-        place = getattr(mixers[layer], "place_state", None)
-        if place is not None and run.first:  # a state of RoPE-rotated keys, moved as if the run began at 0
-            b = place(b, -run.first, model.inv_freq)
+        # a state of RoPE-rotated keys (Ring-linear) moved as if the run began at 0; the others are position-free
+        b = placed_state(mixers[layer], state.recurrent[0].float(), -run.first, model)
         p = torch.zeros(operator_shape(forms[layer], tuple(b.shape)), device=b.device)
         entry.linear[layer] = LinearEntry(b, p, state.conv[0])
     for layer, kv in run.kv().items():

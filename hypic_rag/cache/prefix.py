@@ -176,10 +176,6 @@ def _probe(namespace: str, edge: bytes) -> bytes:
     return namespace.encode() + b"\0" + edge[: 8 * RUN_PROBE]
 
 
-def _end(path: Sequence[tuple[str, PrefixNode]]) -> int:
-    return path[-1][1].seq_len if path else -1
-
-
 def _within(part: np.ndarray, whole: np.ndarray) -> bool:
     """Whether ``whole`` is ``part`` with one stretch inserted (or none): a shared beginning, then the rest of
     ``part`` ending ``whole``. Two array comparisons, whatever the prompt's length."""
@@ -307,22 +303,26 @@ class PrefixStore:
         so only where that is no longer than the run."""
         if most - at < RUN_PROBE:
             return None
+        # A request looks at every segment start: the prompt is converted only where an edge begins there.
+        probe = _as_bytes(ids[at : at + RUN_PROBE])
+        candidates = [k for namespace in namespaces for k in sorted(self._starts.get(_probe(namespace, probe), ()))]
+        if not candidates:
+            return None
         data = _as_bytes(ids[:most])
         before = np.asarray(ids[:at], dtype=np.int64)
         best: list[tuple[str, PrefixNode]] = []
         budget = [RUN_SEARCH]
-        for namespace in namespaces:
-            for key in sorted(self._starts.get(_probe(namespace, data[8 * at :]), ())):
-                node = self._held(key)
-                if node is None or node.parent is None or not data.startswith(node.edge, 8 * at):
-                    continue
-                context = self._context(node.parent)
-                if context is None or not _within(context, before):
-                    continue
-                path = self._longest([(key, node)], data, 8 * at + len(node.edge), budget)
-                # its states forget what the prompt has before it that they never saw: at most the run's length
-                if _tiled(path) > _tiled(best) and _tiled(path) >= at - len(context):
-                    best = path
+        for key in candidates:
+            node = self._held(key)
+            if node is None or node.parent is None or not data.startswith(node.edge, 8 * at):
+                continue
+            context = self._context(node.parent)
+            if context is None or not _within(context, before):
+                continue
+            path = self._longest([(key, node)], data, 8 * at + len(node.edge), budget)
+            # its states forget what the prompt has before it that they never saw: at most the run's length
+            if _tiled(path) > _tiled(best) and _tiled(path) >= at - len(context):
+                best = path
         if not best:
             return None
         first = best[0][1]
@@ -363,7 +363,7 @@ class PrefixStore:
             if node is None or not node.edge or not data.startswith(node.edge, at):
                 continue
             way = self._longest([*path, (key, node)], data, at + len(node.edge), budget)
-            if _end(way) > _end(best):
+            if _tiled(way) > _tiled(best):
                 best = way
         return best
 
