@@ -346,3 +346,27 @@ def test_an_unreachable_cache_tier_is_health_degraded_and_a_metric(tmp_path):
         assert 'hypic_cache_tier_up{tier="remote"} 0.0' in httpx.get(base + "/metrics", timeout=30).text
         body = {"model": MODEL, "messages": [{"role": "user", "content": "Where does Ana live?"}], "max_tokens": 2}
         assert httpx.post(base + "/v1/chat/completions", json=body, timeout=120).status_code == 200
+
+
+@pytest.mark.fleet
+def test_a_conversations_next_turn_restores_the_state_its_last_turn_kept(client):
+    """Through the official client, as a chat UI sends a conversation: each turn repeats the history, and the
+    server restores the state the last turn kept instead of composing the history again."""
+    docs = [d.replace("works", "is working") for d in DOCS]  # fresh documents: nothing cached or kept yet
+    messages = [{"role": "system", "content": "\n\n".join(docs)}]
+    turns = []
+    for question in ("Where does Ana Lee live?", "Where does Bo Ek live?", "What does Ana Lee do?"):
+        messages.append({"role": "user", "content": question})
+        out = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+        messages.append({"role": "assistant", "content": out.choices[0].message.content or ""})
+        turns.append(out)
+    first, second, third = (t.usage for t in turns)
+    assert first.prompt_tokens_details.model_extra["prefix_tokens"] == 0
+    for before, now, out in ((first, second, turns[1]), (second, third, turns[2])):
+        restored = now.prompt_tokens_details.model_extra["prefix_tokens"]
+        assert (
+            restored == out.model_extra["hypic"]["prefix_tokens"]
+            and 0 < restored <= now.prompt_tokens_details.cached_tokens
+        )
+        # it reaches past all the last turn had cached, up to where its question began
+        assert before.prompt_tokens_details.cached_tokens < restored < before.prompt_tokens
