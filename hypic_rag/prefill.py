@@ -22,6 +22,7 @@ from .entries import prefill_isolated
 from .guard import guard
 from .kernels.indices import int64
 from .model import HybridModel, RequestState
+from .model.state import StateMarks
 from .options import ADAPTIVE, COMPOSED, RequestOptions, check_mode
 from .outputs import RequestStats
 from .plan import Prompt, RequestPlan, SegmentPlan, after, plan_request, with_run
@@ -157,19 +158,6 @@ class PrefillProgram:
         logits = yield from self._in_context(prompt.ids, state, chunk)  # full: the whole prompt in context
         return Prefilled(logits, state, stats, [])
 
-    def _through(
-        self, ids: Sequence[int], state: RequestState, chunk: int | None
-    ) -> Generator[Piece, int | None, None]:
-        """Run ``ids`` after ``state`` in chunks of at most ``chunk`` tokens, each cut to what it is sent."""
-        at = 0
-        while at < len(ids):
-            take = len(ids) - at
-            if chunk is not None:
-                piece = Piece(min(take, chunk), splittable=True)
-                take = piece.runs((yield piece))
-            run_in_context(self.model, state, ids[at : at + take])
-            at += take
-
     def _in_context(
         self, ids: Sequence[int], state: RequestState, chunk: int | None
     ) -> Generator[Piece, int | None, torch.Tensor]:
@@ -196,15 +184,46 @@ class PrefillProgram:
         namespace: str,
     ) -> Generator[Piece, int | None, torch.Tensor]:
         """Run ``ids[at:]`` in context after ``state`` (which holds ``ids[:at]``), marking the state at each of
-        ``stops`` and at the end, to be kept once the request ends; the next-token logits."""
-        for stop in sorted(set(stops)):
-            if at < stop < len(ids):
-                yield from self._through(ids[at:stop], state, chunk)
-                self.prefix_store.mark(keeping, ids[:stop], state, namespace)
-                at = stop
-        logits = yield from self._in_context(ids[at:], state, chunk)
+        ``stops`` and at the end, to be kept once the request ends; the next-token logits. A forward per chunk,
+        which records the states at the stops inside it (a forward per stop would read the weights again)."""
+        stops = sorted({stop for stop in stops if at < stop < len(ids)})
+        while chunk is not None:
+            piece = Piece(min(len(ids) - at, chunk), splittable=True)
+            take = piece.runs((yield piece))
+            if at + take >= len(ids):
+                break  # the last chunk: run with the logits below
+            self._marked(ids[: at + take], at, stops, state, keeping, namespace)
+            at += take
+        logits = self._marked(ids, at, stops, state, keeping, namespace, logits=True)
         self.prefix_store.mark(keeping, ids, state, namespace)
+        assert logits is not None
         return logits
+
+    def _marked(
+        self,
+        ids: Sequence[int],
+        at: int,
+        stops: Sequence[int],
+        state: RequestState,
+        keeping: Keeping,
+        namespace: str,
+        logits: bool = False,
+    ) -> torch.Tensor | None:
+        """Run ``ids[at:]`` after ``state`` in one forward that marks the state at each of ``stops`` inside it (one
+        at ``at``: before it); the next-token logits when asked."""
+        if at in stops:
+            self.prefix_store.mark(keeping, ids[:at], state, namespace)
+        inside = tuple(stop - at for stop in stops if at < stop < len(ids))
+        marks = StateMarks(inside) if inside else None
+        tensor = int64(ids[at:], self.model.device)[None]
+        out = None
+        if logits:
+            out = self.model(tensor, state=state, logits_to_keep=1, marks=marks)[0, -1].float()
+        else:
+            self.model.hidden_states(tensor, state, marks=marks)
+        if marks is not None:
+            self.prefix_store.mark_within(keeping, ids, len(ids) - at, marks, state, namespace)
+        return out
 
     def last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
         """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
@@ -355,10 +374,10 @@ class PrefillProgram:
         namespace: str,
     ) -> Generator[Piece, int | None, tuple[torch.Tensor, int]]:
         """Assemble the segments onto ``state`` and run the query: the next-token logits and the tokens that went
-        through the model. With ``keeping``, the state is marked where the query begins (the segments and the query
-        run as two forwards), where the generation prompt begins, and at the end: under ``namespace``, or as exact
-        where nothing was composed. Without (a guarded plan, whose seams were the guard's choice for this prompt,
-        or an engine that keeps no states), one forward."""
+        through the model. With ``keeping``, the state is marked where the query begins, where the generation
+        prompt begins, and at the end: under ``namespace``, or as exact where nothing was composed; the forward
+        records the marks (``StateMarks``). Without (a guarded plan, whose seams were the guard's choice for this
+        prompt, or an engine that keeps no states), nothing is marked."""
         if keeping is None:
             if chunk is not None:
                 yield Piece(fresh_tokens(plan, found))
@@ -376,6 +395,18 @@ class PrefillProgram:
         start = len(ids) - len(plan.query)  # where the query begins
         segments = replace(plan, query=())
         fresh = fresh_tokens(segments, found)
+        stops = [prompt.header_at] if prompt.header_at is not None else []
+        if plan.segments and fresh and self.settings.fuse_forwards:  # one forward, marked in its query
+            if chunk is not None:
+                yield Piece(fresh + len(plan.query))
+            ran = fresh + len(plan.query)
+            at = sorted({stop - start + fresh for stop in [start, *stops] if start <= stop < len(ids)})
+            marks = StateMarks(tuple(at))
+            logits, _ = assemble_fused(self.model, state, plan, found, marks=marks)
+            assert logits is not None
+            self.prefix_store.mark_within(keeping, ids, ran, marks, state, namespace)
+            self.prefix_store.mark(keeping, ids, state, namespace)
+            return logits, ran
         ran = 0
         if plan.segments:
             if chunk is not None and fresh:
@@ -385,7 +416,6 @@ class PrefillProgram:
             else:
                 ran = assemble(self.model, state, segments, found)
             self.prefix_store.mark(keeping, ids[:start], state, namespace)
-        stops = [prompt.header_at] if prompt.header_at is not None else []
         logits = yield from self._keeping(ids, start, stops, state, chunk, keeping, namespace)
         return logits, ran + len(plan.query)
 

@@ -32,7 +32,7 @@ and ``src``: keep those on the CPU (reading them from the GPU is a sync per call
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -207,10 +207,11 @@ def scan_with_jumps_reference(
     return _reference(q, k, v, g, beta, initial_state, jumps, _plan(at, src, q.shape[1]), chunk_size)
 
 
-def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
+def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size, saved=None):
     """All pieces in ONE chunked pass: each piece is laid out on whole chunks (padded at its end with
     identity tokens: k = v = g = beta = 0), so its boundaries are chunk boundaries, where the pass's hook
-    applies the jumps; the per-chunk work that does not depend on the state runs batched for them all."""
+    applies the jumps; the per-chunk work that does not depend on the state runs batched for them all.
+    ``saved``, when given, gets every state the plan saves, ``[H, K, V]``, in order."""
     _, t, h, dk = k.shape
     size = _chunk_for(steps, chunk_size)
     actions: dict[int, list[tuple[int, int]]] = {}
@@ -228,7 +229,7 @@ def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
         padded[:, where] = x.float()
         return padded.transpose(1, 2)
 
-    saved: list[torch.Tensor] = []
+    saved = saved if saved is not None else []
     rows = jumps.dense_index() if jumps is not None else []
 
     def hook(c: int, state: torch.Tensor) -> None:  # state [H, K, V] (batch 1)
@@ -244,6 +245,32 @@ def _reference(q, k, v, g, beta, initial_state, jumps, steps, chunk_size):
 
     out, state = chunk_gated_delta_rule_hooked(*(laid_out(x) for x in (q, k, v, g, beta)), initial_state, size, hook)
     return out.transpose(1, 2)[:, where], state
+
+
+def scan_marked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None,
+    at: Sequence[int],
+    *,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """The gated delta rule over ``T`` tokens (shaped as for ``scan_with_jumps``, no jumps) with the state after
+    each of ``at`` (ascending, in ``[0, T)``) of them, ``[1, H, K, V]``: the pieces between them laid out on whole
+    chunks, as the jumps' pieces are, so that one chunked pass serves them all (a pass per piece pays its fixed
+    cost again)."""
+    _check(q, k, v, g, beta, initial_state, None, chunk_size)
+    t, shape = q.shape[1], (1, q.shape[2], q.shape[3], v.shape[3])
+    if list(at) != sorted(set(at)) or any(not 0 <= m < t for m in at):
+        raise ValueError(f"the marks {list(at)} must be ascending, in [0, {t})")
+    cuts = [0, *at, t]
+    steps = [(lo, hi, -1, _SAVE if hi < t else 0) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+    saved: list[torch.Tensor] = []
+    out, state = _reference(q, k, v, g, beta, initial_state, None, steps, chunk_size, saved)
+    return out, state, [s.view(shape) for s in saved]
 
 
 def scan_with_jumps(

@@ -70,6 +70,20 @@ def test_fused_equals_per_segment_warm_and_reordered(checkpoint, kind, variant, 
     assert (b - full).abs().max() <= rounding_bound(fused.model, prompt)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_state_a_fused_forward_marks_is_the_one_the_reference_path_keeps(checkpoint, kind):
+    """A composed request keeps the state where its query begins, recorded inside its one forward: a later
+    request over the same segments restores it and answers as from the per-segment path's kept state."""
+    fused, reference = _pair(checkpoint(kind))
+    segs = _segments([30, 25, 40], seed=11)
+    for engine in (fused, reference):
+        engine.generate(segs[::-1], _query(), max_new_tokens=1)  # an entry for every segment
+        engine.generate(segs, _query(), max_new_tokens=1, seam=8)  # composed: keeps where its query begins
+    a, b, sa, sb = _both(fused, reference, segs, _query(seed=5), seam=8)
+    assert sa["prefix_tokens"] == sb["prefix_tokens"] == 95
+    assert (a - b).abs().max() < TOL
+
+
 @pytest.mark.parametrize("kind", ["qwen3_5_text", "nemotron_h"])
 @pytest.mark.parametrize("variant", ["A", "B"])
 def test_fused_with_misses_and_in_context_stretches_between_cached_segments(checkpoint, kind, variant):
@@ -124,8 +138,12 @@ def test_the_fused_path_is_one_forward(checkpoint, monkeypatch):
 
     monkeypatch.setattr(fused.model, "hidden_states", counted)
     out = fused.generate(segs, q, max_new_tokens=1, seam=8)
-    # the seams, then the query: the state where the query begins is kept for a later prompt that begins there
-    assert calls == [3 * 8, len(q.token_ids)] and out.stats["recomputed_tokens"] == sum(calls)
+    # the seams and the query together, the forward recording the state where the query begins (kept for a later
+    # prompt that begins there)
+    assert calls == [3 * 8 + len(q.token_ids)] and out.stats["recomputed_tokens"] == sum(calls)
+    calls[:] = []
+    again = fused.generate(segs, _query(seed=5), max_new_tokens=1, seam=8)
+    assert again.stats["prefix_tokens"] == 4 * 20 and calls == [again.stats["recomputed_tokens"]]
     fused.keep_states, calls[:] = False, []
     out = fused.generate(segs[1:] + segs[:1], q, max_new_tokens=1, seam=8)
     assert calls == [3 * 8 + len(q.token_ids)] and out.stats["recomputed_tokens"] == calls[0]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..model.state import AttentionLayerKV, LinearLayerState, RequestState
+from ..model.state import AttentionLayerKV, LinearLayerState, RequestState, StateMarks
 from .lru import ByteLRU, Space, memory_space
 
 EXACT = "exact"
@@ -393,9 +393,24 @@ class PrefixStore:
         its KV cut from the request's buffers then (they only grow), so no KV is copied while the prompt runs."""
         if len(ids) != state.seq_len:
             raise ValueError(f"a state of {state.seq_len} tokens kept under {len(ids)} ids")
+        self._note(keeping, Mark(tuple(ids), namespace, _linear(state, copy=True), _sizes(state)))
+
+    def mark_within(
+        self, keeping: Keeping, ids: Sequence[int], ran: int, marks: StateMarks, state: RequestState, namespace: str
+    ) -> None:
+        """Note the states a forward of the last ``ran`` tokens recorded at ``marks`` (``state``, after it, holds
+        ``ids``): what ``mark`` would have noted had the forward been cut there."""
+        if len(ids) != state.seq_len or not 0 < ran <= len(ids):
+            raise ValueError(f"a forward of {ran} tokens ending at {state.seq_len} kept under {len(ids)} ids")
+        start, sizes = len(ids) - ran, _sizes(state)
+        for at, linear in zip(marks.at, marks.linear(state.linear_layer_ids), strict=True):
+            before = {i: n - (ran - at) for i, n in sizes.items()}
+            self._note(keeping, Mark(tuple(ids[: start + at]), namespace, linear, before))
+
+    def _note(self, keeping: Keeping, mark: Mark) -> None:
         last = keeping.marks[-1].length if keeping.marks else keeping.base.length if keeping.base else 0
-        if state.seq_len > last:
-            keeping.marks.append(Mark(tuple(ids), namespace, _linear(state, copy=True), _sizes(state)))
+        if mark.length > last:
+            keeping.marks.append(mark)
 
     def keep(self, keeping: Keeping, state: RequestState, ids: Sequence[int] | None = None) -> Kept | None:
         """Keep ``keeping``'s marks as nodes, each after the one before (the first after its base), cutting their KV

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .state import RequestState, SegmentJumps, TransitionCapture
+from .state import RequestState, SegmentJumps, StateMarks, TransitionCapture
 
 if TYPE_CHECKING:
     from .batch import BatchState
@@ -22,7 +22,8 @@ class Forward:
     cache); ``pad_mask`` ``[B, T]`` the real tokens of left-padded rows; ``capture`` records the linear layers'
     segment operators of a zero-start forward; ``jumps`` the cached segments a fused forward skips between its
     tokens; ``embeds`` ``[B, T, H]`` the pass's tokens as the first layer received them (Zamba2's shared
-    attention reads them beside the hidden states)."""
+    attention reads them beside the hidden states); ``marks`` where the linear layers of a forward run in context
+    record their states."""
 
     positions: torch.Tensor
     rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -31,3 +32,4 @@ class Forward:
     capture: TransitionCapture | None = None
     jumps: SegmentJumps | None = None
     embeds: torch.Tensor | None = None
+    marks: StateMarks | None = None

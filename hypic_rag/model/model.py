@@ -15,7 +15,7 @@ from .context import Forward
 from .families import family_of
 from .family import Family
 from .linear import Linear, LMHead
-from .state import RequestState, SegmentJumps, TransitionCapture
+from .state import RequestState, SegmentJumps, StateMarks, TransitionCapture
 
 
 class Backbone(nn.Module):
@@ -108,12 +108,14 @@ class HybridModel(nn.Module):
         capture: TransitionCapture | None = None,
         jumps: SegmentJumps | None = None,
         through_layer: int | None = None,
+        marks: StateMarks | None = None,
     ) -> torch.Tensor:
         """Final-norm hidden states ``[B, T, H]``; ``pad_mask [B, T]`` marks real tokens of left-padded
         rows; ``capture`` records the linear layers' segment operators of a zero-start forward;
         ``jumps`` skips over cached segments between the tokens of a fused forward (whose ``positions``
         then say where each token sits). ``through_layer`` stops after that layer (a probe of the first
-        layers: the residual stream there, and ``state`` left partly written, for a throwaway state)."""
+        layers: the residual stream there, and ``state`` left partly written, for a throwaway state). ``marks``
+        get the linear layers' states where they say, in a forward run in context."""
         start = state.seq_len if state is not None else 0
         self.check_input_ids(input_ids, start)
         t = input_ids.shape[1]
@@ -128,7 +130,7 @@ class HybridModel(nn.Module):
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier
         rope = (*rope_cos_sin(self.inv_freq, positions, x.dtype), self.inv_freq)
-        ctx = Forward(positions, rope, state, pad_mask, capture, jumps, embeds=x)
+        ctx = Forward(positions, rope, state, pad_mask, capture, jumps, embeds=x, marks=marks)
         for i, layer in enumerate(layers):
             x = layer(x, ctx)
             if i == through_layer:
@@ -167,9 +169,10 @@ class HybridModel(nn.Module):
         logits_to_keep: int = 0,
         pad_mask: torch.Tensor | None = None,
         jumps: SegmentJumps | None = None,
+        marks: StateMarks | None = None,
     ) -> torch.Tensor:
         """Logits for every token, or for the last ``logits_to_keep`` when it is positive."""
-        h = self.hidden_states(input_ids, state, positions, pad_mask, jumps=jumps)
+        h = self.hidden_states(input_ids, state, positions, pad_mask, jumps=jumps, marks=marks)
         if logits_to_keep > 0:
             h = h[:, -logits_to_keep:]
         logits = self.lm_head(h)

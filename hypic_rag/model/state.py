@@ -73,6 +73,48 @@ class SegmentJumps:
     tokens: dict[int, tuple[DeltaTokens | None, ...]] = field(default_factory=dict)
 
 
+@dataclass
+class StateMarks:
+    """Passed to a forward: ``at`` the positions (after that many of its tokens, each in ``(0, T)``, ascending)
+    where each linear layer records its state, so that a request keeping its state where its query and its
+    generation prompt begin runs one forward, not one per mark. In a fused forward (``SegmentJumps``) they lie
+    after its last jump (in the query), and the state there is the one after the jumps. Attention layers record
+    nothing: their KV there is a prefix of the buffer. A mixer records its conv tail (``conv``) and its
+    recurrent state (``recurrent``), one per mark; one with neither records an empty tensor, so that a mixer
+    that does not record at all is found (``linear``)."""
+
+    at: tuple[int, ...]
+    conv: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    recurrent: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+
+    def pieces(self, tokens: int, start: int = 0) -> list[tuple[int, int]]:
+        """The forward's tokens from ``start`` (where its jumps end) cut at the marks: ``(lo, hi)`` spans, each but
+        the last ending at a mark (empty where a mark is at ``start``)."""
+        if any(not 0 < m < tokens for m in self.at) or list(self.at) != sorted(set(self.at)):
+            raise ValueError(f"marks {self.at} must be ascending positions inside a forward of {tokens} tokens")
+        if self.at[0] < start:
+            raise ValueError(f"marks {self.at} must lie after the forward's last jump, at {start}")
+        cuts = [start, *self.at, tokens]
+        return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+    def after(self, jumps: torch.Tensor) -> int:
+        """Where the state is recorded from in a forward with these jumps (``SegmentJumps.at``): the first mark,
+        which must lie after the last of them."""
+        last = int(jumps[-1]) if jumps.numel() else 0
+        if self.at[0] < last:
+            raise ValueError(f"marks {self.at} must lie after the forward's last jump, at {last}")
+        return self.at[0]
+
+    def linear(self, layers: list[int]) -> list[dict[int, LinearLayerState]]:
+        """Per mark, each of ``layers``' state there."""
+        for i in layers:
+            if len(self.conv.get(i, ())) != len(self.at) or len(self.recurrent.get(i, ())) != len(self.at):
+                raise ValueError(f"linear layer {i} recorded no state at the marks {self.at}")
+        return [
+            {i: LinearLayerState(self.conv[i][j], self.recurrent[i][j]) for i in layers} for j in range(len(self.at))
+        ]
+
+
 class _KVBuffer:
     """One attention layer's K, V, positions and owed rotations, in tensors with room to grow."""
 

@@ -11,7 +11,7 @@ import torch
 from hypic_rag.kernels.algebra import transition
 from hypic_rag.kernels.backend import HAS_TRITON
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
-from hypic_rag.kernels.scan import Jumps, _chunk_for, _plan, scan_with_jumps, scan_with_jumps_reference
+from hypic_rag.kernels.scan import Jumps, _chunk_for, _plan, scan_marked, scan_with_jumps, scan_with_jumps_reference
 
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="needs triton"))]
 TOL = 1e-4
@@ -301,3 +301,20 @@ def test_segments_kept_as_their_tokens_jump_as_their_dense_operators(backend):
     _assert_close(scan_with_jumps(*x, s0, mixed, backend=backend), _oracle(*x, s0, all_dense))
     with pytest.raises(ValueError, match="jumps.p must be"):
         scan_with_jumps(*x, s0, Jumps(dense.at, dense.src, dense.p, dense.b, tuple(kept)), backend=backend)
+
+
+@pytest.mark.parametrize("at", [[0], [5], [1, 70, 71], [0, 33, 99]])
+def test_marks_record_the_state_the_recurrence_has_there(at):
+    """One pass over the pieces between the marks: the outputs and end state of the plain rule, and at each
+    mark the state after that many tokens."""
+    q, k, v, g, beta = _tokens(100, seed=3)
+    s0 = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(4))
+    out, end, states = scan_marked(q, k, v, g, beta, s0, at)
+    want_out, want_end = _oracle(q, k, v, g, beta, s0)
+    assert (out - want_out).abs().max() < TOL and (end - want_end).abs().max() < TOL
+    for m, state in zip(at, states, strict=True):
+        there = _oracle(*(x[:, :m] for x in (q, k, v, g, beta)), s0)[1] if m else s0
+        assert state.shape == (1, 2, 16, 8) and (state - there).abs().max() < TOL, m
+    for bad in ([100], [7, 7], [9, 3], [-1]):
+        with pytest.raises(ValueError, match="must be ascending"):
+            scan_marked(q, k, v, g, beta, s0, bad)

@@ -6,12 +6,13 @@ recurrent state does; inside a fused forward, each cached segment replaces it wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 if TYPE_CHECKING:
-    from ..state import SegmentJumps
+    from ..state import SegmentJumps, StateMarks
 
 
 def causal_conv(
@@ -81,9 +82,26 @@ def request_conv(
     bias: torch.Tensor | None,
     jumps: SegmentJumps | None,
     layer_idx: int,
+    marks: StateMarks | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A linear layer's conv in a forward: plain after ``tail``, or across the cached segments of a fused
-    forward (``jumps``, whose ``linear[layer_idx]`` holds their tails)."""
+    forward (``jumps``, whose ``linear[layer_idx]`` holds their tails); ``marks`` get the tail at each of theirs."""
     if jumps is None:
+        if marks is not None:
+            marks.conv[layer_idx] = tails_at(mixed, tail, weight.shape[-1] - 1, marks.at)
         return causal_conv(mixed, tail, weight, bias)
-    return causal_conv_across(mixed, tail, weight, bias, jumps.at, jumps.linear[layer_idx][2])
+    tails = jumps.linear[layer_idx][2]
+    if marks is not None:  # after the last jump: its segment's tail, then fresh tokens
+        last = int(jumps.at[-1])
+        history = tails[-1][None].expand(mixed.shape[0], -1, -1)
+        marks.after(jumps.at)
+        marks.conv[layer_idx] = tails_at(mixed[:, last:], history, weight.shape[-1] - 1, [m - last for m in marks.at])
+    return causal_conv_across(mixed, tail, weight, bias, jumps.at, tails)
+
+
+def tails_at(mixed: torch.Tensor, tail: torch.Tensor | None, k1: int, at: Sequence[int]) -> list[torch.Tensor]:
+    """The conv history ``[B, C, k1]`` after each of ``at`` of ``mixed [B, T, C]``'s tokens, ``tail`` before them."""
+    b, _, c = mixed.shape
+    history = tail.to(mixed.dtype) if tail is not None else mixed.new_zeros(b, c, k1)
+    full = torch.cat((history.transpose(1, 2), mixed), dim=1)
+    return [full[:, m : m + k1].transpose(1, 2).clone(memory_format=torch.contiguous_format) for m in at]

@@ -15,12 +15,13 @@ from torch import nn
 
 from hypic_rag.kernels.algebra import DENSE, split_transition
 from hypic_rag.kernels.delta_rule import chunk_gated_delta_rule, l2norm, recurrent_gated_delta_rule
-from hypic_rag.kernels.scan import Jumps, scan_with_jumps
+from hypic_rag.kernels.scan import Jumps, scan_marked, scan_with_jumps
 
 from ..config import HybridConfig
 from ..context import Forward
 from ..layers import GatedRMSNorm
 from ..linear import Linear
+from ..state import StateMarks
 from .conv import request_conv
 
 
@@ -64,6 +65,24 @@ class GatedDeltaNet(nn.Module):
         heads = self.num_v_heads
         return {"keys": (self.num_k_heads, self.dk), "values": (heads, self.dv), "gates": (heads, 2)}
 
+    def _marked(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        s0: torch.Tensor | None,
+        marks: StateMarks,
+        start: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rule over the tokens from ``start`` (``s0`` the state there) in one chunked pass that records the
+        state at each of ``marks``."""
+        cuts = [hi - start for _, hi in marks.pieces(q.shape[1], start)[:-1]]
+        out, state, states = scan_marked(*(y[:, start:] for y in (q, k, v, g, beta)), s0, cuts)
+        marks.recurrent[self.layer_idx] = states
+        return out, state
+
     def forward(self, x: torch.Tensor, ctx: Forward) -> torch.Tensor:
         """``pad_mask [B, T]`` is True for real tokens. Padding is made an exact identity for the state
         (zero input and zero decay), so left-padded rows end in the state of their real tokens.
@@ -76,7 +95,9 @@ class GatedDeltaNet(nn.Module):
         layer = state.linear(self.layer_idx) if state is not None else None
         ops = jumps.linear[self.layer_idx] if jumps is not None else None
         tail = layer.conv if layer else None
-        mixed, tail = request_conv(self.in_proj_qkv(x), tail, self.conv1d.weight[:, 0, :], None, jumps, self.layer_idx)
+        mixed, tail = request_conv(
+            self.in_proj_qkv(x), tail, self.conv1d.weight[:, 0, :], None, jumps, self.layer_idx, ctx.marks
+        )
         mixed = F.silu(mixed)
         q, k, v = mixed.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
         z = self.in_proj_z(x)
@@ -99,7 +120,12 @@ class GatedDeltaNet(nn.Module):
         s0 = layer.recurrent if layer is not None else None
         if ops is not None:
             kept = jumps.tokens.get(self.layer_idx)
-            out, s_end = scan_with_jumps(q, k, v, g, beta, s0, Jumps(jumps.at, jumps.src, *ops[:2], kept))
+            upto = ctx.marks.after(jumps.at) if ctx.marks is not None else t
+            ahead = (y[:, :upto] for y in (q, k, v, g, beta))
+            out, s_end = scan_with_jumps(*ahead, s0, Jumps(jumps.at, jumps.src, *ops[:2], kept))
+            if ctx.marks is not None:  # the query after the jumps, cut at the marks
+                rest, s_end = self._marked(q, k, v, g, beta, s_end, ctx.marks, upto)
+                out = torch.cat((out, rest), dim=1)
         elif capture is not None:
             if s0 is not None:
                 raise ValueError("transitions are captured from a zero start only")
@@ -107,6 +133,8 @@ class GatedDeltaNet(nn.Module):
             out, s_end = split.out, split.state
             capture.operators[self.layer_idx] = replace(split, out=None)
             capture.inputs[self.layer_idx] = (k[:, :, ::rep], v, g, beta)  # keys per key head, as kept
+        elif ctx.marks is not None:
+            out, s_end = self._marked(q, k, v, g, beta, s0, ctx.marks)
         else:
             q, k, v, g, beta = (y.transpose(1, 2) for y in (q, k, v, g, beta))
             if s0 is not None and t == 1:

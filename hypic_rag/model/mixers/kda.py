@@ -83,7 +83,7 @@ class DeltaAttentionBase(nn.Module):
         layer = state.linear(self.layer_idx) if state is not None else None
         mixed = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
         tail = layer.conv if layer else None
-        mixed, tail = request_conv(mixed, tail, self.conv1d.weight[:, 0, :], None, jumps, self.layer_idx)
+        mixed, tail = request_conv(mixed, tail, self.conv1d.weight[:, 0, :], None, jumps, self.layer_idx, ctx.marks)
         q, k, v = (y.reshape(b, t, self.heads, self.dim) for y in F.silu(mixed).chunk(3, dim=-1))
         g = self.decay(x)
         beta = torch.sigmoid(self.b_proj(x).float())
@@ -101,6 +101,7 @@ class DeltaAttentionBase(nn.Module):
             lambda rest_start: kda_split_transition(q, k, v, g, beta, rest_start),
             capture,
             jumps,
+            ctx.marks,
         )
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)

@@ -28,7 +28,7 @@ from ..config import HybridConfig
 from ..context import Forward
 from ..layers import PlainRMSNorm
 from ..linear import Linear
-from ..state import RequestState, SegmentJumps, TransitionCapture
+from ..state import RequestState, SegmentJumps, StateMarks, TransitionCapture
 from .recurrence import run_recurrence
 
 
@@ -49,6 +49,7 @@ def lightning(
     state: RequestState | None,
     capture: TransitionCapture | None,
     jumps: SegmentJumps | None,
+    marks: StateMarks | None = None,
 ) -> torch.Tensor:
     """The Lightning recurrence (``q, k, v [B, T, H, D]``) on the SSD scan, in whichever way the forward runs
     it; updates the request's state; returns the outputs fp32. Padding (``pad_mask`` False) is an exact
@@ -70,7 +71,10 @@ def lightning(
         lambda rest_start: ssd_split_transition(v, dt, log_decay, k, q, rest_start),
         capture,
         jumps,
+        marks,
     )
+    if marks is not None:  # no conv: empty tails
+        marks.conv[layer_idx] = [v.new_zeros(b, 0, 0)] * len(marks.at)
     if state is not None:
         state.set_linear(layer_idx, v.new_zeros(b, 0, 0), end)  # no conv: an empty tail
     return y
@@ -107,7 +111,7 @@ class LightningAttention(nn.Module):
         b, t, _ = x.shape
         qkv = torch.nn.functional.silu(self.qkv_proj(x)).view(b, t, self.heads, 3 * self.head_dim)
         q, k, v = qkv.split(self.head_dim, dim=-1)
-        y = lightning(self.layer_idx, q, k, v, pad_mask, self.log_decay(x.device), state, capture, jumps)
+        y = lightning(self.layer_idx, q, k, v, pad_mask, self.log_decay(x.device), state, capture, jumps, ctx.marks)
         out = self.norm(y.reshape(b, t, -1).to(x.dtype))
         return self.out_proj(torch.sigmoid(self.output_gate(x)) * out)
 
@@ -196,6 +200,6 @@ class RingLightningAttention(nn.Module):
         if self.rotary:  # ``linear_rope`` (default true): the Lightning keys rotate as the softmax ones do
             q, k = (apply_rope(y.transpose(1, 2), cos, sin).transpose(1, 2) for y in (q, k))
         q = q * self.head_dim**-0.5
-        y = lightning(self.layer_idx, q, k, v, pad_mask, self.log_decay(x.device), state, capture, jumps)
+        y = lightning(self.layer_idx, q, k, v, pad_mask, self.log_decay(x.device), state, capture, jumps, ctx.marks)
         out = self.g_norm(y.reshape(b, t, -1).to(x.dtype))
         return self.dense(out * torch.sigmoid(self.g_proj(x)))

@@ -60,7 +60,9 @@ class Mamba1Mixer(nn.Module):
         if pad_mask is not None:
             xs = torch.where(pad_mask[..., None], xs, 0.0)
         tail = layer.conv if layer else None
-        xs, tail = request_conv(xs, tail, self.conv1d.weight[:, 0, :], self.conv1d.bias, jumps, self.layer_idx)
+        xs, tail = request_conv(
+            xs, tail, self.conv1d.weight[:, 0, :], self.conv1d.bias, jumps, self.layer_idx, ctx.marks
+        )
         xs = F.silu(xs)
         dt, bm, cm = self.x_proj(xs).split((self.rank, self.state_size, self.state_size), dim=-1)
         dt = F.softplus(F.linear(self.dt_layernorm(dt), self.dt_proj.weight).float() + self.dt_proj.bias.float())
@@ -84,6 +86,7 @@ class Mamba1Mixer(nn.Module):
             lambda rest_start: selective_split_transition(xs, dt, a, bm, cm, rest_start),
             capture,
             jumps,
+            ctx.marks,
         )
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)

@@ -88,7 +88,9 @@ class Mamba2Mixer(nn.Module):
         if pad_mask is not None:  # a projection bias must not reach the conv from padding
             xbc = torch.where(pad_mask[..., None], xbc, 0.0)
         tail = layer.conv if layer else None
-        xbc, tail = request_conv(xbc, tail, self.conv1d.weight[:, 0, :], self.conv1d.bias, jumps, self.layer_idx)
+        xbc, tail = request_conv(
+            xbc, tail, self.conv1d.weight[:, 0, :], self.conv1d.bias, jumps, self.layer_idx, ctx.marks
+        )
         xbc = F.silu(xbc)
         xs, bm, cm = xbc.split((self.inner, self.groups * self.state_size, self.groups * self.state_size), dim=-1)
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(min=self.dt_min, max=self.dt_max)
@@ -110,6 +112,7 @@ class Mamba2Mixer(nn.Module):
             lambda rest_start: ssd_split_transition(xs, dt, a, bm, cm, rest_start),
             capture,
             jumps,
+            ctx.marks,
         )
         if state is not None:
             state.set_linear(self.layer_idx, tail, s_end)

@@ -46,8 +46,10 @@ class ShortConv(nn.Module):
         if pad_mask is not None:
             u = torch.where(pad_mask[..., None], u, 0.0)
         tail = layer.conv if layer else None
-        mixed, tail = request_conv(u, tail, self.conv.weight[:, 0, :], self.conv.bias, jumps, self.layer_idx)
+        mixed, tail = request_conv(u, tail, self.conv.weight[:, 0, :], self.conv.bias, jumps, self.layer_idx, ctx.marks)
         empty = x.new_zeros(b, 0, dtype=torch.float32)
+        if ctx.marks is not None:  # no recurrence: the conv tail is its whole state
+            ctx.marks.recurrent[self.layer_idx] = [empty] * len(ctx.marks.at)
         if capture is not None:
             rest = empty if bool((capture.rest_start < x.shape[1]).any()) else None
             capture.operators[self.layer_idx] = SplitTransition(empty, empty, None, rest, rest)
