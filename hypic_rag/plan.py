@@ -100,6 +100,25 @@ def after(plan: RequestPlan, at: int) -> tuple[RequestPlan, int]:
     return replace(plan, segments=[], query=plan.query[at - offset :]), len(plan.segments)
 
 
+# A cached segment its seam leaves less than this many seams' worth of is run whole after a restored state.
+SHORT_SEAMS = 4
+
+
+def short_in_context(plan: RequestPlan, held: Sequence[bool]) -> RequestPlan:
+    """``plan`` with each cached segment (``held``) that is shorter than ``SHORT_SEAMS`` of its seams run whole in
+    context. After a restored state (a conversation's new turn) what is added runs exactly; composing a short
+    message that recurs would save a few tokens for a jump over it, which on a small model costs more than they
+    do, and for an approximation the exact run does not make. A long one (a document added to the history)
+    still composes."""
+    segments = [
+        replace(seg, seam=len(seg.ids), remainder=0)
+        if cached and seg.key is not None and 0 < seg.seam and len(seg.ids) < SHORT_SEAMS * seg.seam
+        else seg
+        for seg, cached in zip(plan.segments, held, strict=True)
+    ]
+    return replace(plan, segments=segments)
+
+
 def with_run(plan: RequestPlan, first: int, length: int, key: str, opens: bool) -> tuple[RequestPlan, int, bool]:
     """``plan`` with a run of ``length`` kept tokens (``key``) in place of its segments from ``first`` on: one cached
     segment with the plan's seam (none where it ``opens`` the prompt, or in ``pic``), and the segment the run ends

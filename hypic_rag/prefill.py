@@ -25,7 +25,7 @@ from .model import HybridModel, RequestState
 from .model.state import StateMarks
 from .options import ADAPTIVE, COMPOSED, RequestOptions, check_mode
 from .outputs import RequestStats
-from .plan import Prompt, RequestPlan, SegmentPlan, after, plan_request, with_run
+from .plan import Prompt, RequestPlan, SegmentPlan, after, plan_request, short_in_context, with_run
 from .runs import RUN_KEY, run_segment
 from .settings import PrefillSettings
 
@@ -290,6 +290,8 @@ class PrefillProgram:
         found = self.lookup(plan, kinds)
         if keeps:
             plan, found, stats.run_tokens = self._runs(prompt.ids, plan, found, restored, readable)
+        if restored:
+            plan = short_in_context(plan, [f is not None for f in found])
         prefilled: list[int] = []  # misses the guard filled before its probes (auto)
         filled = 0  # tokens run in isolation to make entries; the guard's fills count whatever it chose
         if guarded_plan:

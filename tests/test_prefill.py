@@ -38,14 +38,14 @@ def _bound(engine: Engine, segs) -> float:
 @pytest.mark.parametrize("fused", [True, False])
 def test_a_composed_request_restores_the_cached_prefix_and_composes_the_rest_onto_it(checkpoint, kind, fused):
     engine = _engine(checkpoint, kind, fuse_forwards=fused)
-    segs = _segments([30, 41, 26, 35])
+    segs = _segments([30, 41, 36, 35])  # each long enough to compose after a restored state
     engine.generate(segs[:2], QUERY, mode="prefix", max_new_tokens=1)  # the exact prefix: segs 0 and 1
     engine.generate(segs[:1:-1], QUERY, mode="hypic", max_new_tokens=1)  # entries for segs 2 and 3
     out = engine.generate(segs, QUERY, mode="hypic", max_new_tokens=1)
     stats = out.stats
     assert stats["prefix_segments"] == 2 and stats["hit_segments"] == 4 and stats["miss_segments"] == 0
     assert stats["recomputed_tokens"] == 2 * SEAM + len(QUERY.token_ids)  # the two seams after it and the query
-    assert stats["cached_tokens"] == 30 + 41 + 26 + 35 - 2 * SEAM == stats["prompt_tokens"] - stats["recomputed_tokens"]
+    assert stats["cached_tokens"] == 30 + 41 + 36 + 35 - 2 * SEAM == stats["prompt_tokens"] - stats["recomputed_tokens"]
     # The same by hand: the two leading segments run exactly, each later one's seam in their context, its
     # cached rest composed onto the state after it.
     model, program = engine.model, engine.prefill_program
@@ -56,6 +56,29 @@ def test_a_composed_request_restores_the_cached_prefix_and_composes_the_rest_ont
         for seg, found in zip(plan.segments[2:], program.lookup(plan)[2:], strict=True):
             assert seg.seam == SEAM and found is not None
             install_segment(model, state, found, seg.seam, plan.variant)
+        want = program.last_logits(QUERY.token_ids, state)
+    assert float((out.prompt_logits - want).abs().max()) <= _bound(engine, segs)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_after_a_restored_prefix_a_short_cached_segment_runs_whole_in_context(checkpoint, kind):
+    """A cached segment shorter than ``SHORT_SEAMS`` of its seams (a message that recurs) runs exactly after a
+    restored state: a hit, none of it composed; a long one after it still composes."""
+    engine = _engine(checkpoint, kind)
+    segs = _segments([30, 41, 20, 40], seed=12)
+    engine.generate(segs[:2], QUERY, mode="prefix", max_new_tokens=1)
+    engine.generate(segs[:1:-1], QUERY, mode="hypic", max_new_tokens=1)  # entries for the short and the long one
+    out = engine.generate(segs, QUERY, mode="hypic", max_new_tokens=1)
+    stats = out.stats
+    assert stats["prefix_segments"] == 2 and stats["hit_segments"] == 4 and stats["miss_segments"] == 0
+    assert stats["recomputed_tokens"] == 20 + SEAM + len(QUERY.token_ids)
+    assert stats["cached_tokens"] == 30 + 41 + 40 - SEAM
+    model, program = engine.model, engine.prefill_program
+    state = model.new_state()
+    with torch.inference_mode():
+        run_in_context(model, state, [i for seg in segs[:3] for i in seg.token_ids])
+        plan = program.plan(engine.build_prompt(segs, QUERY), "hypic")
+        install_segment(model, state, program.lookup(plan)[3], SEAM, plan.variant)
         want = program.last_logits(QUERY.token_ids, state)
     assert float((out.prompt_logits - want).abs().max()) <= _bound(engine, segs)
 
@@ -86,7 +109,7 @@ def test_a_prompt_the_prefix_store_holds_whole_runs_only_its_query_as_prefix_doe
 def test_reordered_documents_still_hit_their_entries(checkpoint):
     """The prefix stops at the first segment that moved; every segment after it is composed as before."""
     engine = _engine(checkpoint, "qwen3_5_text")
-    segs = _segments([30, 41, 26], seed=3)
+    segs = _segments([30, 41, 36], seed=3)
     engine.generate(segs, QUERY, mode="prefix", max_new_tokens=1)
     cold = engine.generate(segs[::-1], QUERY, mode="hypic", max_new_tokens=1)  # no prefix: entries for all three
     assert cold.stats["prefix_segments"] == 0 and cold.stats["miss_segments"] == 3
