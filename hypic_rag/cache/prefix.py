@@ -374,14 +374,16 @@ class PrefixStore:
             key, at = at, node.parent
         return key
 
-    def _uses(self, kept: Kept, count: bool = False) -> None:
+    def _uses(self, kept: Kept, count: bool = False, since: int = 0, worth: int = 0) -> None:
         """A restore of ``kept`` (``count``: one lookup of its conversation), or a node kept after it, is a use of
-        every node of its chain, each then worth what the whole chain saves."""
+        every node of its chain from ``since`` (those before it used already by the same request), each then worth
+        what the whole chain saves (``worth``: the longer chain a request is about to keep after it)."""
         root = _root(kept)
         if count:
             self._nodes.note(root)
-        for key, node in kept.chain:
-            node.saves = max(node.saves, kept.length)
+        worth = max(worth, kept.length)
+        for key, node in kept.chain[since:]:
+            node.saves = max(node.saves, worth)
             self._nodes.get(key, root, count=False)
 
     def begin(self, state: RequestState, base: Kept | None) -> Keeping:
@@ -420,13 +422,18 @@ class PrefixStore:
         if ids is not None and marks and state.seq_len > marks[-1].length:
             marks.append(Mark(tuple(ids[: state.seq_len]), marks[-1].namespace, _linear(state), _sizes(state)))
         parent, sizes = keeping.base, keeping.sizes
+        worth = marks[-1].length if marks else 0
+        if parent is not None and marks:  # one use of the chain it continues, each node then worth the whole
+            self._uses(parent, worth=worth)
         for mark in marks:
-            parent, sizes = self._put(mark, state, parent, sizes), mark.sizes
+            parent, sizes = self._put(mark, state, parent, sizes, worth), mark.sizes
             if parent is None:
                 return None  # refused: no node after it can be used
         return parent
 
-    def _put(self, mark: Mark, state: RequestState, parent: Kept | None, start: dict[int, int]) -> Kept | None:
+    def _put(
+        self, mark: Mark, state: RequestState, parent: Kept | None, start: dict[int, int], worth: int
+    ) -> Kept | None:
         key = self.key(mark.ids, mark.namespace)
         chain = parent.chain if parent is not None else ()
         held = self._nodes.get(key, count=False)
@@ -452,8 +459,8 @@ class PrefixStore:
         # A conversation is counted as one value, its root: its nodes and points are seen as it is, so a new turn's
         # may take the place of its own older ones, and competes with other entries as the conversation does.
         root = chain[0][0] if chain else key
-        if parent is not None:
-            self._uses(parent)
+        if parent is not None:  # its ancestors were used when the request's keeping began
+            self._uses(parent, since=len(parent.chain) - 1, worth=worth)
         if not self._nodes.put(key, node, root):
             return None
         self._nodes.put(POINT + key, PointState(mark.length, mark.linear), root)  # if refused, the chain goes on
