@@ -39,7 +39,7 @@ import torch
 from hypic_rag.chat.formats.bundled import ANSWER, END, bundled_template
 from hypic_rag.chat.segmentation import flat_prompt, plain_messages
 from hypic_rag.chat.tool_calls import THINK_CLOSE, THINK_OPEN
-from hypic_rag.eval.data.workloads import WORKLOADS, Example, make, render
+from hypic_rag.eval.data.workloads import HELD_OUT_WORKLOADS, WORKLOADS, Example, make, render
 from hypic_rag.segments import KINDS
 
 from .drills import SKILL_DRILLS, kv_drills, recall_examples, sentence_drills
@@ -255,7 +255,10 @@ def examples(name: str, n: int, seed: int, small: bool = False) -> list[Example]
 def parse_mix(mix: str) -> tuple[str, ...]:
     """``--mix``: workloads and skill drills, comma-separated; a name given twice weighs twice."""
     names = tuple(m.strip() for m in mix.split(","))
-    known = (*dict.fromkeys((*WORKLOADS, *TRAIN_MIX)), *SKILL_DRILLS)
+    held = [m for m in names if m in HELD_OUT_WORKLOADS]
+    if held:
+        raise ValueError(f"--mix: {', '.join(map(repr, held))} is the held-out split, scored and never trained on")
+    known = (*dict.fromkeys(w for w in (*WORKLOADS, *TRAIN_MIX) if w not in HELD_OUT_WORKLOADS), *SKILL_DRILLS)
     unknown = [m for m in names if m not in known]
     if unknown:
         raise ValueError(f"--mix: unknown {', '.join(map(repr, unknown))}; expected names from {', '.join(known)}")

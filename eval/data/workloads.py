@@ -1,4 +1,4 @@
-"""Seven synthetic RAG and agent workloads over a fictional world, deterministic per seed.
+"""Nine synthetic RAG and agent workloads over a fictional world, deterministic per seed.
 
     make("single_doc", n=200, seed=1) -> list[Example]
 
@@ -21,6 +21,9 @@ the same people; ``longbench`` reads and writes these examples in LongBench's sc
 - ``conversation``: a conversation asked turn by turn: documents and a first question, more questions, a document
   added mid-conversation, a tool call and its result; the last question asks a fact from any of them (F1). Its
   ``meta["turns"]`` says where the earlier turns were asked: the harness asks them first, in the same mode.
+- ``open_single_doc`` and ``open_multi_doc``: the held-out split. A person's facts in the model's own sentences,
+  in one document or among 4-6, with names, places, companies and jobs from the held-out namers (``names``) and a
+  question worded as no training example is (exact match): what the model does with names it has never seen.
 """
 
 from __future__ import annotations
@@ -35,9 +38,22 @@ from hypic_rag.chat.segmentation import RenderedPrompt, segment_prompt
 from hypic_rag.chat.template import ChatTemplate
 from hypic_rag.segments import Segment
 
+from .names import OpenWorld
 from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
 
-WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory", "framework_qa", "conversation")
+WORKLOADS = (
+    "single_doc",
+    "multi_hop",
+    "aggregate",
+    "tool_call",
+    "memory",
+    "framework_qa",
+    "conversation",
+    "open_single_doc",
+    "open_multi_doc",
+)
+# Scored, never trained on: the held-out split (``names.HELD_OUT``).
+HELD_OUT_WORKLOADS = ("open_single_doc", "open_multi_doc")
 WORKLOAD_METRICS = {
     "single_doc": "f1",
     "multi_hop": "f1",
@@ -46,6 +62,8 @@ WORKLOAD_METRICS = {
     "memory": "f1",
     "framework_qa": "f1",
     "conversation": "f1",
+    "open_single_doc": "exact_match",
+    "open_multi_doc": "exact_match",
 }
 # The prompts RAG frameworks send by default, word for word (a test holds them to the installed libraries):
 # LlamaIndex's text-QA prompt, as a chat (its system prompt, then the context and the query in one user message)
@@ -478,6 +496,43 @@ def _conversation(rng: random.Random, size: dict[str, tuple[int, int]]) -> Examp
 # How many documents / people / tools / turns an example draws: the workloads as specified, and a
 # small variant (fewer pieces, shorter prompts) that training uses first, where attention over a
 # short context learns to find things sooner.
+# The held-out split's wordings: no training example asks this way.
+HELD_OUT_QUESTIONS = [
+    ("city", "In which city does {name} reside?"),
+    ("org", "{name} is employed by which company?"),
+    ("role", "What does {name} do for a living?"),
+    ("age", "What is the age of {name}?"),
+]
+
+
+def open_person(w: OpenWorld, rng: random.Random) -> dict:
+    """``person_doc`` with open-vocabulary names: its job a made-up word too."""
+    return {"name": w.person(), "city": w.city(), "org": w.org(), "role": w.role(), "age": rng.randint(21, 79)}
+
+
+def _held_out(rng: random.Random, documents: int) -> Example:
+    w = OpenWorld(rng, "held_out")
+    people = [open_person(w, rng) for _ in range(documents)]
+    docs = []
+    for p in people:
+        facts = list(person_facts(p).values())
+        rng.shuffle(facts)
+        docs.append(part("document", " ".join(facts)))
+    p = rng.choice(people)
+    key, question = rng.choice(HELD_OUT_QUESTIONS)
+    return Example(
+        [ask(docs, question.format(name=p["name"]))], [str(p[key])], "exact_match", meta={"key": key, "name": p["name"]}
+    )
+
+
+def _open_single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+    return _held_out(rng, 1)
+
+
+def _open_multi_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+    return _held_out(rng, rng.randint(4, 6))
+
+
 SIZES = {
     "single_doc": (4, 12),
     "multi_hop": (3, 6),
@@ -505,6 +560,8 @@ _MAKERS = {
     "memory": _memory,
     "framework_qa": _framework_qa,
     "conversation": _conversation,
+    "open_single_doc": _open_single_doc,
+    "open_multi_doc": _open_multi_doc,
     "agent": _agent,  # training mix and the agent loop's tests; not one of the scored workloads
 }
 

@@ -135,6 +135,8 @@ def test_a_mix_takes_skill_drills_by_name_and_refuses_unknown_names():
     assert all(any(f in s.text for f in facts) for ex in hops for s in ex.segments)
     with pytest.raises(ValueError, match="'hop'.*expected names from"):
         parse_mix("single_doc,hop")
+    with pytest.raises(ValueError, match="'open_multi_doc' is the held-out split, scored and never trained on"):
+        parse_mix("single_doc,open_multi_doc")
     assert parse_mix("single_doc,framework_qa") == ("single_doc", "framework_qa")  # a scored workload not in v4's mix
     window = fresh_window(0, 12, 0, False, 0.0, ("framework_qa",))
     assert len(window) == 12 and all("framework_qa" in ex.meta["id"] for ex in window)

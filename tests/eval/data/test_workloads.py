@@ -38,6 +38,10 @@ DIGESTS = {
     "framework_qa:small": "4af45446ac86816953c2c905f33b84caf47d01fcccad75ef48a3a394c0014084",
     "conversation": "644aa9976b71ba2f5df86613c67db2dd483906ae3777238ced27fde02824f964",
     "conversation:small": "cdca27f3576b020cf3aaad0a21e03b7b9408d42946bef4b9e06926f719ea6032",
+    "open_single_doc": "74a2d04c6bc9695cd7f324989a7f273f7d4eb12ecf30477c1cbd8e2455b05da2",
+    "open_single_doc:small": "b7c6b277d2751fed7c7fdb9e2bdb5028a6cbd92605599535e0fc6a9a8c2d264a",
+    "open_multi_doc": "a0ce6ce8a63317ea7ff6d8261e4aa9b2ec0f705feed039397108fde00dea3a01",
+    "open_multi_doc:small": "aa7c2fe5c9b9c1e1c041f0ee36b750da27d98002a4f7c794cc82f98fe71c5820",
     "agent": "26dfe9d02e909b96f331a07bf055729de36bd21f79e92a7bcc539e8b400f3278",
     "agent:small": "90317acf424a2c5e9ba902767f0a3c749c2cfbf88e1f7c6f10c66509501f3b7a",
     "recall": "dfccc2355b0ad7cb9457bf62637eb32ad125fa7647fb1323ba7b98961379f609",
@@ -239,3 +243,22 @@ def test_a_framework_prompt_is_trained_and_scored_as_it_is_served():
     assert flat and all(ex.meta["completion"] == ex.messages[-1]["content"] for ex in flat)
     segments, query = prompt_segments(flat[0].meta["completion"])
     assert query.text.endswith("Answer: ") and "<" not in "".join(s.text for s in segments)  # no template
+
+
+@pytest.mark.parametrize("workload", ["open_single_doc", "open_multi_doc"])
+def test_the_held_out_split_asks_names_and_wordings_no_training_example_has(workload):
+    from hypic_rag.eval.data.names import TRAINING
+    from hypic_rag.eval.data.workloads import HELD_OUT_QUESTIONS, PERSON_QUESTIONS
+
+    trained = {q for _, q in PERSON_QUESTIONS}
+    held = {q for _, q in HELD_OUT_QUESTIONS}
+    assert not trained & held
+    training_pieces = set().union(*(n.pieces for n in TRAINING))
+    for ex in make(workload, 50, 2):
+        docs = [s for s in ex.segments if s.kind == "document"]
+        assert len(docs) == 1 if workload == "open_single_doc" else 4 <= len(docs) <= 6
+        name = ex.meta["name"]
+        assert ex.query in {q.format(name=name) for q in held} and ex.metric == "exact_match"
+        (about,) = [d for d in docs if name in d.text]  # one document holds the answer
+        assert ex.answers[0] in about.text
+        assert not any(piece in name for piece in training_pieces if len(piece) > 1 or not piece.isascii())

@@ -1,0 +1,101 @@
+"""Open-vocabulary names: made-up words drawn fresh from syllable inventories, in several scripts.
+
+Why: a model trained on the fixed pools (``pools``) learns the pools, and on names outside them it answers
+almost nothing; a model that answers from its context has to copy what it reads. A ``Namer`` writes words from
+its own onsets, nuclei and codas, so nearly every name is new and no answer can be remembered. The training
+draws from ``TRAINING``; the held-out split from ``HELD_OUT``, whose inventories and scripts the training never
+sees (a test holds the two apart): Latin syllables of another shape, other diacritics, Greek and Han where the
+training has Cyrillic and katakana. Jobs are made-up words too, and companies a made-up word with a kind.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Namer:
+    """Words of ``syllables`` (inclusive range) onset-nucleus-coda syllables; ``capital``: capitalised."""
+
+    label: str
+    onsets: tuple[str, ...]
+    nuclei: tuple[str, ...]
+    codas: tuple[str, ...]
+    syllables: tuple[int, int] = (2, 3)
+    capital: bool = True
+
+    def word(self, rng: random.Random) -> str:
+        n = rng.randint(*self.syllables)
+        w = "".join(rng.choice(self.onsets) + rng.choice(self.nuclei) + rng.choice(self.codas) for _ in range(n))
+        return w[:1].upper() + w[1:] if self.capital else w
+
+    @property
+    def pieces(self) -> set[str]:
+        """Every non-empty onset, nucleus and coda: what a held-out namer must not share with the training's."""
+        return {p for p in (*self.onsets, *self.nuclei, *self.codas) if p}
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+TRAINING = (
+    Namer("latin", _split("b d f g k l m n p r s t v z br dr kr st tr gl pl sk"), _split("a e i o u ai ou ea"),
+          ("", *_split("n r l s m th nd"))),
+    Namer("accented", _split("b d g l m n r s t ç ñ ł š ž"), _split("á é í ó ú ä ö ü å ø"), ("", *_split("n r l s"))),
+    Namer("cyrillic", _split("б в г д к л м н п р с т"), _split("а е и о у ы я"), ("", *_split("н р л с"))),
+    Namer("katakana", ("",), _split("カ キ ク ケ コ サ シ ス タ ナ ニ ハ マ ミ ム ラ リ ル レ ロ"), ("", "ン"), (2, 4)),
+)  # fmt: skip
+HELD_OUT = (
+    Namer("latin-other", _split("h j w y x q ch sh ph wh"), _split("ee oo ay ie ui eu"), ("", *_split("x ck ng sh")),
+          (1, 3)),
+    Namer("diacritics-other", _split("ř ď ť ğ ş ż"), _split("ě ů ő ű ā ē ī ō"), ("", *_split("ķ ļ ņ"))),
+    Namer("greek", _split("β γ δ θ κ λ μ ν π ρ σ τ φ χ"), _split("α ε η ι ο υ ω"), ("", "ς", "ν")),
+    Namer("han", ("",), _split("李 王 张 刘 陈 杨 黄 赵 吴 周 徐 孙 马 朱 胡 郭 何 高 林 罗 明 华 文 光"), ("",)),
+)  # fmt: skip
+# Jobs, lower-case, and the kinds of company: each split its own.
+JOB_NAMERS = {
+    "training": Namer("jobs", _split("b d f g k l m n p r s t v z"), _split("a e i o u"), ("", *_split("n r l s")),
+                      (2, 3), capital=False),
+    "held_out": Namer("jobs-other", _split("h j w y ch sh"), _split("ee oo ay ie"), ("", *_split("x ck ng")), (2, 3),
+                      capital=False),
+}  # fmt: skip
+ORG_KINDS = {
+    "training": ("Labs", "Group", "Systems", "Works", "Partners", "Foundry", "Dynamics"),
+    "held_out": ("Holdings", "Collective", "Ventures", "Cooperative", "Guild"),
+}
+
+
+class OpenWorld:
+    """``pools.World``'s people, cities and companies, with names from a split's namers (``training`` or
+    ``held_out``), each unique within one example. A person's first and last names come from one namer."""
+
+    def __init__(self, rng: random.Random, split: str) -> None:
+        if split not in ORG_KINDS:
+            raise ValueError(f"split must be 'training' or 'held_out', not {split!r}")
+        self.rng, self.split = rng, split
+        self.namers = TRAINING if split == "training" else HELD_OUT
+        self.used: set[str] = set()
+
+    def _fresh(self, make) -> str:
+        while True:
+            w = make()
+            if w not in self.used and not any(w in u or u in w for u in self.used):
+                self.used.add(w)
+                return w
+
+    def person(self) -> str:
+        namer = self.rng.choice(self.namers)
+        first = self._fresh(lambda: namer.word(self.rng))
+        return f"{first} {self._fresh(lambda: namer.word(self.rng))}"
+
+    def city(self) -> str:
+        return self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))
+
+    def org(self) -> str:
+        word = self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))
+        return f"{word} {self.rng.choice(ORG_KINDS[self.split])}"
+
+    def role(self) -> str:
+        return self._fresh(lambda: JOB_NAMERS[self.split].word(self.rng))
