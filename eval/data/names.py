@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .pools import PRODUCT_KINDS
+
 
 @dataclass(frozen=True)
 class Namer:
@@ -99,3 +101,9 @@ class OpenWorld:
 
     def role(self) -> str:
         return self._fresh(lambda: JOB_NAMERS[self.split].word(self.rng))
+
+    def product(self) -> str:
+        return f"{self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))} {self.rng.choice(PRODUCT_KINDS)}"
+
+    def pet_name(self) -> str:
+        return self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))

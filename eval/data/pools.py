@@ -71,3 +71,6 @@ class World:
 
     def pet_name(self) -> str:
         return self._pick(PET_NAMES)
+
+    def role(self) -> str:
+        return self.rng.choice(ROLES)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hypic_rag.chat.formats.bundled import BUNDLED, bundled_template, format_call, tool_step
@@ -39,7 +39,7 @@ from hypic_rag.chat.template import ChatTemplate
 from hypic_rag.segments import Segment
 
 from .names import OpenWorld
-from .pools import COLORS, DAYS, FORECASTS, PETS, ROLES, World
+from .pools import COLORS, DAYS, FORECASTS, PETS, World
 
 WORKLOADS = (
     "single_doc",
@@ -52,6 +52,9 @@ WORKLOADS = (
     "open_single_doc",
     "open_multi_doc",
 )
+# What a workload draws its names from: the pools (``World``), or, for training, the open-vocabulary namers.
+Worlds = Callable[[random.Random], "World | OpenWorld"]
+NAMES = {"pools": World, "open": lambda rng: OpenWorld(rng, "training")}
 # Scored, never trained on: the held-out split (``names.HELD_OUT``).
 HELD_OUT_WORKLOADS = ("open_single_doc", "open_multi_doc")
 WORKLOAD_METRICS = {
@@ -151,7 +154,7 @@ def person_doc(w: World, rng: random.Random) -> dict:
         "name": w.person(),
         "city": w.city(),
         "org": w.org(),
-        "role": rng.choice(ROLES),
+        "role": w.role(),
         "age": rng.randint(21, 79),
     }
 
@@ -184,8 +187,8 @@ PERSON_QUESTIONS = [
 ]
 
 
-def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
-    w = World(rng)
+def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
+    w = world(rng)
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
     qa = [(q.format(name=p["name"]), str(p[k])) for p in people for k, q in PERSON_QUESTIONS]
     rng.shuffle(qa)
@@ -193,12 +196,12 @@ def _single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example
     return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa})
 
 
-def _framework_qa(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+def _framework_qa(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
     """``single_doc``'s documents and questions in a framework's default prompt (``FRAMEWORK_FORMS``), the
     documents joined by blank lines into its context as the framework joins retrieved nodes: what a user of the
     framework sends without writing a prompt. One question an example (the wording holds it). A completions-route
     example keeps its flat prompt in ``meta["completion"]``: served without the chat template (``flat_prompt``)."""
-    w = World(rng)
+    w = world(rng)
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]))]
     question, answer = rng.choice([(q.format(name=p["name"]), str(p[k])) for p in people for k, q in PERSON_QUESTIONS])
     context = "\n\n".join(_describe_person(p, rng) for p in people)
@@ -246,8 +249,8 @@ def list_qa(people: list[dict]) -> list[tuple[str, str]]:
     ]
 
 
-def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
-    w = World(rng)
+def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
+    w = world(rng)
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["multi_hop"]))]
     hq = {p["org"]: w.city() for p in people}
     texts = [_describe_person(p, rng) for p in people]
@@ -259,8 +262,8 @@ def _multi_hop(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     return Example([ask(docs, qa[0][0])], [qa[0][1]], "f1", meta={"qa": qa, "reasoning": reasoning})
 
 
-def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
-    w = World(rng)
+def _aggregate(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
+    w = world(rng)
     cities = [w.city() for _ in range(3)]
     people = []
     for _ in range(rng.randint(*size["aggregate"])):
@@ -368,8 +371,8 @@ def _translate(w: World, rng: random.Random) -> Call:
 _CALLS = [_weather, _stock, _employee, _currency, _room, _timer, _email, _product, _translate]
 
 
-def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
-    w = World(rng)
+def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
+    w = world(rng)
     name, args, query, doc_texts = rng.choice(_CALLS)(w, rng)
     others = [t for t in TOOLS if t["function"]["name"] != name]
     tools = rng.sample(others, rng.randint(*size["tool_call"])) + [t for t in TOOLS if t["function"]["name"] == name]
@@ -381,8 +384,8 @@ def _tool_call(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     return Example([ask(docs, query)], [format_call(name, args)], "tool_call", copy.deepcopy(tools))
 
 
-def _memory(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
-    w = World(rng)
+def _memory(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
+    w = world(rng)
     pet, pet_name, color = rng.choice(PETS), w.pet_name(), rng.choice(COLORS)
     town, day, manager = w.city(), rng.choice(DAYS), w.person()
     facts = {  # (memory entry, question, answer)
@@ -412,10 +415,10 @@ def weather_report(city: str, rng: random.Random) -> dict:
     return {"city": city, "forecast": f"{rng.choice(FORECASTS)}, {rng.randint(-5, 35)} degrees"}
 
 
-def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+def _agent(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
     """One step of a tool loop: the task, then the earlier calls and their results (each a ``turn``
     segment); the answer is the next call, or the final answer once the last result is in."""
-    w = World(rng)
+    w = world(rng)
     p = person_doc(w, rng)
     price = f"{rng.randint(10, 999)}.{rng.randint(0, 99):02d}"
     plans = [
@@ -455,12 +458,12 @@ def _agent(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
     return Example(messages, [str(steps[-1][2][field_name])], "f1", tools)
 
 
-def _conversation(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+def _conversation(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
     """Documents and a first question, then more questions (each answered right in the history), a document
     added mid-conversation with a question on it, a tool call whose result answers the next question; the
     last question asks again a fact from any of them. ``meta["turns"]``: the message counts at which the earlier
     questions were asked, so a harness can ask them first as a live conversation would."""
-    w = World(rng)
+    w = world(rng)
     people = [person_doc(w, rng) for _ in range(rng.randint(*size["single_doc"]) + 2)]
     first, late, looked = people[:-2], people[-2], people[-1]
 
@@ -525,11 +528,11 @@ def _held_out(rng: random.Random, documents: int) -> Example:
     )
 
 
-def _open_single_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+def _open_single_doc(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
     return _held_out(rng, 1)
 
 
-def _open_multi_doc(rng: random.Random, size: dict[str, tuple[int, int]]) -> Example:
+def _open_multi_doc(rng: random.Random, size: dict[str, tuple[int, int]], world: Worlds = World) -> Example:
     return _held_out(rng, rng.randint(4, 6))
 
 
@@ -566,18 +569,23 @@ _MAKERS = {
 }
 
 
-def make(workload: str, n: int, seed: int, small: bool = False) -> list[Example]:
+def make(workload: str, n: int, seed: int, small: bool = False, names: str = "pools") -> list[Example]:
     """``n`` examples of ``workload``; the same (workload, n, seed) always gives the same examples.
-    ``small`` draws fewer pieces per example (a training curriculum), from another stream."""
+    ``small`` draws fewer pieces per example (a training curriculum), from another stream; ``names``: ``pools``
+    (the scored workloads' names) or ``open`` (``names.TRAINING``'s fresh words, for training to copy)."""
     if workload not in _MAKERS:
         raise ValueError(f"unknown workload {workload!r}; expected one of {', '.join(_MAKERS)}")
+    if names not in NAMES:
+        raise ValueError(f"names must be one of {', '.join(NAMES)}, not {names!r}")
+    if names != "pools" and workload in HELD_OUT_WORKLOADS:
+        raise ValueError(f"{workload} draws its own held-out names")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    rng = random.Random(f"{workload}:{seed}" + (":small" if small else ""))
+    rng = random.Random(f"{workload}:{seed}" + (":small" if small else "") + (f":{names}" if names != "pools" else ""))
     size = SMALL_SIZES if small else SIZES
     out = []
     for i in range(n):
-        ex = _MAKERS[workload](rng, size)
+        ex = _MAKERS[workload](rng, size, NAMES[names])
         ex.workload = workload
         ex.meta["id"] = f"{workload}-{seed}-{i}"
         out.append(ex)

@@ -551,3 +551,10 @@ def test_a_call_cut_by_max_tokens_is_never_content_and_comes_back_partial(fmt, t
             assert out.partial_call["arguments"].startswith('{"zone": "U')
     uncut = parse_output(text, fmt, _TOOLS)
     assert uncut.partial_call is None
+
+
+def test_a_bundled_call_writes_every_character_as_itself():
+    """A name in another script goes into an argument as the question wrote it, so a model copies it."""
+    text = format_call("lookup_customer", {"name": "你好 Δήμητρα"})
+    assert "你好 Δήμητρα" in text and "\\u" not in text
+    assert parse_output(text, "bundled") == parse_output(json.dumps(json.loads(text)), "bundled")

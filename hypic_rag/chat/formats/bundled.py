@@ -47,8 +47,9 @@ def collapse_space(text: str) -> str:
 
 
 def format_call(name: str, arguments: dict) -> str:
-    """A tool call as the model writes it: compact JSON with sorted keys."""
-    return json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"), sort_keys=True)
+    """A tool call as the model writes it: compact JSON with sorted keys, every character as itself (a name in
+    another script is copied into an argument, not escaped)."""
+    return json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def parse_call(text: str) -> dict | None:

@@ -262,3 +262,28 @@ def test_the_held_out_split_asks_names_and_wordings_no_training_example_has(work
         (about,) = [d for d in docs if name in d.text]  # one document holds the answer
         assert ex.answers[0] in about.text
         assert not any(piece in name for piece in training_pieces if len(piece) > 1 or not piece.isascii())
+
+
+@pytest.mark.parametrize("workload", [w for w in ALL if not w.startswith("open_")])
+def test_open_names_are_fresh_words_and_answers_still_come_from_the_prompt(workload):
+    """``names="open"``: every name from ``names.TRAINING`` (no pool word anywhere), the same shapes otherwise."""
+    import re
+
+    from hypic_rag.eval.data.pools import BRANDS, FIRST_NAMES, LAST_NAMES, PET_NAMES, PLACES
+
+    pool = re.compile(r"\b(" + "|".join(map(re.escape, (*FIRST_NAMES, *LAST_NAMES, *BRANDS, *PET_NAMES))) + r")\b")
+    places = re.compile("|".join(map(re.escape, PLACES)))
+    examples = make(workload, 30, 4, names="open")
+    assert _fingerprint(examples) != _fingerprint(make(workload, 30, 4))
+    for ex in examples:
+        text = "".join(s.text for s in ex.segments) + ex.query
+        assert not pool.search(text) and not places.search(text)
+        if workload in PARTS and workload not in ("tool_call", "aggregate", "agent"):  # a call, a list
+            assert ex.answers[0] in "".join(s.text for s in ex.segments)
+
+
+def test_names_are_pools_or_open_and_the_held_out_split_keeps_its_own():
+    with pytest.raises(ValueError, match="names must be one of pools, open"):
+        make("single_doc", 2, 0, names="fresh")
+    with pytest.raises(ValueError, match="open_single_doc draws its own held-out names"):
+        make("open_single_doc", 2, 0, names="open")
