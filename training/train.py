@@ -227,11 +227,14 @@ def fresh_window(
     mix: tuple[str, ...] = TRAIN_MIX,
     broad: bool = False,
     phrases: bool = False,
+    open_names: float = 0.0,
 ) -> list[Example]:
     """Window ``k`` of the training stream: ``n`` examples never drawn before (each window has its own
     seed, far from the held-out one), a ``recall`` share of them drills (a third of them ``phrases``
     and half the rest ``broad``, if asked), the rest spread over ``mix`` (a workload named twice gets
-    twice the examples; a name in ``SKILL_DRILLS`` is a skill drill)."""
+    twice the examples; a name in ``SKILL_DRILLS`` is a skill drill); an ``open_names`` share of each
+    workload's examples names its people, places and companies with fresh words (``names.TRAINING``), so that
+    an answer can only be copied."""
     window_seed = (seed + 1) * 100_000_000 + k
     drills = round(recall * n)
     per = max(1, (n - drills) // len(mix))
@@ -241,15 +244,20 @@ def fresh_window(
     out += recall_examples(broad_drills, window_seed, broad=True)
     out += recall_examples(phrase_drills, window_seed, phrases=True)
     for w, times in Counter(mix).items():
-        out += examples(w, per * times, window_seed, small)
+        fresh = round(open_names * per * times) if w not in SKILL_DRILLS else 0
+        out += examples(w, per * times - fresh, window_seed, small)
+        out += examples(w, fresh, window_seed, small, names="open") if fresh else []
     return out
 
 
-def examples(name: str, n: int, seed: int, small: bool = False) -> list[Example]:
-    """``n`` examples of a workload or a skill drill (``SKILL_DRILLS``)."""
+def examples(name: str, n: int, seed: int, small: bool = False, names: str = "pools") -> list[Example]:
+    """``n`` examples of a workload (its names from ``names``: ``workloads.NAMES``) or a skill drill
+    (``SKILL_DRILLS``, from the pools)."""
+    if n <= 0:
+        return []
     if name in SKILL_DRILLS:
         return SKILL_DRILLS[name](n, seed, small)
-    return make(name, n, seed, small=small)
+    return make(name, n, seed, small=small, names=names)
 
 
 def parse_mix(mix: str) -> tuple[str, ...]:
@@ -309,6 +317,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = _device(args.device)
     if not 0.0 <= args.sentences <= 1.0:
         raise ValueError(f"--sentences is a share of each window, from 0 to 1; got {args.sentences}")
+    if not 0.0 <= args.open_names <= 1.0:
+        raise ValueError(f"--open-names is a share of each workload's examples, from 0 to 1; got {args.open_names}")
     if args.sentence_lists and not args.sentences:
         raise ValueError("--sentence-lists shapes the sentence drills: give --sentences a share above 0")
     if args.threads:
@@ -325,6 +335,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         held["broad_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, broad=True)
     if args.phrase_recall:
         held["phrase_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, phrases=True)
+    if args.open_names:  # how far copying has come: the held-out split, never trained on
+        held.update({w: examples(w, args.eval_examples, HELD_OUT_SEED) for w in HELD_OUT_WORKLOADS})
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
     if args.sentences:
         held_enc["sentences"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1)
@@ -344,7 +356,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out = sentence_drills(tok, dense, drill_seed, lists=args.sentence_lists) if dense else []
         if dense < args.batch * 32:
             exs = fresh_window(
-                k, args.batch * 32 - dense, args.seed, small, args.recall, mix, args.broad_recall, args.phrase_recall
+                k,
+                args.batch * 32 - dense,
+                args.seed,
+                small,
+                args.recall,
+                mix,
+                args.broad_recall,
+                args.phrase_recall,
+                args.open_names,
             )
             out += (encode(tok, ex, args.questions, augment) for ex in exs)
         return [e for e in out if len(e[0]) <= args.max_len]
@@ -427,6 +447,12 @@ def main() -> None:
     parser.add_argument("--broad-recall", action="store_true", help="half the drills on full names and any value")
     parser.add_argument("--phrase-recall", action="store_true", help="a third of the drills on values of several words")
     parser.add_argument("--recall", type=float, default=0.25, help="share of each window that is recall drills")
+    parser.add_argument(
+        "--open-names",
+        type=float,
+        default=0.0,
+        help="share of each workload's examples named with fresh words (names.TRAINING) instead of the pools",
+    )
     parser.add_argument("--init", default=None, help="checkpoint to continue from (its tokenizer and config)")
     parser.add_argument(
         "--grow",

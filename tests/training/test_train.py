@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -137,6 +138,16 @@ def test_a_mix_takes_skill_drills_by_name_and_refuses_unknown_names():
         parse_mix("single_doc,hop")
     with pytest.raises(ValueError, match="'open_multi_doc' is the held-out split, scored and never trained on"):
         parse_mix("single_doc,open_multi_doc")
+
+
+def test_a_window_names_a_share_of_each_workload_with_fresh_words():
+    from hypic_rag.eval.data.pools import FIRST_NAMES
+
+    pooled = re.compile(r"\b(" + "|".join(FIRST_NAMES) + r")\b")
+    for share, fresh in ((0.0, 0), (0.5, 10), (1.0, 20)):
+        window = fresh_window(0, 40, 0, False, 0.0, ("single_doc", "memory"), open_names=share)
+        texts = ["".join(s.text for s in ex.segments) for ex in window if ex.workload == "single_doc"]
+        assert len(texts) == 20 and sum(not pooled.search(t) for t in texts) == fresh
     assert parse_mix("single_doc,framework_qa") == ("single_doc", "framework_qa")  # a scored workload not in v4's mix
     window = fresh_window(0, 12, 0, False, 0.0, ("framework_qa",))
     assert len(window) == 12 and all("framework_qa" in ex.meta["id"] for ex in window)
