@@ -226,19 +226,14 @@ def assemble_fused(
     state: RequestState,
     plan: RequestPlan,
     cached: Sequence[CachedSegment | None],
-    logits: bool = True,
     marks: StateMarks | None = None,
-) -> tuple[torch.Tensor | None, int]:
+) -> tuple[torch.Tensor, int]:
     """The whole prompt in ONE forward: every token the request recomputes (in-context stretches, each
     cached segment's seam, the query) goes through the model together, at its own position; cached
     segments' keys are placed first, rotated once to where they now sit, and the linear layers jump
-    over each cached segment (``SegmentJumps``). Returns the next-token logits ``[V]`` (None without ``logits``:
-    the state is what is wanted, and the output layer is not read) and how many tokens went through the model;
-    equal to ``assemble`` then a query forward, up to rounding. ``marks``, among the query's tokens (counted
-    among the fresh ones), get the linear layers' states there."""
+    over each cached segment (``SegmentJumps``). Returns the next-token logits ``[V]`` and how many tokens went
+    through the model; equal to ``assemble`` then a query forward, up to rounding. ``marks``, among the query's
+    tokens (counted among the fresh ones), get the linear layers' states there."""
     inputs = fused_inputs(model, state, plan, cached)
-    if not logits:
-        model.hidden_states(inputs.ids, state, inputs.positions, jumps=inputs.jumps, marks=marks)
-        return None, inputs.ids.shape[1]
     out = model(inputs.ids, state=state, positions=inputs.positions, logits_to_keep=1, jumps=inputs.jumps, marks=marks)
     return out[0, -1].float(), inputs.ids.shape[1]

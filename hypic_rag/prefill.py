@@ -215,20 +215,19 @@ class PrefillProgram:
             self.prefix_store.mark(keeping, ids[:at], state, namespace)
         inside = tuple(stop - at for stop in stops if at < stop < len(ids))
         marks = StateMarks(inside) if inside else None
-        tensor = int64(ids[at:], self.model.device)[None]
         out = None
         if logits:
-            out = self.model(tensor, state=state, logits_to_keep=1, marks=marks)[0, -1].float()
+            out = self.last_logits(ids[at:], state, marks)
         else:
-            self.model.hidden_states(tensor, state, marks=marks)
+            self.model.hidden_states(int64(ids[at:], self.model.device)[None], state, marks=marks)
         if marks is not None:
             self.prefix_store.mark_within(keeping, ids, len(ids) - at, marks, state, namespace)
         return out
 
-    def last_logits(self, ids: Sequence[int], state: RequestState) -> torch.Tensor:
-        """Run ``ids`` after ``state``; the next-token logits ``[V]``."""
+    def last_logits(self, ids: Sequence[int], state: RequestState, marks: StateMarks | None = None) -> torch.Tensor:
+        """Run ``ids`` after ``state`` (recording ``marks``); the next-token logits ``[V]``."""
         tensor = int64(ids, self.model.device)[None]
-        return self.model(tensor, state=state, logits_to_keep=1)[0, -1].float()
+        return self.model(tensor, state=state, logits_to_keep=1, marks=marks)[0, -1].float()
 
     def _restore(self, prompt: Prompt, state: RequestState, namespaces: Sequence[str], root_at: int) -> Kept | None:
         """Restore into the empty ``state`` the longest state kept in ``namespaces`` whose tokens begin the prompt,
@@ -384,9 +383,7 @@ class PrefillProgram:
             if chunk is not None:
                 yield Piece(fresh_tokens(plan, found))
             if self.settings.fuse_forwards:
-                logits, ran = assemble_fused(self.model, state, plan, found)
-                assert logits is not None
-                return logits, ran
+                return assemble_fused(self.model, state, plan, found)
             ran = assemble(self.model, state, plan, found) + len(plan.query)
             return self.last_logits(plan.query, state), ran
         composed = any(f is not None and not seg.in_context for seg, f in zip(plan.segments, found, strict=True))
@@ -405,7 +402,6 @@ class PrefillProgram:
             at = sorted({stop - start + fresh for stop in [start, *stops] if start <= stop < len(ids)})
             marks = StateMarks(tuple(at))
             logits, _ = assemble_fused(self.model, state, plan, found, marks=marks)
-            assert logits is not None
             self.prefix_store.mark_within(keeping, ids, ran, marks, state, namespace)
             self.prefix_store.mark(keeping, ids, state, namespace)
             return logits, ran
@@ -413,10 +409,7 @@ class PrefillProgram:
         if plan.segments:
             if chunk is not None and fresh:
                 yield Piece(fresh)
-            if self.settings.fuse_forwards and fresh:
-                _, ran = assemble_fused(self.model, state, segments, found, logits=False)
-            else:
-                ran = assemble(self.model, state, segments, found)
+            ran = assemble(self.model, state, segments, found)  # unfused, or nothing fresh to fuse
             self.prefix_store.mark(keeping, ids[:start], state, namespace)
         logits = yield from self._keeping(ids, start, stops, state, chunk, keeping, namespace)
         return logits, ran + len(plan.query)

@@ -246,7 +246,7 @@ def fresh_window(
     for w, times in Counter(mix).items():
         fresh = round(open_names * per * times) if w not in SKILL_DRILLS else 0
         out += examples(w, per * times - fresh, window_seed, small)
-        out += examples(w, fresh, window_seed, small, names="open") if fresh else []
+        out += examples(w, fresh, window_seed, small, names="open")
     return out
 
 

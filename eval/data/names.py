@@ -92,18 +92,21 @@ class OpenWorld:
         first = self._fresh(lambda: namer.word(self.rng))
         return f"{first} {self._fresh(lambda: namer.word(self.rng))}"
 
-    def city(self) -> str:
+    def _word(self) -> str:
+        """A fresh word from any of the split's namers."""
         return self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))
 
+    def city(self) -> str:
+        return self._word()
+
     def org(self) -> str:
-        word = self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))
-        return f"{word} {self.rng.choice(ORG_KINDS[self.split])}"
+        return f"{self._word()} {self.rng.choice(ORG_KINDS[self.split])}"
 
     def role(self) -> str:
         return self._fresh(lambda: JOB_NAMERS[self.split].word(self.rng))
 
     def product(self) -> str:
-        return f"{self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))} {self.rng.choice(PRODUCT_KINDS)}"
+        return f"{self._word()} {self.rng.choice(PRODUCT_KINDS)}"
 
     def pet_name(self) -> str:
-        return self._fresh(lambda: self.rng.choice(self.namers).word(self.rng))
+        return self._word()
