@@ -122,7 +122,7 @@ def _train_args(out) -> argparse.Namespace:
         layers="linear_attention,full_attention", max_len=640, batch=2, lr=3e-3, warmup=2, questions=2,
         context_loss=0.3, threads=0, device="cpu", attn_head_dim=32, curriculum=0.0, recall=0.25,
         init=None, grow=False, drills=0, drill_spaces=False, mix=",".join(TRAIN_MIX), broad_recall=False,
-        phrase_recall=True, conv_kernel=4, sentences=0.0, sentence_lists=False, open_names=0.0,
+        phrase_recall=True, conv_kernel=4, sentences=0.0, sentence_lists=False, open_names=0.0, copy=0.0,
     )  # fmt: skip
 
 

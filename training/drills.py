@@ -9,6 +9,7 @@
 - ``sentence_drills``: ``relation_examples``' sentences as dense token drills, every value and key recalled.
 - ``agent_memory_examples``: agent steps with memory entries about other people before the task.
 - ``literal_call_examples``: tool calls whose arguments are literals only the question holds.
+- ``copy_drills``: dense recall of open-vocabulary names (``names``), every value copied token by token.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 from collections import Counter
 from functools import partial
 
+from hypic_rag.eval.data.names import SCRAMBLED, TRAINING
 from hypic_rag.eval.data.pools import (
     BRANDS,
     COLORS,
@@ -455,6 +457,36 @@ def sentence_drills(
                 tok.encode(" " + x if i == 0 else x, add_special_tokens=False).ids
                 for i, x in enumerate((prompt, answer, after))
             )
+            ids += p + a + e
+            labels += [-100] * len(p) + a + [-100] * len(e)
+        out.append((ids, labels))
+    return out
+
+
+def copy_drills(
+    tok, n: int, seed: int, namers: tuple = (*TRAINING, *SCRAMBLED), asked: int | None = None
+) -> list[tuple[list[int], list[int]]]:
+    """Dense recall of made-up names: "K V. K V. ...", keys two words and values one to three, each pair's words
+    from one of ``namers``, then each key again and its value, the loss on every value token. A word the
+    tokenizer never merged is five to fifteen tokens, so the value is copied a piece at a time: on the pools'
+    two-token names the model had learned to recall a name, not to copy one, and on names outside them it wrote
+    broken bytes. ``asked`` keeps that many recalls (held-out scoring)."""
+    rng = random.Random(f"copy:{seed}")
+    out = []
+    for _ in range(n):
+        pairs: list[tuple[str, str]] = []
+        words: set[str] = set()
+        count = rng.randint(2, 6)
+        while len(pairs) < count:
+            namer = rng.choice(namers)
+            new = [namer.word(rng) for _ in range(2 + rng.randint(1, 3))]
+            if len(set(new)) == len(new) and words.isdisjoint(new):
+                words.update(new)
+                pairs.append((" ".join(new[:2]), " ".join(new[2:])))
+        ids = tok.encode(" ".join(f"{k} {v}." for k, v in pairs) + "\n", add_special_tokens=False).ids
+        labels = [-100] * len(ids)
+        for k, v in rng.sample(pairs, len(pairs))[:asked]:
+            p, a, e = (tok.encode(x, add_special_tokens=False).ids for x in (k + " ", v, ". "))
             ids += p + a + e
             labels += [-100] * len(p) + a + [-100] * len(e)
         out.append((ids, labels))

@@ -11,7 +11,8 @@ Training examples are drawn fresh for every window of batches and never repeat: 
 model memorised its examples instead of learning to retrieve.
 The first ``--drills`` steps are dense key-value drills (where the retrieval circuit forms); after
 them a ``--recall`` share of each window is recall drills in the prompt format (both in ``drills``),
-a ``--sentences`` share is dense relation-sentence drills, ``--mix`` weighs the workloads, and a
+a ``--sentences`` share is dense relation-sentence drills, a ``--copy`` share dense copying of made-up
+names, ``--mix`` weighs the workloads, and a
 first ``--curriculum`` share of the steps uses smaller examples. docs/training-log.md gives the chain of runs
 (each ``--init`` from the last) that made the bundled model. Every
 ``--eval-every`` steps it measures greedy exact match on held-out examples (teacher-forced: greedy
@@ -39,10 +40,11 @@ import torch
 from hypic_rag.chat.formats.bundled import ANSWER, END, bundled_template
 from hypic_rag.chat.segmentation import flat_prompt, plain_messages
 from hypic_rag.chat.tool_calls import THINK_CLOSE, THINK_OPEN
+from hypic_rag.eval.data.names import HELD_OUT
 from hypic_rag.eval.data.workloads import HELD_OUT_WORKLOADS, WORKLOADS, Example, make, render
 from hypic_rag.segments import KINDS
 
-from .drills import SKILL_DRILLS, kv_drills, recall_examples, sentence_drills
+from .drills import SKILL_DRILLS, copy_drills, kv_drills, recall_examples, sentence_drills
 from .grow import grow
 
 # The default mix and the tokenizer's text: the scored workloads the bundled model v4 was trained on, and agent
@@ -319,6 +321,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--sentences is a share of each window, from 0 to 1; got {args.sentences}")
     if not 0.0 <= args.open_names <= 1.0:
         raise ValueError(f"--open-names is a share of each workload's examples, from 0 to 1; got {args.open_names}")
+    if not 0.0 <= args.copy <= 1.0 - args.sentences:
+        raise ValueError(f"--copy is a share of each window, from 0 to 1 less --sentences; got {args.copy}")
     if args.sentence_lists and not args.sentences:
         raise ValueError("--sentence-lists shapes the sentence drills: give --sentences a share above 0")
     if args.threads:
@@ -335,9 +339,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         held["broad_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, broad=True)
     if args.phrase_recall:
         held["phrase_recall"] = recall_examples(args.eval_examples, HELD_OUT_SEED, phrases=True)
-    if args.open_names:  # how far copying has come: the held-out split, never trained on
+    if args.open_names or args.copy:  # how far copying has come: the held-out split, never trained on
         held.update({w: examples(w, args.eval_examples, HELD_OUT_SEED) for w in HELD_OUT_WORKLOADS})
     held_enc = {w: [encode(tok, ex) for ex in exs] for w, exs in held.items()}
+    if args.copy:  # copying by held-out namer, each a script or a syllable shape the training never saw
+        held_enc["copy"] = copy_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1)
+        for namer in HELD_OUT:
+            held_enc[f"copy:{namer.label}"] = copy_drills(tok, args.eval_examples, HELD_OUT_SEED, (namer,), asked=1)
     if args.sentences:
         held_enc["sentences"] = sentence_drills(tok, args.eval_examples, HELD_OUT_SEED, asked=1)
     if args.sentence_lists:  # only with --sentences (checked above)
@@ -354,6 +362,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         small = step < args.drills + small_steps
         dense = round(args.sentences * args.batch * 32)
         out = sentence_drills(tok, dense, drill_seed, lists=args.sentence_lists) if dense else []
+        copies = round(args.copy * args.batch * 32)
+        out += copy_drills(tok, copies, drill_seed) if copies else []
+        dense += copies
         if dense < args.batch * 32:
             exs = fresh_window(
                 k,
@@ -478,6 +489,9 @@ def main() -> None:
     parser.add_argument("--drills", type=int, default=0, help="first steps on dense key-value drills")
     parser.add_argument(
         "--sentences", type=float, default=0.0, help="share of each window that is dense relation-sentence drills"
+    )
+    parser.add_argument(
+        "--copy", type=float, default=0.0, help="share of each window that is dense copying of made-up names"
     )
     parser.add_argument(
         "--sentence-lists", action="store_true", help="half the sentence drills list every key of a shared value"

@@ -6,6 +6,11 @@ its own onsets, nuclei and codas, so nearly every name is new and no answer can 
 draws from ``TRAINING``; the held-out split from ``HELD_OUT``, whose inventories and scripts the training never
 sees (a test holds the two apart): Latin syllables of another shape, other diacritics, Greek and Han where the
 training has Cyrillic and katakana. Jobs are made-up words too, and companies a made-up word with a kind.
+
+``SCRAMBLED`` writes words of characters in no order, from a dozen scripts: a namer's syllables are a pattern a
+model can learn to write without reading, and a run of random characters leaves it only copying. Its letters
+include every ASCII one (any name is written in them) but no other character of the held-out namers, and no
+Greek or Han at all, so those two scripts stay wholly unseen.
 """
 
 from __future__ import annotations
@@ -110,3 +115,41 @@ class OpenWorld:
 
     def pet_name(self) -> str:
         return self._word()
+
+
+def _chars(*spans: tuple[int, int]) -> str:
+    return "".join(chr(c) for lo, hi in spans for c in range(lo, hi + 1))
+
+
+@dataclass(frozen=True)
+class Scrambler:
+    """Words of ``length`` (inclusive range) characters drawn from ``alphabet`` in no order."""
+
+    label: str
+    alphabet: str
+    length: tuple[int, int] = (3, 8)
+    capital: bool = False
+
+    def word(self, rng: random.Random) -> str:
+        w = "".join(rng.choice(self.alphabet) for _ in range(rng.randint(*self.length)))
+        return w[:1].upper() + w[1:] if self.capital else w
+
+
+_HELD_OUT_CHARS = {c for n in (*HELD_OUT, JOB_NAMERS["held_out"]) for piece in n.pieces for c in piece if ord(c) > 127}
+SCRAMBLED = tuple(
+    Scrambler(label, "".join(c for c in alphabet if c not in _HELD_OUT_CHARS), length, capital)
+    for label, alphabet, length, capital in (
+        ("ascii", _chars((0x61, 0x7A)), (3, 9), True),
+        ("latin-1", _chars((0xE0, 0xF6), (0xF8, 0xFF), (0x61, 0x7A)), (3, 8), True),
+        ("latin-extended", _chars((0x100, 0x17F)), (3, 7), False),
+        ("cyrillic", _chars((0x430, 0x44F)), (3, 7), True),
+        ("armenian", _chars((0x561, 0x586)), (3, 6), False),
+        ("hebrew", _chars((0x5D0, 0x5EA)), (3, 6), False),
+        ("arabic", _chars((0x628, 0x63A), (0x641, 0x64A)), (3, 6), False),
+        ("devanagari", _chars((0x915, 0x939)), (2, 5), False),
+        ("thai", _chars((0xE01, 0xE2E)), (2, 5), False),
+        ("georgian", _chars((0x10D0, 0x10F0)), (3, 6), False),
+        ("hangul", _chars((0xAC00, 0xD7A3)), (2, 3), False),
+        ("hiragana", _chars((0x3041, 0x3093)), (2, 4), False),
+    )
+)

@@ -10,9 +10,11 @@ import pytest
 from tokenizers import Tokenizer
 
 from hypic_rag.engine import default_model_path
+from hypic_rag.eval.data.names import HELD_OUT
 from hypic_rag.eval.data.pools import BRANDS, PLACES
 from hypic_rag.training.drills import (
     RELATIONS,
+    copy_drills,
     hop_examples,
     key_examples,
     kv_drills,
@@ -320,3 +322,27 @@ def test_literal_call_drills_call_with_what_only_the_question_holds():
     props = [p for ex in examples for t in ex.tools for p in t["function"]["parameters"]["properties"].values()]
     assert any("description" not in p for p in props) and any("exclusiveMinimum" in p for p in props)
     assert literal_call_examples(5, seed=3) == examples[:5]
+
+
+def test_copy_drills_recall_each_made_up_value_by_its_key_and_label_the_value_alone(tok):
+    for ids, labels in copy_drills(tok, 100, seed=5):
+        text = tok.decode(ids)
+        assert tok.decode(tok.encode(text, add_special_tokens=False).ids) == text
+        document, recalls = text.split("\n")
+        pairs = {" ".join(f.split()[:2]): " ".join(f.split()[2:]) for f in document[:-1].split(". ")}
+        spans = [i for i, lab in enumerate(labels) if lab != -100 and labels[i - 1] == -100]
+        assert len(spans) == len(pairs) == len(recalls[:-2].split(". "))
+        for start in spans:
+            end = next(i for i in range(start, len(labels)) if labels[i] == -100)
+            key = tok.decode(ids[:start]).split("\n")[1].split(". ")[-1].strip()
+            assert pairs[key] == tok.decode(ids[start:end])  # the value the document gave that key
+        words = [w for k, v in pairs.items() for w in f"{k} {v}".split()]
+        assert len(set(words)) == len(words)  # no word answers two questions
+
+
+def test_copy_drills_take_their_namers_and_score_one_recall(tok):
+    greek = next(n for n in HELD_OUT if n.label == "greek")
+    (ids, labels), *_ = copy_drills(tok, 3, seed=1, namers=(greek,), asked=1)
+    text = tok.decode(ids)
+    assert all("\u0370" <= c <= "\u03ff" for c in text if c.isalpha())
+    assert len(text.split("\n")[1].split(". ")) == 2 and any(lab != -100 for lab in labels)

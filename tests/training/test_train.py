@@ -49,14 +49,16 @@ def test_training_is_reproducible_and_the_checkpoint_loads_everywhere(tmp_path, 
 def test_training_continues_from_a_checkpoint(tmp_path, train_args):
     run(train_args(tmp_path / "a"))
     args = train_args(tmp_path / "b")
-    args.init, args.steps, args.eval_every, args.sentences = str(tmp_path / "a"), 1, 1, 0.5
+    args.init, args.steps, args.eval_every, args.sentences, args.copy = str(tmp_path / "a"), 1, 1, 0.5, 0.25
     run(args)
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # one more step was taken
     assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
     report = json.loads((tmp_path / "b" / "curves.json").read_text())
     assert [r["args"]["out"] for r in report["previous"]] == [str(tmp_path / "a")]  # the lineage is kept
-    assert "sentences" in report["curves"][-1]  # the dense sentence drills are scored held out
+    # the dense drills are scored held out, copying by every held-out namer beside the held-out split
+    held = {"sentences", "copy", "copy:greek", "copy:han", "open_single_doc", "open_multi_doc"}
+    assert held <= report["curves"][-1].keys()
 
 
 def test_the_special_tokens_are_the_templates_tags_in_the_bundled_tokenizers_order():
@@ -107,10 +109,17 @@ def test_a_missing_device_is_a_clear_error(tmp_path, train_args):
         run(args)
 
 
-@pytest.mark.parametrize(("sentences", "lists", "match"), [(1.5, False, "from 0 to 1"), (0.0, True, "--sentences")])
-def test_sentence_drill_options_out_of_range_are_clear_errors(tmp_path, train_args, sentences, lists, match):
+@pytest.mark.parametrize(
+    ("sentences", "lists", "copy", "match"),
+    [
+        (1.5, False, 0.0, "from 0 to 1"),
+        (0.0, True, 0.0, "--sentences"),
+        (0.5, False, 0.6, "--copy .* less --sentences"),
+    ],
+)
+def test_dense_drill_options_out_of_range_are_clear_errors(tmp_path, train_args, sentences, lists, copy, match):
     args = train_args(tmp_path / "a")
-    args.sentences, args.sentence_lists = sentences, lists
+    args.sentences, args.sentence_lists, args.copy = sentences, lists, copy
     with pytest.raises(ValueError, match=match):
         run(args)
     assert not (tmp_path / "a").exists()  # refused before any work
