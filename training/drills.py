@@ -9,6 +9,7 @@
 - ``sentence_drills``: ``relation_examples``' sentences as dense token drills, every value and key recalled.
 - ``agent_memory_examples``: agent steps with memory entries about other people before the task.
 - ``literal_call_examples``: tool calls whose arguments are literals only the question holds.
+- ``small_talk_examples``: what a user says that needs no tool, under tools, answered in words.
 - ``copy_drills``: dense recall of open-vocabulary names (``names``), every value copied token by token.
 """
 
@@ -19,7 +20,7 @@ import random
 from collections import Counter
 from functools import partial
 
-from hypic_rag.eval.data.names import SCRAMBLED, TRAINING
+from hypic_rag.eval.data.names import SCRAMBLED, TRAINING, OpenWorld
 from hypic_rag.eval.data.pools import (
     BRANDS,
     COLORS,
@@ -306,7 +307,7 @@ def _literal_tool(rng: random.Random, name: str, description: str, params: dict[
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
-def _literal(rng: random.Random, w: World, kind: str) -> tuple[str, object]:
+def _literal(rng: random.Random, w: World | OpenWorld, kind: str) -> tuple[str, object]:
     """A value as the question writes it and as the call's argument holds it."""
     if kind == "integer":
         v = rng.randint(0, 9) if rng.random() < 0.4 else rng.randint(10, 999)
@@ -315,15 +316,18 @@ def _literal(rng: random.Random, w: World, kind: str) -> tuple[str, object]:
     return text, text
 
 
-def literal_call_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+def literal_call_examples(n: int, seed: int, small: bool = False, names: str = "pools") -> list[Example]:
     """Tool calls whose arguments only the question holds, written literally ("magic_function(3)" →
     ``{"input": 3}``; a customer's quoted name; a tool with no parameters called with ``{}``), under tools
     described as frameworks describe them: the tool-calling workloads take every argument from a sentence
-    of theirs, so the model had learnt their keys and values, not to copy a literal it was handed."""
-    rng = random.Random(f"literal-calls:{seed}" + (":small" if small else ""))
+    of theirs, so the model had learnt their keys and values, not to copy a literal it was handed.
+    ``names="open"`` writes the people, places, products and companies with made-up words (``names.TRAINING``)."""
+    if names not in ("pools", "open"):
+        raise ValueError(f"names must be 'pools' or 'open', not {names!r}")
+    rng = random.Random(f"literal-calls:{seed}" + (":small" if small else "") + (":open" if names == "open" else ""))
     out = []
     for _ in range(n):
-        w = World(rng)
+        w = World(rng) if names == "pools" else OpenWorld(rng, "training")
         fn = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
         shape = rng.choices(("one", "two", "none", "customer"), weights=(5, 2, 2, 2))[0]
         if shape == "customer":
@@ -364,7 +368,34 @@ def _article(phrase: str) -> str:
     return "an" if phrase[0] in "aeiou" else "a"
 
 
-# Drills that a training mix can name beside the workloads (``--mix``).
+# What a user says that needs no tool (wordings, the reply): under tools, a greeting is answered in words.
+SMALL_TALK = (
+    (("hi", "Hi!", "hello", "Hello there.", "hey", "Good morning!", "hi there"), "Hello! How can I help you?"),
+    (("thanks", "Thank you!", "thanks a lot", "Great, thank you."), "You're welcome."),
+    (("How are you?", "how are you doing", "How's it going?"), "I'm well, thank you. How can I help?"),
+    (("bye", "Goodbye!", "see you later"), "Goodbye!"),
+    (("Who are you?", "what are you?"), "I am an assistant: I answer from what you give me and call tools."),
+    (("ok", "Okay.", "cool", "nice"), "Let me know if you need anything else."),
+)
+
+
+def small_talk_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+    """Small talk under tools, answered in words: trained only on requests that needed a tool, the model called
+    one for "hi"."""
+    rng = random.Random(f"small-talk:{seed}")
+    out = []
+    for _ in range(n):
+        wordings, reply = rng.choice(SMALL_TALK)
+        tools = rng.sample(TOOLS, rng.randint(1, 3))
+        if rng.random() < 0.3:
+            fn = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
+            tools.append(_literal_tool(rng, fn, f"Apply {_article(fn)} {fn.replace('_', ' ')} to an input.", {}))
+        rng.shuffle(tools)
+        out.append(Example([ask([], rng.choice(wordings))], [reply], "exact_match", copy.deepcopy(tools)))
+    return out
+
+
+# Drills that a training mix can name beside the workloads (``--mix``); those in NAMED_DRILLS take ``names``.
 SKILL_DRILLS = {
     "hops": hop_examples,
     "lists": list_examples,
@@ -373,7 +404,9 @@ SKILL_DRILLS = {
     "company_relations": partial(relation_examples, kinds=("org",)),
     "agent_memory": agent_memory_examples,
     "literal_calls": literal_call_examples,
+    "small_talk": small_talk_examples,
 }
+NAMED_DRILLS = ("literal_calls",)
 
 
 def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:

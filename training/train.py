@@ -44,7 +44,7 @@ from hypic_rag.eval.data.names import HELD_OUT
 from hypic_rag.eval.data.workloads import HELD_OUT_WORKLOADS, WORKLOADS, Example, make, render
 from hypic_rag.segments import KINDS
 
-from .drills import SKILL_DRILLS, copy_drills, kv_drills, recall_examples, sentence_drills
+from .drills import NAMED_DRILLS, SKILL_DRILLS, copy_drills, kv_drills, recall_examples, sentence_drills
 from .grow import grow
 
 # The default mix and the tokenizer's text: the scored workloads the bundled model v4 was trained on, and agent
@@ -246,7 +246,7 @@ def fresh_window(
     out += recall_examples(broad_drills, window_seed, broad=True)
     out += recall_examples(phrase_drills, window_seed, phrases=True)
     for w, times in Counter(mix).items():
-        fresh = round(open_names * per * times) if w not in SKILL_DRILLS else 0
+        fresh = round(open_names * per * times) if w not in SKILL_DRILLS or w in NAMED_DRILLS else 0
         out += examples(w, per * times - fresh, window_seed, small)
         out += examples(w, fresh, window_seed, small, names="open")
     return out
@@ -254,9 +254,11 @@ def fresh_window(
 
 def examples(name: str, n: int, seed: int, small: bool = False, names: str = "pools") -> list[Example]:
     """``n`` examples of a workload (its names from ``names``: ``workloads.NAMES``) or a skill drill
-    (``SKILL_DRILLS``, from the pools)."""
+    (``SKILL_DRILLS``, from the pools but for ``NAMED_DRILLS``)."""
     if n <= 0:
         return []
+    if name in NAMED_DRILLS:
+        return SKILL_DRILLS[name](n, seed, small, names=names)
     if name in SKILL_DRILLS:
         return SKILL_DRILLS[name](n, seed, small)
     return make(name, n, seed, small=small, names=names)

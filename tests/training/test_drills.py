@@ -296,14 +296,21 @@ def test_agent_memory_drills_put_other_peoples_notes_before_the_task():
     assert any("manager" in s.text for ex in examples for s in ex.segments)
 
 
-def test_literal_call_drills_call_with_what_only_the_question_holds():
+@pytest.mark.parametrize("names", ["pools", "open"])
+def test_literal_call_drills_call_with_what_only_the_question_holds(names):
     import json
 
+    from hypic_rag.eval.data.pools import FIRST_NAMES, PLACES
     from hypic_rag.training.drills import literal_call_examples
     from hypic_rag.training.train import parse_mix
 
     assert parse_mix("literal_calls") == ("literal_calls",)
-    examples = literal_call_examples(200, seed=3)
+    examples = literal_call_examples(200, seed=3, names=names)
+    pooled = set(FIRST_NAMES) | set(PLACES)
+    values = [str(v) for ex in examples for v in json.loads(ex.answers[0])["arguments"].values()]
+    words = {w for v in values for w in v.split()}
+    assert (len(words & pooled) > 20) == (names == "pools")
+    assert any(not v.isascii() for v in values) == (names == "open")  # copied as written, in any script
     shapes = Counter()
     for ex in examples:
         call = json.loads(ex.answers[0])
@@ -321,7 +328,20 @@ def test_literal_call_drills_call_with_what_only_the_question_holds():
     # schemas as frameworks write them (bare types, bounds) and as written by hand (descriptions)
     props = [p for ex in examples for t in ex.tools for p in t["function"]["parameters"]["properties"].values()]
     assert any("description" not in p for p in props) and any("exclusiveMinimum" in p for p in props)
-    assert literal_call_examples(5, seed=3) == examples[:5]
+    assert literal_call_examples(5, seed=3, names=names) == examples[:5]
+    with pytest.raises(ValueError, match="names must be 'pools' or 'open'"):
+        literal_call_examples(1, seed=3, names="held_out")
+
+
+def test_small_talk_under_tools_is_answered_in_words():
+    from hypic_rag.training.drills import SMALL_TALK, small_talk_examples
+
+    replies = {reply: wordings for wordings, reply in SMALL_TALK}
+    examples = small_talk_examples(100, seed=2)
+    for ex in examples:
+        assert ex.tools and ex.query in replies[ex.answers[0]]
+        assert not ex.answers[0].startswith("{")  # words, not a call
+    assert len({ex.query for ex in examples}) > 15
 
 
 def test_copy_drills_recall_each_made_up_value_by_its_key_and_label_the_value_alone(tok):

@@ -157,6 +157,14 @@ def test_a_window_names_a_share_of_each_workload_with_fresh_words():
         window = fresh_window(0, 40, 0, False, 0.0, ("single_doc", "memory"), open_names=share)
         texts = ["".join(s.text for s in ex.segments) for ex in window if ex.workload == "single_doc"]
         assert len(texts) == 20 and sum(not pooled.search(t) for t in texts) == fresh
+    # the tool-call drill takes fresh words too (half of its 10 here); small talk has no names to take
+    from hypic_rag.training.drills import literal_call_examples
+
+    answers = {
+        ex.answers[0] for ex in fresh_window(0, 20, 0, False, 0.0, ("literal_calls", "small_talk"), open_names=0.5)
+    }
+    for names in ("pools", "open"):
+        assert {ex.answers[0] for ex in literal_call_examples(5, 100_000_000, names=names)} <= answers
     assert parse_mix("single_doc,framework_qa") == ("single_doc", "framework_qa")  # a scored workload not in v4's mix
     window = fresh_window(0, 12, 0, False, 0.0, ("framework_qa",))
     assert len(window) == 12 and all("framework_qa" in ex.meta["id"] for ex in window)
