@@ -9,6 +9,7 @@
 - ``sentence_drills``: ``relation_examples``' sentences as dense token drills, every value and key recalled.
 - ``agent_memory_examples``: agent steps with memory entries about other people before the task.
 - ``literal_call_examples``: tool calls whose arguments are literals only the question holds.
+- ``paraphrase_examples``: people with made-up names, asked about in many wordings.
 - ``small_talk_examples``: what a user says that needs no tool, under tools, answered in words.
 - ``copy_drills``: dense recall of open-vocabulary names (``names``), every value copied token by token.
 """
@@ -40,11 +41,13 @@ from hypic_rag.eval.data.workloads import (
     TOOLS,
     Example,
     _agent,
+    _describe_person,
     ask,
     format_call,
     headquarters,
     hop_qa,
     list_qa,
+    open_person,
     part,
     person_doc,
     person_facts,
@@ -368,6 +371,39 @@ def _article(phrase: str) -> str:
     return "an" if phrase[0] in "aeiou" else "a"
 
 
+# Training's wordings of the four person questions (the held-out split asks in wordings of its own).
+PARAPHRASES = {
+    "city": (
+        "Where does {name} live?", "Which city does {name} live in?", "Where is {name} based?", "{name} lives where?",
+        "In what city is {name}?", "Tell me where {name} lives.", "What city is {name} from?", "Where's {name}'s home?",
+    ),
+    "org": (
+        "Which company does {name} work for?", "Where does {name} work?", "Who employs {name}?",
+        "What company is {name} at?", "{name} works for which company?", "Name the company {name} works at.",
+    ),
+    "role": (
+        "What is the job of {name}?", "What is {name}'s job?", "What work does {name} do?",
+        "What is {name}'s occupation?", "{name} works as what?", "What is {name}'s profession?",
+    ),
+    "age": ("How old is {name}?", "What age is {name}?", "{name} is how old?", "How many years old is {name}?",
+            "Tell me {name}'s age."),
+}  # fmt: skip
+
+
+def paraphrase_examples(n: int, seed: int, small: bool = False) -> list[Example]:
+    """One to four people with made-up names (``names.TRAINING``), each fact asked in one of ``PARAPHRASES``'
+    wordings: trained on one wording per fact, the model matched the wording, not the question."""
+    rng = random.Random(f"paraphrases:{seed}")
+    out = []
+    for _ in range(n):
+        w = OpenWorld(rng, "training")
+        people = [open_person(w, rng) for _ in range(rng.randint(1, 2 if small else 4))]
+        docs = [part("document", _describe_person(p, rng)) for p in people]
+        qa = [(rng.choice(PARAPHRASES[k]).format(name=p["name"]), str(p[k])) for p in people for k in PARAPHRASES]
+        out.append(_asking(docs, qa, rng))
+    return out
+
+
 # What a user says that needs no tool (wordings, the reply): under tools, a greeting is answered in words.
 SMALL_TALK = (
     (("hi", "Hi!", "hello", "Hello there.", "hey", "Good morning!", "hi there"), "Hello! How can I help you?"),
@@ -405,6 +441,7 @@ SKILL_DRILLS = {
     "agent_memory": agent_memory_examples,
     "literal_calls": literal_call_examples,
     "small_talk": small_talk_examples,
+    "paraphrases": paraphrase_examples,
 }
 NAMED_DRILLS = ("literal_calls",)
 

@@ -366,3 +366,26 @@ def test_copy_drills_take_their_namers_and_score_one_recall(tok):
     text = tok.decode(ids)
     assert all("\u0370" <= c <= "\u03ff" for c in text if c.isalpha())
     assert len(text.split("\n")[1].split(". ")) == 2 and any(lab != -100 for lab in labels)
+
+
+def test_paraphrases_ask_made_up_people_in_many_wordings_none_of_them_held_out():
+    from hypic_rag.eval.data.pools import FIRST_NAMES
+    from hypic_rag.eval.data.workloads import HELD_OUT_QUESTIONS
+    from hypic_rag.training.drills import PARAPHRASES, paraphrase_examples
+
+    templates = {q: k for k, qs in PARAPHRASES.items() for q in qs}
+    assert not {q for _, q in HELD_OUT_QUESTIONS} & templates.keys()
+    used, sizes = set(), set()
+    for ex in paraphrase_examples(60, seed=1):
+        docs = [s.text for s in ex.segments if s.kind == "document"]
+        assert not set(" ".join(docs).split()) & set(FIRST_NAMES)  # made-up people only
+        for question, answer in ex.meta["qa"]:
+            ((template, name),) = [
+                (t, m.group(1))
+                for t in templates
+                if (m := re.fullmatch(re.escape(t).replace(r"\{name\}", "(.+)"), question))
+            ]
+            used.add(template)
+            assert any(name in d for d in docs if answer in d)  # the document of the one asked about
+        sizes.add(len(ex.meta["qa"]) // 4)
+    assert len(used) > 20 and sizes == {1, 2, 3, 4}
