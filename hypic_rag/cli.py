@@ -82,7 +82,7 @@ def _write_json(data: dict, path: Path | None, bench: str | None = None) -> None
 BENCH_MODULES = (
     "batching", "capture", "deviation", "engine_thread", "entry_bytes", "families", "fleet", "fleet_sim", "flood",
     "gpu", "grammar", "kernels", "measure", "peer", "profile", "server", "slo", "streams", "template_ids", "tiers",
-    "turns", "workers",
+    "turns", "workers", "open_names",
 )  # fmt: skip
 NAMED_BENCHES = {module.replace("_", "-"): module for module in BENCH_MODULES}
 
