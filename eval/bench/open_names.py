@@ -187,11 +187,12 @@ def run(model: str | None, n: int, seed: int, mode: str, parts: Sequence[str]) -
     from hypic_rag import Engine
 
     engine = Engine.from_pretrained(model) if model else Engine.from_pretrained()
-    persons = people(n, seed)
+    everyone = people(n + 6, seed)  # one world: no two people share a name
+    persons = everyone[:n]
     qs = questions(persons, seed)
     jobs: dict[str, Callable[[], dict[str, Any]]] = {
         "chat": lambda: chat(engine, qs, mode),
-        "multi_doc": lambda: chat(engine, qs, mode, others=people(n + 6, seed + 1), seed=seed),
+        "multi_doc": lambda: chat(engine, qs, mode, others=everyone, seed=seed),
         "openai": lambda: openai_client(engine, qs, mode),
         "llamaindex": lambda: llamaindex(engine, persons, qs, mode),
         "structured": lambda: structured(engine, persons[: max(1, n // 3)], mode),
