@@ -10,6 +10,7 @@
 - ``agent_memory_examples``: agent steps with memory entries about other people before the task.
 - ``literal_call_examples``: tool calls whose arguments are literals only the question holds.
 - ``paraphrase_examples``: people with made-up names, asked about in many wordings.
+- ``record_examples``: a person's record as structured output asks for it, every value copied from a document.
 - ``small_talk_examples``: what a user says that needs no tool, under tools, answered in words.
 - ``copy_drills``: dense recall of open-vocabulary names (``names``), every value copied token by token.
 """
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections import Counter
 from functools import partial
@@ -404,6 +406,53 @@ def paraphrase_examples(n: int, seed: int, small: bool = False) -> list[Example]
     return out
 
 
+# A record's fields as schemas name them: the person's attribute, the names a schema gives it, its JSON type.
+RECORD_FIELDS = (
+    ("name", ("name", "full_name", "person"), "string"),
+    ("city", ("city", "location", "home_city"), "string"),
+    ("org", ("company", "employer", "organization"), "string"),
+    ("role", ("job", "role", "occupation"), "string"),
+    ("age", ("age", "years"), "integer"),
+)
+RECORD_ASKS = ("Write down {name}'s record.", "Extract the details of {name}.", "Fill in the record for {name}.")
+
+
+def record_examples(n: int, seed: int, small: bool = False, names: str = "pools") -> list[Example]:
+    """A person's record as ``with_structured_output`` asks for it: three to five fields, by function calling (the
+    schema a tool, the answer its call) or as JSON content (``json_schema``: the grammar holds the keys, in the
+    schema's order), every value copied from the person's document among one to three others. Asked so, the model
+    gave every record the first document's age and glued a company word to the city."""
+    if names not in ("pools", "open"):
+        raise ValueError(f"names must be 'pools' or 'open', not {names!r}")
+    rng = random.Random(f"records:{seed}" + (":open" if names == "open" else ""))
+    out = []
+    for _ in range(n):
+        w = World(rng) if names == "pools" else OpenWorld(rng, "training")
+        people = [person_doc(w, rng) if names == "pools" else open_person(w, rng) for _ in range(rng.randint(1, 4))]
+        p = rng.choice(people)
+        fields = [RECORD_FIELDS[0], *rng.sample(RECORD_FIELDS[1:], rng.randint(2, 4))]
+        if rng.random() < 0.3:
+            rng.shuffle(fields)
+        keys = [(attr, rng.choice(spellings), kind) for attr, spellings, kind in fields]
+        title = rng.choice(("Person", "Record", "Employee", "PersonRecord", "Profile"))
+        schema = {
+            "properties": {key: {"title": key.replace("_", " ").title(), "type": kind} for _, key, kind in keys},
+            "required": [key for _, key, _ in keys],
+            "title": title,
+            "type": "object",
+        }
+        args = {key: p[attr] if kind == "integer" else str(p[attr]) for attr, key, kind in keys}
+        docs = [part("document", _describe_person(q, rng)) for q in people]
+        question = rng.choice(RECORD_ASKS).format(name=p["name"])
+        if rng.random() < 0.5:  # function calling: the schema is the one tool, the answer its call
+            tool = {"type": "function", "function": {"name": title, "description": "", "parameters": schema}}
+            out.append(Example([ask(docs, question)], [format_call(title, args)], "tool_call", [tool]))
+        else:  # JSON content, keys in the schema's order, as the output grammar writes them
+            answer = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+            out.append(Example([ask(docs, question)], [answer], "exact_match"))
+    return out
+
+
 # What a user says that needs no tool (wordings, the reply): under tools, a greeting is answered in words.
 SMALL_TALK = (
     (("hi", "Hi!", "hello", "Hello there.", "hey", "Good morning!", "hi there"), "Hello! How can I help you?"),
@@ -442,8 +491,9 @@ SKILL_DRILLS = {
     "literal_calls": literal_call_examples,
     "small_talk": small_talk_examples,
     "paraphrases": paraphrase_examples,
+    "records": record_examples,
 }
-NAMED_DRILLS = ("literal_calls",)
+NAMED_DRILLS = ("literal_calls", "records")
 
 
 def kv_drills(tok, n: int, seed: int, max_pairs: int = 4, spaced: bool = False) -> list[tuple[list[int], list[int]]]:

@@ -389,3 +389,28 @@ def test_paraphrases_ask_made_up_people_in_many_wordings_none_of_them_held_out()
             assert any(name in d for d in docs if answer in d)  # the document of the one asked about
         sizes.add(len(ex.meta["qa"]) // 4)
     assert len(used) > 20 and sizes == {1, 2, 3, 4}
+
+
+@pytest.mark.parametrize("names", ["pools", "open"])
+def test_record_drills_copy_every_field_of_the_asked_person_in_the_schemas_keys(names):
+    import json
+
+    from hypic_rag.training.drills import RECORD_ASKS, record_examples
+
+    asks = [re.escape(t).replace(r"\{name\}", "(.+)") for t in RECORD_ASKS]
+    shapes = Counter()
+    for ex in record_examples(80, seed=6, names=names):
+        docs = [s.text for s in ex.segments if s.kind == "document"]
+        (name,) = [m.group(1) for a in asks if (m := re.fullmatch(a, ex.query))]
+        (doc,) = [d for d in docs if name in d]
+        if ex.tools:  # function calling: a call of the one tool, its arguments the schema's properties
+            call = json.loads(ex.answers[0])
+            (tool,) = [t["function"] for t in ex.tools]
+            record, schema = call["arguments"], tool["parameters"]
+            assert call["name"] == tool["name"] and list(record) == sorted(schema["properties"])
+        else:  # JSON content in the schema's order, as the output grammar writes it
+            record = json.loads(ex.answers[0])
+        assert record[next(k for k in ("name", "full_name", "person") if k in record)] == name
+        assert 3 <= len(record) <= 5 and all(str(v) in doc for v in record.values())
+        shapes[bool(ex.tools)] += 1
+    assert shapes[True] > 20 and shapes[False] > 20
