@@ -38,10 +38,12 @@ from hypic_rag.eval.data.pools import (
     World,
 )
 from hypic_rag.eval.data.workloads import (
+    NAMES,
     SIZES,
     SMALL_SIZES,
     TOOLS,
     Example,
+    Worlds,
     _agent,
     _describe_person,
     ask,
@@ -49,7 +51,6 @@ from hypic_rag.eval.data.workloads import (
     headquarters,
     hop_qa,
     list_qa,
-    open_person,
     part,
     person_doc,
     person_facts,
@@ -291,6 +292,13 @@ _TWO = ("What is {fn}({a}, {b})?", "Call {fn} with {p} {a} and {q} {b}.", "Use t
 _NONE = ("What is the value of {fn}? Use the tool.", "Call {fn}.", "Run {fn} now.", "{description}")
 
 
+def _world(names: str) -> Worlds:
+    """The world a named drill draws from (``workloads.NAMES``), checked before any work."""
+    if names not in NAMES:
+        raise ValueError(f"names must be {' or '.join(map(repr, NAMES))}, not {names!r}")
+    return NAMES[names]
+
+
 def _literal_tool(rng: random.Random, name: str, description: str, params: dict[str, str]) -> dict:
     """A schema as frameworks write one (LangChain's from a typed function: bare types, bounds on integers,
     ``properties`` first) or as hand-written ones are (a description per property, ``type`` first)."""
@@ -327,12 +335,11 @@ def literal_call_examples(n: int, seed: int, small: bool = False, names: str = "
     described as frameworks describe them: the tool-calling workloads take every argument from a sentence
     of theirs, so the model had learnt their keys and values, not to copy a literal it was handed.
     ``names="open"`` writes the people, places, products and companies with made-up words (``names.TRAINING``)."""
-    if names not in ("pools", "open"):
-        raise ValueError(f"names must be 'pools' or 'open', not {names!r}")
+    world = _world(names)
     rng = random.Random(f"literal-calls:{seed}" + (":small" if small else "") + (":open" if names == "open" else ""))
     out = []
     for _ in range(n):
-        w = World(rng) if names == "pools" else OpenWorld(rng, "training")
+        w = world(rng)
         fn = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
         shape = rng.choices(("one", "two", "none", "customer"), weights=(5, 2, 2, 2))[0]
         if shape == "customer":
@@ -399,7 +406,7 @@ def paraphrase_examples(n: int, seed: int, small: bool = False) -> list[Example]
     out = []
     for _ in range(n):
         w = OpenWorld(rng, "training")
-        people = [open_person(w, rng) for _ in range(rng.randint(1, 2 if small else 4))]
+        people = [person_doc(w, rng) for _ in range(rng.randint(1, 2 if small else 4))]
         docs = [part("document", _describe_person(p, rng)) for p in people]
         qa = [(rng.choice(PARAPHRASES[k]).format(name=p["name"]), str(p[k])) for p in people for k in PARAPHRASES]
         out.append(_asking(docs, qa, rng))
@@ -422,13 +429,12 @@ def record_examples(n: int, seed: int, small: bool = False, names: str = "pools"
     schema a tool, the answer its call) or as JSON content (``json_schema``: the grammar holds the keys, in the
     schema's order), every value copied from the person's document among one to three others. Asked so, the model
     gave every record the first document's age and glued a company word to the city."""
-    if names not in ("pools", "open"):
-        raise ValueError(f"names must be 'pools' or 'open', not {names!r}")
+    world = _world(names)
     rng = random.Random(f"records:{seed}" + (":open" if names == "open" else ""))
     out = []
     for _ in range(n):
-        w = World(rng) if names == "pools" else OpenWorld(rng, "training")
-        people = [person_doc(w, rng) if names == "pools" else open_person(w, rng) for _ in range(rng.randint(1, 4))]
+        w = world(rng)
+        people = [person_doc(w, rng) for _ in range(rng.randint(1, 4))]
         p = rng.choice(people)
         fields = [RECORD_FIELDS[0], *rng.sample(RECORD_FIELDS[1:], rng.randint(2, 4))]
         if rng.random() < 0.3:

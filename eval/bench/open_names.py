@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.names import OpenWorld
-from ..data.workloads import HELD_OUT_QUESTIONS, TOOLS, open_person, person_facts
+from ..data.workloads import HELD_OUT_QUESTIONS, TOOLS, person_doc, profile_text
 from .common import write_report
 
 # Small talk in wordings the training never used (its own are ``training.drills.SMALL_TALK``).
@@ -45,10 +45,8 @@ def people(n: int, seed: int) -> list[dict[str, Any]]:
     w = OpenWorld(rng, "held_out")
     out = []
     for _ in range(n):
-        p = open_person(w, rng)
-        facts = list(person_facts(p).values())
-        rng.shuffle(facts)
-        out.append({**p, "doc": " ".join(facts)})
+        p = person_doc(w, rng)
+        out.append({**p, "doc": profile_text(p, rng)})
     return out
 
 

@@ -148,7 +148,7 @@ def render(ex: Example, template: ChatTemplate | None = None, *, question: str |
     return segment_prompt(template or bundled_template(), messages, tools=ex.tools, segmentation=SEGMENTATION)
 
 
-def person_doc(w: World, rng: random.Random) -> dict:
+def person_doc(w: World | OpenWorld, rng: random.Random) -> dict:
     """A fictional person: a name, a home city, an employer, a role and an age."""
     return {
         "name": w.person(),
@@ -169,9 +169,7 @@ def _describe_person(p: dict, rng: random.Random) -> str:
     name, role = p["name"], p["role"]
     form = rng.randrange(4)
     if form == 3:
-        facts = list(person_facts(p).values())
-        rng.shuffle(facts)
-        return " ".join(facts)
+        return profile_text(p, rng)
     return [
         f"{name} lives in {p['city']} and works at {p['org']} as {_a(role)}. {name} is {p['age']} years old.",
         f"{name} is {_a(role)} at {p['org']}. Age: {p['age']}. Home city: {p['city']}.",
@@ -226,6 +224,13 @@ def person_facts(p: dict) -> dict[str, str]:
         "role": f"{name} is {_a(p['role'])}.",
         "age": f"{name} is {p['age']} years old.",
     }
+
+
+def profile_text(p: dict, rng: random.Random) -> str:
+    """The person's one-fact sentences in a shuffled order: the demo's profile document."""
+    facts = list(person_facts(p).values())
+    rng.shuffle(facts)
+    return " ".join(facts)
 
 
 def hop_qa(people: list[dict], hq: dict[str, str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -508,19 +513,10 @@ HELD_OUT_QUESTIONS = [
 ]
 
 
-def open_person(w: OpenWorld, rng: random.Random) -> dict:
-    """``person_doc`` with open-vocabulary names: its job a made-up word too."""
-    return {"name": w.person(), "city": w.city(), "org": w.org(), "role": w.role(), "age": rng.randint(21, 79)}
-
-
 def _held_out(rng: random.Random, documents: int) -> Example:
     w = OpenWorld(rng, "held_out")
-    people = [open_person(w, rng) for _ in range(documents)]
-    docs = []
-    for p in people:
-        facts = list(person_facts(p).values())
-        rng.shuffle(facts)
-        docs.append(part("document", " ".join(facts)))
+    people = [person_doc(w, rng) for _ in range(documents)]
+    docs = [part("document", profile_text(p, rng)) for p in people]
     p = rng.choice(people)
     key, question = rng.choice(HELD_OUT_QUESTIONS)
     return Example(
