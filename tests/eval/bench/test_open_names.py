@@ -31,6 +31,20 @@ def test_a_run_scores_each_part_and_writes_its_report(tmp_path, capsys):
         assert 0 <= hits <= part["of"] and len(part["misses"]) == min(4, part["of"] - hits)
 
 
+def test_the_framework_parts_go_through_each_frameworks_default_path(tmp_path, capsys):
+    """The official openai client over a loopback server, LlamaIndex's default query engine and LangChain's
+    with_structured_output by both methods: each part runs its path end to end and scores what came back."""
+    out = tmp_path / "open.json"
+    open_names.main(["--n", "1", "--parts", "openai,llamaindex,structured", "--json", str(out)])
+    parts = json.loads(out.read_text())["parts"]
+    assert parts["openai"]["of"] == parts["llamaindex"]["of"] == 1
+    assert set(parts["structured"]) == {"function_calling", "json_schema"}
+    for method in parts["structured"].values():
+        assert method["of"] == 4 and 0 <= method["fields"] <= 4  # one record's four fields
+        # the output grammar holds every answer to the schema: a miss is a wrong value, never a refused answer
+        assert not [got for got, _ in method["misses"] if got.startswith("<")]
+
+
 @pytest.mark.parametrize(("argv", "match"), [(["--parts", "chat,nope"], "unknown nope"), (["--n", "0"], "1 to 200")])
 def test_bad_flags_are_refused_before_any_work(argv, match, capsys):
     with pytest.raises(SystemExit):
