@@ -37,25 +37,26 @@ from .data.longbench import read_longbench_jsonl
 from .data.workloads import SEGMENTATION, WORKLOADS, Example, make
 from .intervals import paired_interval
 from .metrics import score
+from .progress import progress
+
+
+def check_workload(workload: str) -> None:
+    """A ``ValueError`` unless ``workload`` names a workload or an existing ``.jsonl`` file."""
+    if workload in WORKLOADS:
+        return
+    path = Path(workload)
+    if not (path.suffix == ".jsonl" and path.is_file()):
+        raise ValueError(
+            f"--workload must be one of {', '.join(WORKLOADS)} or an existing .jsonl file, not {workload!r}"
+        )
 
 
 def load_examples(workload: str, n: int, seed: int) -> tuple[str, list[Example]]:
     """A named workload, or a LongBench-schema JSONL file (its first ``n`` rows)."""
+    check_workload(workload)
     if workload in WORKLOADS:
         return workload, make(workload, n, seed)
-    path = Path(workload)
-    if path.suffix == ".jsonl" and path.is_file():
-        return path.stem, read_longbench_jsonl(path)[:n]
-    raise ValueError(f"--workload must be one of {', '.join(WORKLOADS)} or an existing .jsonl file, not {workload!r}")
-
-
-def _progress(total: int, label: str):
-    try:
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=label, unit="ex")
-    except ImportError:  # tqdm comes with the eval extra
-        return None
+    return Path(workload).stem, read_longbench_jsonl(Path(workload))[:n]
 
 
 Seam = int | float | str
@@ -160,7 +161,7 @@ def evaluate(
     agree: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
     same: dict[str, list[bool]] = {m: [] for m in labels if m != "full"}
     tokens: dict[str, dict[str, list[float]]] = {m: {k: [] for k in TOKENS} for m in labels}
-    bar = _progress(len(examples) * len(variants), f"{name} x {len(variants)} modes")
+    bar = progress(len(examples) * len(variants), f"{name} x {len(variants)} modes", "ex")
     for ex in examples:
         served = served_prompt(engine, ex)
         outputs = {}
@@ -192,10 +193,8 @@ def evaluate(
             if label != "full":
                 kls[label].append(kl_divergence(full, out.prompt_logits))
                 agree[label].append(top1_agreement(full, out.prompt_logits))
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.update(1)
+    bar.close()
     metric = examples[0].metric if examples else "f1"
     results: dict[str, dict[str, Any]] = {}
     for label in labels:

@@ -96,7 +96,19 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.main(argv[2:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
-    return COMMANDS[args.command](parser, args, argv)
+    # a command's own errors print its own usage, not the top level's
+    return COMMANDS[args.command](args.command_parser, args, argv)
+
+
+class _Help(argparse.HelpFormatter):
+    """An option's default after its help, where the help does not already say it (``--n``, ``--seed``: what a run
+    does when they are left out)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return text + " (default: %(default)s)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_demo, _add_bench, _add_eval, _add_serve, _add_cache):
         add(sub)
+    for command in sub.choices.values():
+        command.set_defaults(command_parser=command)
+        command.formatter_class = _Help
     return parser
 
 
@@ -125,6 +140,14 @@ def _add_bench(sub: Any) -> None:
         f"(or a benchmark by name, with its own flags: {', '.join(NAMED_BENCHES)})",
         description="Without --runtime: TTFT of the modes on a warm, reordered prompt (the standard case). "
         "With --runtime: our plain prefill against transformers' forward at --lengths.",
+    )
+    # Only for its help and its error: a benchmark named here runs before this parser (``main``).
+    bench.add_argument(
+        "name",
+        nargs="?",
+        choices=list(NAMED_BENCHES),
+        metavar="NAME",
+        help=f"a benchmark with its own flags (hypic-rag bench NAME --help): {', '.join(NAMED_BENCHES)}",
     )
     bench.add_argument("--runtime", action="store_true", help="compare the runtime's prefill with transformers")
     bench.add_argument(
@@ -147,9 +170,9 @@ def _add_bench(sub: Any) -> None:
         help="comma-separated, full among them (default: full,prefix,hypic,transformers; with --bundled: "
         "full,prefix,hypic); for the TTFT benchmarks only",
     )
-    bench.add_argument("--segments", type=int, default=8)
-    bench.add_argument("--segment-tokens", type=int, default=1024)
-    bench.add_argument("--query-tokens", type=int, default=64)
+    bench.add_argument("--segments", type=int, default=8, help="documents in the TTFT prompt")
+    bench.add_argument("--segment-tokens", type=int, default=1024, help="tokens of each document")
+    bench.add_argument("--query-tokens", type=int, default=64, help="tokens of the question after them")
     bench.add_argument("--lengths", type=_lengths, default=[4096, 16384], help="--runtime prompt lengths")
     bench.add_argument(
         "--layers", type=int, default=None, help="decoder layers of the benchmark model (default: 2 with --slo, else 4)"
@@ -164,7 +187,9 @@ def _add_bench(sub: Any) -> None:
         "documents (eval/bench/flood.py)",
     )
     bench.add_argument("--values", type=_numbers, default=None, help="the swept values (default: the sweep's own)")
-    bench.add_argument("--total-tokens", type=int, default=8192, help="context tokens for segments/hits/seam/cold")
+    bench.add_argument(
+        "--total-tokens", type=int, default=8192, help="context tokens of the segments, hits, seam and cold sweeps"
+    )
     bench.add_argument("--plot", type=Path, default=None, help="with --sweep: write a PNG plot here")
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
 
@@ -177,13 +202,13 @@ def _add_eval(sub: Any) -> None:
         required=True,
         help="single_doc, multi_hop, aggregate, tool_call, memory, FILE.jsonl, a comma-separated list, or all",
     )
-    ev.add_argument("--modes", default="full,hypic", help="comma-separated modes")
-    ev.add_argument("--n", type=int, default=100, help="examples")
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--modes", default="full,hypic", help="comma-separated, from full, prefix, pic, hypic")
+    ev.add_argument("--n", type=int, default=100, help="examples of each workload")
+    ev.add_argument("--seed", type=int, default=0, help="draws the examples (the same seed, the same examples)")
     ev.add_argument(
         "--model", default=None, help="checkpoint directory or hub id, as serve takes (default: the bundled model)"
     )
-    ev.add_argument("--max-new-tokens", type=int, default=48)
+    ev.add_argument("--max-new-tokens", type=int, default=48, help="the longest answer")
     ev.add_argument(
         "--seam", type=_one_seam, default=None, help='seam tokens (>= 1), fraction (< 1), "auto" or "blend"'
     )
@@ -416,7 +441,7 @@ def _run_eval(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: l
     """The workloads scored, compared and written."""
     from hypic_rag import Engine
     from hypic_rag.eval.data.workloads import WORKLOADS
-    from hypic_rag.eval.harness import evaluate, evaluate_many, mode_labels
+    from hypic_rag.eval.harness import check_workload, evaluate, evaluate_many, mode_labels
     from hypic_rag.eval.intervals import check_pair, compare, format_comparison
     from hypic_rag.eval.report import write_report
 
@@ -437,6 +462,9 @@ def _run_eval(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: l
         if args.entry_dtype is not None:
             options["entry_dtype"] = args.entry_dtype
         workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
+        for workload in workloads:  # a typo is refused before the model loads or anything prints
+            check_workload(workload)
+        mode_labels(modes, args.seams)
         engine = Engine.from_pretrained(args.model, **options)
         if len(workloads) == 1:
             print(f"{args.workload}: n={args.n}, seed={args.seed}, modes {args.modes}")

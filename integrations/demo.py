@@ -25,17 +25,9 @@ from statistics import mean, median
 from hypic_rag import Engine
 from hypic_rag.eval.data import corpus
 from hypic_rag.eval.metrics import exact, f1
+from hypic_rag.eval.progress import progress
 
 DEMO_MODES = ("full", "prefix", "hypic")
-
-
-def _progress(total: int):
-    try:
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc="demo", unit="answer", leave=False)
-    except ImportError:  # tqdm comes with the eval extra
-        return None
 
 
 def questions(qa: list[tuple[str, str]], people: int, count: int, seed: int) -> list[tuple[str, str]]:
@@ -77,7 +69,7 @@ def run(
     # one untimed request first, so the first timed one (``full``'s) pays no one-time start-up
     warm = {"context": retriever, "question": RunnablePassthrough()} | documents_to_messages()
     (warm | ChatHypic(engine=engine, mode="full", max_tokens=1)).invoke(qa[0][0])
-    bar = _progress(len(DEMO_MODES) * len(asked))
+    bar = progress(len(DEMO_MODES) * len(asked), "demo", "answer", leave=False)
     indexed = 0.0
     for mode in DEMO_MODES:
         engine.clear_cache()
@@ -91,10 +83,8 @@ def run(
         for question, _ in asked:
             msg = chain.invoke(question)
             rows[mode].append((question, msg.content, msg.response_metadata["ttft_s"], msg.response_metadata["hypic"]))
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.update(1)
+    bar.close()
     log("")
     for (question, answer), (_, got, _, _) in zip(asked, rows["hypic"], strict=True):
         log(f"Q: {question}\n   hypic: {got!r}   expected: {answer!r}")

@@ -68,6 +68,50 @@ def test_bad_sweep_and_eval_arguments_are_refused(capsys):
     assert "a seam must be >= 0" in capsys.readouterr().err
 
 
+def test_an_unknown_benchmark_is_refused_with_the_names(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "bogus"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: hypic-rag bench") and "invalid choice: 'bogus'" in err
+    assert all(repr(name) in err for name in NAMED_BENCHES)
+
+
+def test_a_bad_workload_or_mode_is_the_eval_commands_error_before_anything_loads(capsys, monkeypatch):
+    import hypic_rag.engine as engine_module
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded for a run that cannot go")
+
+    monkeypatch.setattr(engine_module.Engine, "from_pretrained", no_loading)
+    for argv, problem in (
+        (["eval", "--workload", "single_doc,bogus"], "not 'bogus'"),
+        (["eval", "--workload", "single_doc", "--modes", "full,fast"], "modes must come from full, prefix, pic, hypic"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        out, err = capsys.readouterr()
+        assert exited.value.code == 2 and out == "", out  # no line of a run that never started
+        assert err.startswith("usage: hypic-rag eval") and problem in err
+
+
+def test_command_help_gives_each_options_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for line in ("--n N examples of each workload (default: 100)", "(default: full,hypic)", "--seed SEED draws"):
+        assert line in out
+
+
+def test_version_imports_neither_torch_nor_the_engine():
+    import subprocess
+    import sys
+
+    code = "import sys; from hypic_rag.cli import main\ntry: main(['--version'])\nexcept SystemExit: pass\n"
+    code += "print(sorted(m for m in ('torch', 'hypic_rag.engine', 'fastapi') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "[]", out
+
+
 def test_bad_serve_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--max-queue", "0"])

@@ -27,6 +27,7 @@ from hypic_rag import Engine
 from hypic_rag.options import MODES
 
 from ..data.corpus import corpus
+from ..progress import progress
 from .common import speedup
 
 SIZES = ("fact", "profile")
@@ -64,6 +65,8 @@ def run(
     engine = engine or Engine.from_pretrained()
     log(f"bundled model, default options; {prompts} prompts x {docs_per_prompt} documents, {rounds} rounds")
     results = []
+    warming = sum(m not in ("full", "prefix") for m in modes)
+    bar = progress(len(sizes) * prompts * (warming + rounds * len(modes)), "bench --bundled", "prompt")
     for size in sizes:
         texts, questions = _documents(size, 24, seed)
         rng = random.Random(f"bench-bundled:{seed}:{size}")
@@ -79,6 +82,7 @@ def run(
         for mode in (m for m in modes if m not in ("full", "prefix")):
             for _, warm in cases:  # every document cached, in another order (prefix warms before each prompt)
                 engine.chat(warm, mode=mode, max_new_tokens=1)
+                bar.update(1)
         for _ in range(rounds):
             for messages, warm in cases:
                 for mode in modes:
@@ -88,6 +92,7 @@ def run(
                     out = engine.chat(messages, mode=mode, max_new_tokens=1)
                     times[mode].append(out.ttft_s)
                     stats[mode] = out.stats
+                    bar.update(1)
         medians = {m: statistics.median(t) for m, t in times.items()}
         tokens = engine.render(cases[0][0]).segments
         row = {
@@ -103,4 +108,5 @@ def run(
         log(f"  {size}: {row['prompt_tokens']} prompt tokens, " + ", ".join(
             f"{m} {medians[m] * 1e3:.2f} ms" for m in modes) + "; speedup over full: " + ", ".join(
             f"{m} {v:.2f}x" for m, v in row["speedup"].items()))  # fmt: skip
+    bar.close()
     return {"benchmark": "bundled", "threads": torch.get_num_threads(), "rounds": rounds, "results": results}
