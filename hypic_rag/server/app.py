@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP server (FastAPI): ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``
-(and ``/v1/models/{id}``), ``/health``, ``/metrics``. With an API key, every ``/v1`` route asks for it as a Bearer
-token; ``allowed_origins`` lets browsers on those origins call it (CORS).
+(and ``/v1/models/{id}``), ``/tokenize`` and ``/detokenize`` (``tokenizing``), ``/version``, ``/health``,
+``/metrics``. With an API key, every ``/v1`` route and the two token routes ask for it as a Bearer token;
+``allowed_origins`` lets browsers on those origins call it (CORS).
 
 Every request goes through the engine worker's bounded queue (``worker``); a full queue is a 429 with
 ``Retry-After``. A bad request is a 4xx with OpenAI's error body before anything is sent: a streamed answer's
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from importlib.metadata import version
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -41,7 +43,7 @@ from .completions import (
     text_completion,
 )
 from .completions import completion_id as text_completion_id
-from .door import bearer_matches, key_refused, needs_key, parse, read_body
+from .door import KEYED_ROOT_ROUTES, bearer_matches, key_refused, needs_key, parse, read_body
 from .fields import ignored_header_value
 from .limits import BODY_TIMEOUT_S, finite
 from .metrics import ServerMetrics
@@ -61,13 +63,23 @@ from .protocol import (
     usage_chunk,
     wire_tool_calls,
 )
+from .tokenizing import add_token_routes
 from .worker import EngineWorker, Job, QueueFull
 
 COMPILE_TIMEOUT_S = 10.0  # for a request to be prepared (its output grammar built), off the engine thread and the loop
 COMPILE_THREADS = 2
-ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+ROUTES = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    *KEYED_ROOT_ROUTES,
+    "/version",
+    "/health",
+    "/metrics",
+)
 IGNORED_HEADER = "X-Hypic-Ignored-Fields"  # the body fields the policy ignored (``fields``)
 T = TypeVar("T")
+_VERSION = version("hypic-rag")
 POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
@@ -200,9 +212,10 @@ def create_app(
     read_json = _JsonReader(max_body_bytes, body_timeout_s)
     retry_after = functools.partial(clock.retry_after, worker)
     serving = _Serving(engine, worker, names, default_mode, max_queue, read_json, _next_event, retry_after, compiler)
-    _add_model_routes(app, names)
+    _add_model_routes(app, names, engine)
     _add_chat_route(app, serving)
     _add_completions_route(app, serving)
+    add_token_routes(app, serving)
     _add_service_routes(app, names, worker, metrics)
     return app
 
@@ -465,20 +478,36 @@ def _add_chat_route(app: FastAPI, serving: _Serving) -> None:
                 job.cancel()  # a no-op once done; stops the work of a request that failed or was left
 
 
-def _add_model_routes(app: FastAPI, names: list[str]) -> None:
+def _add_model_routes(app: FastAPI, names: list[str], engine: Engine) -> None:
+    """One model, listed once under its first name; the others are its ``aliases``, which ``/v1/models/{id}`` and
+    every request accept too. ``max_model_len`` is its context (vLLM's name for it), prompt and answer together."""
+
+    def entry() -> dict[str, Any]:
+        return {
+            "id": names[0],
+            "object": "model",
+            "created": created,
+            "owned_by": "hypic-rag",
+            "root": engine.name,
+            "max_model_len": engine.preparer.context,
+            "aliases": names[1:],
+        }
+
+    created = int(time.time())
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        created = int(time.time())
-        return {
-            "object": "list",
-            "data": [{"id": n, "object": "model", "created": created, "owned_by": "hypic-rag"} for n in names],
-        }
+        return {"object": "list", "data": [entry()]}
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
         if model_id not in names:
             raise APIError(404, f"model {model_id!r} is not served here", param="model", code="model_not_found")
-        return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "hypic-rag"}
+        return entry()
+
+    @app.get("/version")
+    async def server_version() -> dict[str, str]:
+        return {"version": _VERSION}
 
 
 def _add_completions_route(app: FastAPI, serving: _Serving) -> None:

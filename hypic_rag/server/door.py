@@ -17,10 +17,14 @@ from .protocol import APIError
 KEY_NEEDED = "a valid API key is needed: Authorization: Bearer <key>"
 
 
+# ``/tokenize`` and ``/detokenize``: outside /v1, where vLLM has them, and work that a key pays for
+KEYED_ROOT_ROUTES = ("/tokenize", "/detokenize")
+
+
 def needs_key(path: str, method: str | None) -> bool:
-    """The routes a key guards: ``/v1``'s, but for CORS preflights; ``/health`` and ``/metrics`` stay open, as
-    vLLM leaves them."""
-    return path.startswith("/v1") and method != "OPTIONS"
+    """The routes a key guards: ``/v1``'s and the token routes, but for CORS preflights; ``/health``,
+    ``/metrics`` and ``/version`` stay open, as vLLM leaves them."""
+    return (path.startswith("/v1") or path in KEYED_ROOT_ROUTES) and method != "OPTIONS"
 
 
 def bearer_matches(authorization: bytes, key: bytes) -> bool:

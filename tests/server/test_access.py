@@ -1,4 +1,5 @@
-"""``--api-key`` (Bearer tokens on every /v1 route, /health and /metrics open) and ``--allowed-origins`` (CORS)."""
+"""``--api-key`` (Bearer tokens on every /v1 route and the token routes; /health, /metrics and /version open) and
+``--allowed-origins`` (CORS)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,18 @@ def guarded(request) -> str:
 def test_the_key_guards_every_v1_route(guarded):
     ask = {"model": MODEL, "messages": [{"role": "user", "content": "Where does Bo Ek live?"}], "max_tokens": 2}
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": "Basic " + KEY}):
-        for method, path, body in (("post", "/v1/chat/completions", ask), ("get", "/v1/models", None)):
+        for method, path, body in (
+            ("post", "/v1/chat/completions", ask),
+            ("get", "/v1/models", None),
+            ("post", "/tokenize", {"prompt": "Where does Bo Ek live?"}),
+            ("post", "/detokenize", {"tokens": [5, 6]}),
+        ):
             response = httpx.request(method, guarded + path, json=body, headers=headers)
             assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
-    assert httpx.get(guarded + "/health").status_code == 200
-    assert httpx.get(guarded + "/metrics").status_code == 200
+    for path in ("/health", "/metrics", "/version"):
+        assert httpx.get(guarded + path).status_code == 200, path
+    counted = httpx.post(guarded + "/tokenize", json=ask, headers={"Authorization": "Bearer " + KEY})
+    assert counted.status_code == 200 and counted.json()["count"] > 0
     with openai.OpenAI(base_url=guarded + "/v1", api_key=KEY, max_retries=0) as client:
         assert client.chat.completions.create(**ask).choices[0].message.content is not None
         assert client.completions.create(model=MODEL, prompt="Where does Bo Ek live?", max_tokens=2).choices
