@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -13,6 +14,7 @@ from .logits import Picker, Sampler
 from .model import HybridModel, RequestState
 from .outputs import GenerationOutput, RequestStats
 from .status import Status
+from .tags import partial_suffix
 
 TokenCallback = Callable[[int, "str | None"], None]
 # The id of the last ``on_token`` call when text was held back (a possible start of a stop string, an
@@ -23,25 +25,6 @@ FLUSH = -1
 # A token's text may re-decode this many trailing characters of the text before it (an unfinished UTF-8
 # character completed), so a search for a new stop string starts this far before where the last one ended.
 REDECODED = 8
-
-
-def partial_suffix(text: str, tags: Sequence[str]) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of one of ``tags``: what a stream holds
-    back until it knows whether a tag (a stop string, a tool-call tag) begins there. Only the last ``len(tag) - 1``
-    characters are read, and each candidate start is one where the tag's first character sits, so the work per
-    call is bounded by the tags' lengths, not the text's."""
-    best = 0
-    for tag in tags:
-        if len(tag) < 2:
-            continue
-        tail = text[-(len(tag) - 1) :]
-        at = tail.find(tag[0])
-        while 0 <= at < len(tail) - best:  # the earliest start is the longest tail
-            if tag.startswith(tail[at:]):
-                best = len(tail) - at
-                break
-            at = tail.find(tag[0], at + 1)
-    return best
 
 
 def _held_back(text: str, stops: Sequence[str]) -> int:
@@ -239,6 +222,7 @@ class Prefilling:
     thinking_open: bool = False  # passed on to the generation (see ``Generation``)
     answer_prefix: str = ""
     exact_content: bool = False
+    call_streaming: Any = None
 
     def __init__(self, steps: PieceSteps) -> None:
         self._steps = steps
@@ -271,6 +255,7 @@ class Prefilling:
             self._piece, self.generation = None, stop.value
             self.generation.thinking_open, self.generation.answer_prefix = self.thinking_open, self.answer_prefix
             self.generation.exact_content = self.exact_content
+            self.generation.call_streaming = self.call_streaming
 
 
 class Generation:
@@ -286,6 +271,7 @@ class Generation:
     thinking_open: bool = False  # the prompt opened a reasoning block the answer continues
     answer_prefix: str = ""  # text the answer was made to begin with (a forced call), not streamed
     exact_content: bool = False  # the answer is content a grammar wrote, streamed and returned as written
+    call_streaming: Any = None  # a ``chat.streaming.CallStreaming``: how its calls stream as they are written
 
     def __init__(
         self,

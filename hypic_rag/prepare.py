@@ -23,6 +23,7 @@ from .chat.conversation import ChatSetup, generation_prompt_text, thinking_opene
 from .chat.grammar import CALL_FORMATS, no_call_bans, tool_signatures
 from .chat.requests import ChatRequests
 from .chat.segmentation import RenderedPrompt
+from .chat.streaming import CallStreaming
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, parse_output
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
@@ -58,6 +59,7 @@ class Prepared:
     forced: str = ""
     exact: bool = False
     rendered: RenderedPrompt | None = None
+    calls: CallStreaming | None = None  # how a stream sends the answer's calls as they are written; None: whole
 
 
 class Preparer:
@@ -226,6 +228,9 @@ class Preparer:
         if not offered and grammar is None:
             bans = no_call_bans(setup.format, self.grammar_tokenizer(setup.end_of_turn_ids))
             banned = Banned(*bans) if bans is not None and any(bans) else None
+        named = shape.choice if shape.choice not in (None, "auto", "none", "required") else None
+        # A call that answers a response format is content once parsed (``unwrap``): it is never streamed as a call.
+        streaming = CallStreaming.of(tools, named) if offered and shape.response_tool is None else None
         # Call ids hash the prompt too, so a call repeated later in a conversation gets a new id.
         seed_text = hashlib.sha256(rendered.text.encode()).hexdigest()[:16]
 
@@ -245,7 +250,7 @@ class Preparer:
                 # a response format asked as a call keeps the JSON written so far as its content (``unwrap``)
                 cut=out.finish_reason == "length" and shape.response_tool is None,
                 keep_end=out.stopped_at_string,
-                named=shape.choice if shape.choice not in (None, "auto", "none", "required") else None,
+                named=named,
             )
             content, calls = shape.unwrap(parsed.content, parsed.tool_calls)
             return replace(
@@ -265,6 +270,7 @@ class Preparer:
             forced=forced,
             exact=exact,
             rendered=rendered,
+            calls=streaming,
         )
 
     def segments(

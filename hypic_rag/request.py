@@ -157,4 +157,5 @@ def start(
 
     run: Generation | Prefilling = drain(steps()) if chunk is None else Prefilling(steps())
     run.thinking_open, run.answer_prefix, run.exact_content = prepared.thinking, prepared.forced, prepared.exact
+    run.call_streaming = prepared.calls
     return run

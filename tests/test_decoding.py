@@ -2,11 +2,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 
 from hypic_rag import Engine, Segment
-from hypic_rag.decoding import REDECODED, Decoder, partial_suffix, step_together
+from hypic_rag.decoding import REDECODED, Decoder, step_together
 from hypic_rag.logits import Sampler
 
 
@@ -68,21 +66,6 @@ def test_engine_generate_passes_top_k(checkpoint):
     assert top1 == greedy
     with pytest.raises(ValueError, match="top_k"):
         engine.generate([], query, mode="full", temperature=1.0, top_k=-2)
-
-
-def _partial_suffix_by_definition(text: str, tags) -> int:
-    """The longest tail of ``text`` that is a proper prefix of a tag, tried length by length."""
-    return max(
-        (n for tag in tags for n in range(1, min(len(tag) - 1, len(text)) + 1) if text.endswith(tag[:n])), default=0
-    )
-
-
-@given(
-    st.text(alphabet="ab<", max_size=30),
-    st.lists(st.text(alphabet="ab<", min_size=1, max_size=12), min_size=1, max_size=4),
-)
-def test_partial_suffix_is_the_longest_tail_that_begins_a_tag(text, tags):
-    assert partial_suffix(text, tags) == _partial_suffix_by_definition(text, tags)
 
 
 class _SearchLog(str):

@@ -27,7 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..chat.streaming import CONTENT, AnswerStream
+from ..chat.streaming import CALL, CONTENT, AnswerStream
 from ..chat.tool_calls import ParsedOutput
 from ..defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, MAX_QUEUE, QUEUE_TIMEOUT_S
 from ..engine import Engine
@@ -362,11 +362,15 @@ async def _stream(
         tools=tools,
         answer_prefix=first.answer_prefix,
         exact=first.exact_content,
+        calls=first.call_streaming,
     )
 
-    def piece(kind: str, text: str) -> bytes:
-        field = "content" if kind == CONTENT else "reasoning_content"
-        return sse(chunk(request_id, model, created, {field: text}, include_usage=include_usage))
+    def piece(kind: str, payload: Any) -> bytes:
+        if kind == CALL:
+            delta = {"tool_calls": [payload]}
+        else:
+            delta = {"content" if kind == CONTENT else "reasoning_content": payload}
+        return sse(chunk(request_id, model, created, delta, include_usage=include_usage))
 
     try:
         yield sse(chunk(request_id, model, created, {"role": "assistant", "content": ""}, include_usage=include_usage))
@@ -380,9 +384,8 @@ async def _stream(
                 parsed = ParsedOutput(out.text or "", out.reasoning, out.tool_calls, out.partial_call)
                 for part, text in split.finish(parsed):
                     yield piece(part, text)
-                if out.tool_calls or out.partial_call:
-                    calls = wire_tool_calls(out, streamed=True)
-                    yield sse(chunk(request_id, model, created, {"tool_calls": calls}, include_usage=include_usage))
+                for part, call in split.finish_calls(wire_tool_calls(out, streamed=True)):
+                    yield piece(part, call)
                 # Log-probabilities come with the last chunk: the deltas before it are not cut at tokens.
                 logprobs = chat_logprobs(out, token_bytes(engine)) if out.logprobs is not None else None
                 reason = finish_reason(out)

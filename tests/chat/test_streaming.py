@@ -3,10 +3,12 @@ sent of each part begins the final split's part, and ``finish`` completes it."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+import json
+
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hypic_rag.chat.streaming import CONTENT, REASONING, AnswerStream
+from hypic_rag.chat.streaming import CALL, CONTENT, REASONING, AnswerStream, CallStreaming
 from hypic_rag.chat.tool_calls import parse_output
 
 ANSWERS = [
@@ -79,3 +81,87 @@ def test_a_forced_call_or_a_bundled_answer_with_tools_is_held_whole():
     assert AnswerStream("qwen3_json", answer_prefix="<tool_call>\n").feed("anything") == []
     assert AnswerStream("bundled", tools=True).feed('{"arguments":') == []
     assert AnswerStream("bundled").feed("Oslo") == [(CONTENT, "Oslo")]
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
+    },
+}
+OTHER = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+CALLS = [  # (format, tools, text, forced opening)
+    (
+        "qwen3_json",
+        [WEATHER, OTHER],
+        'Sure. <tool_call>\n{"name": "get_weather", "arguments": {"city": "S\\u00e3o \\"P\\"", "days": 3}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+        "",
+    ),
+    (
+        "qwen3_5_xml",
+        [WEATHER, OTHER],
+        '<tool_call>\n<function=get_weather>\n<parameter=city>\nSão "P"\n</parameter>\n<parameter=days>\n3\n'
+        "</parameter>\n</function>\n<function=f>\n</function>\n</tool_call>",
+        "",
+    ),
+    ("bundled", [WEATHER], '"city":"S\\u00e3o \\"P\\"","days":3},"name":"get_weather"}', '{"arguments":{'),
+    (
+        "qwen3_json",
+        [WEATHER],
+        ' {"city": "Oslo", "days": 10}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments":',
+    ),
+]
+
+
+def _streamed_calls(fmt, tools, text, prefix, chunks, calls=True):
+    stream = AnswerStream(fmt, tools=True, answer_prefix=prefix, calls=CallStreaming.of(tools, None) if calls else None)
+    deltas = [payload for chunk in chunks for kind, payload in stream.feed(chunk) if kind == CALL]
+    parsed = parse_output(prefix + text, fmt, tools)
+    wire = [
+        {
+            "index": i,
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)},
+        }
+        for i, c in enumerate(parsed.tool_calls)
+    ]
+    before = len(deltas)
+    deltas += [payload for _, payload in stream.finish_calls(wire)]
+    return deltas, before, wire
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CALLS), st.lists(st.integers(0, 200), max_size=40))
+def test_streamed_calls_arrive_in_order_and_their_fragments_join_to_the_parsed_calls(case, cuts):
+    fmt, tools, text, prefix = case
+    deltas, _, wire = _streamed_calls(fmt, tools, text, prefix, _chunked(text, cuts))
+    assert wire, "the case parses to calls"
+    joined: dict[int, dict] = {}
+    for delta in deltas:
+        index = delta["index"]
+        if index not in joined:  # the first delta of a call names it and gives its id
+            assert index == len(joined) and delta["id"].startswith("call_") and delta["type"] == "function"
+            joined[index] = {"name": delta["function"]["name"], "arguments": ""}
+        else:
+            assert set(delta) == {"index", "function"} and set(delta["function"]) == {"arguments"}
+        joined[index]["arguments"] += delta["function"]["arguments"]
+    assert [joined[i] for i in sorted(joined)] == [
+        {"name": w["function"]["name"], "arguments": w["function"]["arguments"]} for w in wire
+    ]
+
+
+def test_arguments_stream_token_by_token_where_the_name_comes_first_or_is_known():
+    for fmt, tools, text, prefix in CALLS:
+        deltas, before, _ = _streamed_calls(fmt, tools, text, prefix, list(text))
+        fragments = [d for d in deltas[:before] if d["index"] == 0]
+        assert len(fragments) >= 5, (fmt, fragments)  # sent as they were written, not at the end
+    # the bundled model names the call after its arguments: with two tools it can come only whole
+    text = '{"arguments":{"city":"Oslo"},"name":"get_weather"}'
+    deltas, before, _ = _streamed_calls("bundled", [WEATHER, OTHER], text, "", list(text))
+    assert before == 1 and deltas[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    deltas, before, _ = _streamed_calls("qwen3_json", [WEATHER], CALLS[0][2], "", list(CALLS[0][2]), calls=False)
+    assert before == 0 and len(deltas) == 2  # without streaming: each call whole, at the end

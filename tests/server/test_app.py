@@ -107,6 +107,7 @@ def test_tool_calls_come_back_parsed_plain_and_streamed(client):
         client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=48, stream=True)
     )
     deltas = [tc for c in streamed if c.choices for tc in c.choices[0].delta.tool_calls or ()]
+    # the bundled model writes a call's name after its arguments: among several tools, the call comes whole
     assert [(d.function.name, d.function.arguments) for d in deltas] == [(call.function.name, call.function.arguments)]
     assert deltas[0].id.startswith("call_") and deltas[0].id != call.id  # every request's calls get fresh ids
     # The call goes back as the assistant's turn, its arguments a JSON string as OpenAI clients send them.
@@ -120,6 +121,25 @@ def test_tool_calls_come_back_parsed_plain_and_streamed(client):
     ]
     nxt = client.chat.completions.create(model=MODEL, messages=follow, tools=TOOLS, max_tokens=48)
     assert nxt.choices[0].message.content or nxt.choices[0].message.tool_calls
+
+
+@pytest.mark.fleet
+def test_a_streamed_calls_arguments_arrive_in_fragments_that_join_to_the_call(client):
+    messages = [{"role": "user", "content": "Look up Stithgo Dithgaith in the employee records."}]
+    tool = next(t for t in TOOLS if t["function"]["name"] == "lookup_employee")
+    ask = {"model": MODEL, "messages": messages, "tools": [tool], "max_tokens": 48}
+    whole = client.chat.completions.create(**ask).choices[0].message.tool_calls[0]
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    deltas = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()]
+    assert deltas[0].id and deltas[0].function.name == "lookup_employee"
+    assert all(d.index == 0 and d.id is None and d.function.name is None for d in deltas[1:])
+    fragments = [d.function.arguments for d in deltas if d.function.arguments]
+    assert len(fragments) > 3 and "".join(fragments) == whole.function.arguments, fragments
+    assert json.loads(whole.function.arguments) == {"name": "Stithgo Dithgaith"}
+    with client.chat.completions.stream(**ask) as stream:  # the openai client's own accumulation
+        final = stream.get_final_completion().choices[0]
+    assert final.finish_reason == "tool_calls"
+    assert final.message.tool_calls[0].function.arguments == whole.function.arguments
 
 
 @pytest.mark.fleet

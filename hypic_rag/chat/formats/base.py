@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .partial import CallSoFar
+
 Calls = list[tuple[str, dict]]  # (name, arguments) in the order the answer wrote them
 
 
@@ -42,6 +44,11 @@ class ChatFormat:
         """An answer cut (``max_new_tokens``) inside a call it began: the content before the call, the call's name
         as far as it was written (None before it), and its arguments' text so far; None when no call began."""
         return None
+
+    def calls_so_far(self, body: str, tools: Sequence[dict] | None) -> list[CallSoFar]:
+        """The calls an unfinished answer (its reasoning split off) has begun, in order, each as far as it is
+        written (``partial``): what a stream may send of them before the answer is done."""
+        return []
 
     def may_become_call(self, text: str) -> bool:
         """Whether an answer that begins with ``text`` (its reasoning split off) may still turn out to be a call

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..segmentation import GLUE, QUESTION, flat_units
 from .base import Calls, ChatFormat, format_tool_result, json_call_parts
+from .partial import CallSoFar, json_call
 
 if TYPE_CHECKING:
     from ..template import ChatTemplate
@@ -115,6 +116,14 @@ class Bundled(ChatFormat):
         if not body.startswith('{"'):
             return None
         return ("", *json_call_parts(body))
+
+    def calls_so_far(self, body: str, tools: Sequence[dict] | None) -> list[CallSoFar]:
+        """The one call the answer is, once it opens as a call does (``{"arguments"``; ``{"name"`` too)."""
+        body = body.lstrip()
+        if not body.startswith(('{"arguments"', '{"name"')):
+            return []
+        call = json_call(body)
+        return [call] if call is not None else []
 
     def call_opening(self, name: str | None) -> str:
         """The model writes ``arguments`` before ``name`` (sorted keys), so only a call is forced, not which; the

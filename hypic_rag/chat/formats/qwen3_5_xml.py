@@ -9,7 +9,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ...tags import partial_suffix
 from .base import Calls, ChatFormat
+from .partial import CallSoFar, canonical_char
 from .tagged import TOOL_CLOSE, TOOL_OPEN, block_close, scan, skip_space
 
 FUNCTION_OPEN, FUNCTION_CLOSE = "<function=", "</function>"
@@ -62,6 +64,20 @@ class Qwen3_5Xml(ChatFormat):
         for match in re.finditer(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", rest, re.DOTALL):
             params[match.group(1).strip()] = match.group(2)
         return body[:at].rstrip(), name.strip() if gt or name else None, json.dumps(params) if params else ""
+
+    def calls_so_far(self, body: str, tools: Sequence[dict] | None) -> list[CallSoFar]:
+        """Each ``<function=`` after the first call tag, its parameters as the JSON object the parsed call's
+        arguments will be: a string parameter's text as it comes, any other value once its parameter closes."""
+        begun = [at for at in (body.find(TOOL_OPEN), body.find(FUNCTION_OPEN)) if at >= 0]
+        calls: list[CallSoFar] = []
+        at = body.find(FUNCTION_OPEN, min(begun)) if begun else -1
+        while at >= 0:
+            call, end = _function_so_far(body, at, tools)
+            calls.append(call)
+            if end is None:
+                break
+            at = body.find(FUNCTION_OPEN, end)
+        return calls
 
     def call_opening(self, name: str | None) -> str:
         return TOOL_OPEN + "\n" + FUNCTION_OPEN + ("" if name is None else name + ">\n")
@@ -142,6 +158,42 @@ def _xml_function(text: str, i: int, tools: Sequence[dict] | None) -> tuple[tupl
         schema = properties.get(key) if properties is not None else None
         args[key] = convert_value(value, schema)
         i = close + len(PARAMETER_CLOSE)
+
+
+_HELD = ("\n" + PARAMETER_CLOSE, PARAMETER_CLOSE)  # what a string parameter's text may still turn out to end with
+
+
+def _function_so_far(text: str, i: int, tools: Sequence[dict] | None) -> tuple[CallSoFar, int | None]:
+    """The ``<function=`` at ``i`` as far as it is written (``Qwen3_5Xml.calls_so_far``), and where it ends once
+    closed (None before)."""
+    gt = text.find(">", i)
+    if gt < 0:
+        return CallSoFar(None, ""), None
+    name = text[i + len(FUNCTION_OPEN) : gt].strip()
+    properties = _properties(_schema(tools, name)) if tools is not None else None
+    out, j = ["{"], gt + 1
+    while True:
+        j = skip_space(text, j)
+        if text.startswith(FUNCTION_CLOSE, j):
+            return CallSoFar(name, "".join(out) + "}"), j + len(FUNCTION_CLOSE)
+        opened = text.find(">", j)
+        if not text.startswith(PARAMETER_OPEN, j) or opened < 0:
+            return CallSoFar(name, "".join(out)), None
+        key = text[j + len(PARAMETER_OPEN) : opened].strip()
+        out.append(("" if out == ["{"] else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
+        schema = properties.get(key) if properties is not None else None
+        close = text.find(PARAMETER_CLOSE, opened + 1)
+        value = text[opened + 1 : close if close >= 0 else len(text)]
+        value = value[1:] if value.startswith("\n") else value
+        if close < 0:
+            types = _types(schema)
+            if types and types <= {"string"}:  # text as it comes; another value once it is whole
+                value = value[: len(value) - partial_suffix(value, _HELD)]
+                out.append('"' + "".join(canonical_char(c) for c in value))
+            return CallSoFar(name, "".join(out)), None
+        value = value[:-1] if value.endswith("\n") else value
+        out.append(json.dumps(convert_value(value, schema), ensure_ascii=False))
+        j = close + len(PARAMETER_CLOSE)
 
 
 def _schema(tools: Sequence[dict] | None, name: str) -> dict | None:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 
 from .base import Calls, ChatFormat, json_call_parts
+from .partial import CallSoFar, json_call
 from .tagged import TOOL_OPEN, block_close, scan, skip_space
 
 
@@ -28,6 +29,19 @@ class Qwen3Json(ChatFormat):
         if at < 0:
             return None
         return (body[:at].rstrip(), *json_call_parts(body[at + len(TOOL_OPEN) :]))
+
+    def calls_so_far(self, body: str, tools: Sequence[dict] | None) -> list[CallSoFar]:
+        calls = []
+        at = body.find(TOOL_OPEN)
+        while at >= 0:
+            after = at + len(TOOL_OPEN)
+            following = body.find(TOOL_OPEN, after)
+            call = json_call(body[after : following if following >= 0 else len(body)])
+            if call is None:
+                break
+            calls.append(call)
+            at = following
+        return calls
 
     def call_opening(self, name: str | None) -> str:
         return TOOL_OPEN + "\n" + ("" if name is None else '{"name": ' + json.dumps(name) + ', "arguments":')
