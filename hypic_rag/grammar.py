@@ -38,6 +38,7 @@ import torch
 
 from .json_schema import check_schema, for_grammar
 from .masking import Plan, Plans, apply_row, apply_rows, bits_at, pack, unpack, words_for
+from .schema_refusals import explain
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "choice")
 
@@ -150,17 +151,29 @@ def asks_json(response_format: Mapping[str, Any] | None) -> bool:
     return response_format is not None and response_format["type"] in ("json_object", "json_schema")
 
 
-def refused(where: str, exc: ValueError) -> ValueError:
-    """The grammar compiler's refusal as a ``ValueError`` that begins with the request field ``where``."""
-    return ValueError(f"{where}: the grammar cannot hold it: {exc}")
+def refused(where: str, exc: ValueError, schema: Any = None, schema_at: str | None = None) -> ValueError:
+    """The grammar compiler's refusal as a ``ValueError`` that begins with the request field ``where``; where the
+    refused grammar is a JSON ``schema`` (at request field ``schema_at``), in the request's terms
+    (``schema_refusals``)."""
+    reason = str(exc) if schema is None else explain(str(exc), schema, schema_at or where)
+    return ValueError(f"{where}: the grammar cannot hold it: {reason}")
 
 
-def compile_checked(tokenizer: GrammarTokenizer, lark: str, where: str) -> None:
-    """``tokenizer.matcher(lark)``, its refusal ``refused``."""
+def response_schema(response_format: Mapping[str, Any] | None) -> tuple[Any, str | None]:
+    """The JSON schema a ``response_format`` holds the answer to and the request field it sits at, or None."""
+    if response_format is not None and response_format.get("type") == "json_schema":
+        return response_format["json_schema"]["schema"], "response_format.json_schema.schema"
+    return None, None
+
+
+def compile_checked(
+    tokenizer: GrammarTokenizer, lark: str, where: str, schema: Any = None, schema_at: str | None = None
+) -> None:
+    """``tokenizer.matcher(lark)``, its refusal ``refused`` (of ``schema``, where ``lark`` holds one)."""
     try:
         tokenizer.matcher(lark)
     except ValueError as exc:
-        raise refused(where, exc) from None
+        raise refused(where, exc, schema, schema_at) from None
 
 
 def _grammar(lark: str) -> str:

@@ -27,7 +27,7 @@ from .chat.streaming import CallStreaming
 from .chat.template import ChatTemplate
 from .chat.tool_calls import THINK_CLOSE, parse_output
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
-from .grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, response_lark
+from .grammar import SPACED, GrammarTokenizer, asks_json, compile_checked, response_lark, response_schema
 from .inputs import as_list
 from .logits import Banned
 from .model.families import config_from_file
@@ -291,6 +291,7 @@ class Preparer:
         if options.response_format is not None:
             grammar = "start: " + response_lark(options.response_format, SPACED)
             if compile:
-                compile_checked(self.grammar_tokenizer(), grammar, "response_format")  # kept for the engine
+                schema, at = response_schema(options.response_format)
+                compile_checked(self.grammar_tokenizer(), grammar, "response_format", schema, at)  # kept for the engine
         closing = asks_json(options.response_format)
         return Prepared(prompt, options.with_defaults(None), grammar=grammar, closing=closing)

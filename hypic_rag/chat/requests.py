@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from ..grammar import SPACED, GrammarTokenizer, compile_checked, json_lark, refused, response_lark
+from ..grammar import SPACED, GrammarTokenizer, compile_checked, json_lark, refused, response_lark, response_schema
 from ..inputs import as_list
 from ..options import RequestOptions
 from ..plan import Prompt
@@ -143,7 +143,8 @@ class ChatRequests:
             # Which field: each piece on its own (only on this failing path, so a good request compiles once).
             if options.response_format is not None:
                 lark = "start: " + response_lark(options.response_format, SPACED)
-                compile_checked(tokenizer, lark, "response_format")
+                compile_checked(tokenizer, lark, "response_format", *response_schema(options.response_format))
             for i, (_, schema) in enumerate(tool_signatures(tools if choice != "none" else None)):
-                compile_checked(tokenizer, "start: " + json_lark(schema), f"tools.{i}.function.parameters")
+                where = f"tools.{i}.function.parameters"
+                compile_checked(tokenizer, "start: " + json_lark(schema), where, schema)
             raise refused("tools" if tools and choice != "none" else "response_format", exc) from None

@@ -217,3 +217,20 @@ def test_parallel_tool_calls_false_is_one_call(client):
         max_tokens=48,
     )
     assert len(out.choices[0].message.tool_calls) == 1
+
+
+def test_a_schema_the_grammar_cannot_hold_is_a_400_in_the_requests_terms(client):
+    schema = {
+        "type": "object",
+        "properties": {"v": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}},
+    }
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Where does Ana Lee live?"}],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
+        )
+    error = refused.value.body
+    assert error["param"] == "tools.0.function.parameters" and "coerce_one_of" not in error["message"]
+    assert "oneOf (at tools.0.function.parameters.properties.v.oneOf)" in error["message"]
+    assert "write anyOf instead" in error["message"]
