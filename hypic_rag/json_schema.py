@@ -97,6 +97,18 @@ def for_grammar(schema: Any, *, sort_keys: bool = False, closed: bool = True) ->
     return out
 
 
+def allowed_keys(schema: Any) -> frozenset[str] | None:
+    """The keys an object under ``schema`` may hold once ``for_grammar`` has closed it (its properties and required
+    keys), or None where any key may come: no properties listed, or branches and patterns that may allow others."""
+    if not isinstance(schema, Mapping) or not isinstance(schema.get("properties"), Mapping):
+        return None
+    if any(key in schema for key in ("anyOf", "oneOf", "allOf", "$ref", "patternProperties")):
+        return None
+    required = schema.get("required")
+    listed = {key for key in required if isinstance(key, str)} if isinstance(required, list) else set()
+    return frozenset(schema["properties"]) | listed
+
+
 def _distinct_constants(branches: Any) -> bool:
     """Whether ``branches`` (a ``oneOf``) are each one constant, no two alike: no value matches two of them,
     so the ``anyOf`` of them is the same schema."""

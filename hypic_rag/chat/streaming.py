@@ -10,7 +10,8 @@ Tool calls stream as they are written, in OpenAI's delta shape: a call's first d
 name, the next ones fragments of its ``arguments``, each fragment a piece of the canonical text the parsed call's
 arguments will have (``formats.partial``), so the fragments join to the final call. A call is announced once its
 name is known: the bundled model writes the name after the arguments, so its calls stream from the first token
-only where one tool can be called (``CallStreaming.sole``), and come with their name otherwise. ``finish_calls``
+where one tool can be called (``CallStreaming.sole``), from the first key that only one tool's arguments may
+hold otherwise (``CallStreaming.name_of``), and with their name where no key tells. ``finish_calls``
 sends what the stream has not: the rest of each call, and the calls it never began.
 
 One case cannot be streamed safely: an answer that closes a reasoning block its prompt never opened (a bare
@@ -27,8 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..json_schema import allowed_keys
 from ..tags import partial_suffix
 from .formats import ChatFormat, get_format
+from .grammar import tool_signatures
 from .tool_calls import THINK_CLOSE, THINK_OPEN, ParsedOutput, split_reasoning
 
 REASONING, CONTENT, CALL = "reasoning", "content", "call"
@@ -38,16 +41,28 @@ Delta = tuple[str, Any]  # (REASONING or CONTENT, text), or (CALL, one call's de
 @dataclass(frozen=True)
 class CallStreaming:
     """What a stream needs to send an answer's calls as they are written: the offered tools (their schemas type
-    an XML call's values) and the one tool a call can be, where there is one (named by ``tool_choice``, or the
-    only one offered)."""
+    an XML call's values), the one tool a call can be, where there is one (named by ``tool_choice``, or the only
+    one offered), and the keys each tool's arguments may hold (``json_schema.allowed_keys``; None: any), which
+    name a call whose name comes last once its keys fit one tool only (the grammar closes each tool's object to
+    its keys)."""
 
     tools: tuple[Mapping[str, Any], ...] = ()
     sole: str | None = None
+    keys: tuple[tuple[str, frozenset[str] | None], ...] = ()
 
     @classmethod
     def of(cls, tools: Sequence[Mapping[str, Any]] | None, named: str | None) -> CallStreaming:
-        names = [t.get("function", t).get("name") for t in tools or () if isinstance(t, Mapping)]
-        return cls(tuple(tools or ()), named if named is not None else names[0] if len(names) == 1 else None)
+        signatures = tool_signatures(tools)
+        names = [name for name, _ in signatures]
+        sole = named if named is not None else names[0] if len(names) == 1 else None
+        return cls(tuple(tools or ()), sole, tuple((name, allowed_keys(schema)) for name, schema in signatures))
+
+    def name_of(self, keys: Sequence[str]) -> str | None:
+        """The one tool whose arguments may hold ``keys``, or None while several (or none) may."""
+        if self.sole is not None or not keys:
+            return self.sole
+        fits = [name for name, allowed in self.keys if allowed is None or allowed.issuperset(keys)]
+        return fits[0] if len(fits) == 1 else None
 
 
 @dataclass
@@ -117,7 +132,7 @@ class AnswerStream:
         out: list[Delta] = []
         for index, call in enumerate(self.fmt.calls_so_far(body, self.calls.tools)):
             if index == len(self.sent_calls):
-                name = call.name or self.calls.sole
+                name = call.name or self.calls.name_of(call.keys)
                 if name is None:
                     break  # announced in order, each once its name is known
                 sent = _SentCall("call_" + uuid.uuid4().hex[:24], call.arguments)

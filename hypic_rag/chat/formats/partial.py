@@ -28,6 +28,7 @@ class CallSoFar:
 
     name: str | None
     arguments: str
+    keys: tuple[str, ...] = ()  # the arguments' keys written whole so far (they narrow which tool it calls)
 
 
 def canonical_char(ch: str) -> str:
@@ -71,11 +72,13 @@ def _string(text: str, i: int) -> tuple[str, str, int | None]:
     return "".join(out), "".join(chars), None
 
 
-def json_prefix(text: str, i: int = 0) -> tuple[str, int | None]:
+def json_prefix(text: str, i: int = 0, keys: list[str] | None = None) -> tuple[str, int | None]:
     """The canonical text (``json.dumps``'s spacing and escapes) of the JSON value that starts at or after ``i``,
-    as far as it is certain, and the index after the value once it is whole (None while it is not)."""
+    as far as it is certain, and the index after the value once it is whole (None while it is not). ``keys``
+    collects the keys of a top-level object as each is written whole."""
     out: list[str] = []
     depth = 0
+    object_top = key_next = False
     while i < len(text):
         ch = text[i]
         if ch.isspace():
@@ -83,6 +86,8 @@ def json_prefix(text: str, i: int = 0) -> tuple[str, int | None]:
             continue
         if ch in "{[":
             depth += 1
+            object_top = object_top or (depth == 1 and ch == "{")
+            key_next = object_top and depth == 1
             out.append(ch)
             i += 1
         elif ch in "}]":
@@ -90,6 +95,7 @@ def json_prefix(text: str, i: int = 0) -> tuple[str, int | None]:
             out.append(ch)
             i += 1
         elif ch == ",":
+            key_next = object_top and depth == 1
             out.append(", ")
             i += 1
             continue
@@ -98,10 +104,13 @@ def json_prefix(text: str, i: int = 0) -> tuple[str, int | None]:
             i += 1
             continue
         elif ch == '"':
-            written, _, end = _string(text, i)
+            written, decoded, end = _string(text, i)
             out.append(written)
             if end is None:
                 return "".join(out), None
+            if key_next and depth == 1 and keys is not None:
+                keys.append(decoded)
+            key_next = False
             i = end
         else:
             match = _SCALAR.match(text, i)
@@ -131,34 +140,29 @@ def json_call(text: str, i: int = 0) -> CallSoFar | None:
     if i >= len(text) or text[i] != "{":
         return None
     i += 1
-    name, arguments = None, ""
+    name, arguments, keys = None, "", []
     while True:
         i = _skip(text, i)
-        if i >= len(text) or text[i] == "}":
-            return CallSoFar(name, arguments)
+        if i >= len(text) or text[i] == "}" or text[i] not in ',"':
+            return CallSoFar(name, arguments, tuple(keys))
         if text[i] == ",":
             i += 1
             continue
-        if text[i] != '"':
-            return CallSoFar(name, arguments)
         _, key, end = _string(text, i)
-        if end is None:
-            return CallSoFar(name, arguments)
-        i = _skip(text, end)
+        i = _skip(text, end) if end is not None else len(text)
         if i >= len(text) or text[i] != ":":
-            return CallSoFar(name, arguments)
+            return CallSoFar(name, arguments, tuple(keys))
         i = _skip(text, i + 1)
         if i >= len(text):
-            return CallSoFar(name, arguments)
+            return CallSoFar(name, arguments, tuple(keys))
         if key == "name" and text[i] == '"':
             _, written, end = _string(text, i)
-            if end is None:
-                return CallSoFar(name, arguments)
-            name = written
+            name = written if end is not None else name
+        elif key == "arguments" and text[i] == "{":  # string-form arguments are sent whole, at the end
+            keys = []
+            arguments, end = json_prefix(text, i, keys)
         else:
-            prefix, end = json_prefix(text, i)
-            if key == "arguments" and text[i] == "{":  # string-form arguments are sent whole, at the end
-                arguments = prefix
-            if end is None:
-                return CallSoFar(name, arguments)
+            _, end = json_prefix(text, i)
+        if end is None:
+            return CallSoFar(name, arguments, tuple(keys))
         i = end

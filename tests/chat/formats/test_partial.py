@@ -48,8 +48,14 @@ def test_numbers_and_literals_wait_for_their_end_and_escapes_for_their_whole():
 def test_a_call_gives_its_name_once_whole_in_either_key_order():
     assert json_call("no call") is None and json_call("  ") is None
     assert json_call('{"name": "get_wea') == CallSoFar(None, "")
-    assert json_call('{"name": "get_weather", "arguments": {"city": "Os') == CallSoFar("get_weather", '{"city": "Os')
+    assert json_call('{"name": "get_weather", "arguments": {"city": "Os') == CallSoFar(
+        "get_weather", '{"city": "Os', ("city",)
+    )
     # the bundled model sorts its keys: a "name" inside the arguments is not the call's
-    assert json_call('{"arguments":{"name":"Bo"},"na') == CallSoFar(None, '{"name": "Bo"}')
-    assert json_call('{"arguments":{"name":"Bo"},"name":"f"}') == CallSoFar("f", '{"name": "Bo"}')
+    assert json_call('{"arguments":{"name":"Bo"},"na') == CallSoFar(None, '{"name": "Bo"}', ("name",))
+    assert json_call('{"arguments":{"name":"Bo"},"name":"f"}') == CallSoFar("f", '{"name": "Bo"}', ("name",))
+    # the keys written whole so far, the top level's only
+    assert json_call('{"arguments":{"a":{"b":1},"c":[{"d":2}],"e') == CallSoFar(
+        None, '{"a": {"b": 1}, "c": [{"d": 2}], "e', ("a", "c")
+    )
     assert json_call('{"name": "f", "arguments": "{\\"x\\": 1}"}') == CallSoFar("f", "")  # string form: at the end
