@@ -82,7 +82,7 @@ def _write_json(data: dict, path: Path | None, bench: str | None = None) -> None
 BENCH_MODULES = (
     "batching", "capture", "deviation", "engine_thread", "entry_bytes", "families", "fleet", "fleet_sim", "flood",
     "gpu", "grammar", "kernels", "measure", "peer", "profile", "server", "slo", "streams", "template_ids", "tiers",
-    "turns", "workers", "open_names",
+    "turns", "workers", "open_names", "weights",
 )  # fmt: skip
 NAMED_BENCHES = {module.replace("_", "-"): module for module in BENCH_MODULES}
 
@@ -214,6 +214,7 @@ def _add_eval(sub: Any) -> None:
     )
     ev.add_argument("--min-cached-tokens", type=int, default=None, help="shorter segments skip the cache")
     ev.add_argument("--entry-dtype", default=None, help="cache entries kept in float32, bfloat16 or float16")
+    ev.add_argument("--weights", choices=limits.WEIGHTS, default="float32", help="what decode steps read (as serve)")
     ev.add_argument(
         "--seams",
         type=_seams,
@@ -274,6 +275,13 @@ def _add_serve(sub: Any) -> None:
         "--entry-dtype", default="float32", help="what cache entries are kept in: float32, bfloat16 or float16"
     )
     srv.add_argument("--device", default="cpu")
+    srv.add_argument(
+        "--weights",
+        choices=limits.WEIGHTS,
+        default="float32",
+        help="what decode steps read: int8, 8-bit copies of the projections (a quarter of the bytes; prompts still "
+        "run in float32)",
+    )
     srv.add_argument(
         "--no-pack-head",
         dest="pack_head",
@@ -461,6 +469,7 @@ def _run_eval(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: l
             options["min_cached_tokens"] = args.min_cached_tokens
         if args.entry_dtype is not None:
             options["entry_dtype"] = args.entry_dtype
+        options["weights"] = args.weights
         workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
         for workload in workloads:  # a typo is refused before the model loads or anything prints
             check_workload(workload)
@@ -578,6 +587,7 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
         "device": args.device,
         "pack_head": args.pack_head,
         "pack_weights": args.pack_weights,
+        "weights": args.weights,
         "fidelity_budget": args.fidelity_budget,
         "keep_states": not args.no_keep_states,
     }

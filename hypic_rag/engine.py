@@ -28,7 +28,7 @@ from .chat.requests import ChatRequests
 from .chat.segmentation import RenderedPrompt
 from .chat.template import ChatTemplate
 from .decoding import Generation, Prefilling, TokenCallback
-from .defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS
+from .defaults import MAX_ACTIVE, MAX_NUM_BATCHED_TOKENS, WEIGHTS
 from .generation_config import GenerationDefaults, eos_token_ids, read_generation_defaults
 from .grammar import GrammarTokenizer
 from .hub import resolve_checkpoint
@@ -218,30 +218,38 @@ class Engine:
         prefill_workers: int = 0,
         pack_head: bool = True,
         pack_weights: bool = True,
+        weights: str = "float32",
         **options: Any,
     ) -> Engine:
         """Load a local Hugging Face checkpoint directory, a hub id ``org/name`` (at ``revision``,
         through the local Hugging Face cache), or, for ``None``, the bundled default model.
         ``pack_head=False``: no packed copy of the LM head, ``pack_weights=False`` none of the decoder's
         projections (``model.linear.Linear``: a copy costs the weight's size again in memory and makes CPU fp32
-        decode and prefill faster).
+        decode and prefill faster). ``weights="int8"``: decode steps read 8-bit copies of the projections' weights
+        (a quarter of the bytes; ``HybridModel.decode_int8``), prompts still the float ones; CPU float32 only.
 
         ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
         one that replicas on several machines use together; ``prefill_workers=N`` prefills cold segments on N
         Ray actors (``ray_prefill.py``; the ``ray`` extra); ``options`` go to ``Engine``."""
         if cache_url is not None:
             check_url(cache_url)
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+        if weights == "int8" and (str(device) != "cpu" or resolve_dtype(dtype) != torch.float32):
+            raise ValueError("weights='int8' decodes on the CPU from a float32 model: give device='cpu', dtype=float32")
         device = usable_device(device)
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
         model = load_model(root, device=device, dtype=resolve_dtype(dtype))
         model.pack_weights(pack_weights, head=pack_head)
+        model.decode_int8(weights == "int8")
         eos = eos_token_ids(root, model.config.eos_token_ids)
         if "generation_defaults" not in options:
             options["generation_defaults"] = read_generation_defaults(root)
         if "chat_template" not in options:
             options["chat_template"] = ChatTemplate.from_checkpoint(root)
         fingerprint = checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype)
+        fingerprint += ":int8-decode" if weights == "int8" else ""  # a kept answer's state was decoded in 8 bits
         if prefill_workers:
             from .ray_prefill import RayPrefill
 

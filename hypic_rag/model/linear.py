@@ -1,4 +1,5 @@
-"""Linear layers whose CPU fp32 inference runs on weights packed once for oneDNN.
+"""Linear layers whose CPU fp32 inference runs on weights packed once for oneDNN, and whose decode steps may run on
+8-bit weights.
 
 Decode on CPU is bound by reading weights. ``F.linear`` hands a few rows to BLAS, which on this path streams the
 weight at a fraction of the memory bandwidth, and for a batch of rows packs the weight into its own blocked layout
@@ -16,11 +17,26 @@ The packed copy is extra memory, the size of the weight; ``pack = False`` on a l
 off (``HybridModel.pack_weights``; ``Engine.from_pretrained(pack_weights=False, pack_head=False)``,
 ``hypic-rag serve --no-pack-weights --no-pack-head``). Unpacked, a decode batch's rows ``[B, 1, H]`` go through
 ``W @ h.T``, a GEMM with the weight's long side first, which streams the weight once where ``h @ W.T`` re-reads it.
+
+``int8 = True`` adds a copy of the weight quantized per output channel to 8 bits, which the projections of a decode
+step (``decoding()``) read instead: a quarter of the bytes, through PyTorch's fbgemm kernel
+(``quantized.linear_dynamic``, which quantizes the activations to 8 bits too, as llama.cpp's Q8_0 does). Prompts
+still run on the float weights. That kernel quantizes a whole batch with one range, so a row's result would depend
+on the rows beside it; each row is therefore scaled to a largest magnitude of one and given two more inputs, one
+and minus one, against zero weights, which pins every batch's range to [-1, 1]: each row is then quantized alone,
+its products are integers, and a decode row gives the same result alone and batched. PyTorch 2.13 marks its
+quantized tensors deprecated (``torch.quantize_per_channel`` builds the weight the kernel takes) and its other CPU
+8-bit products are slower here (oneDNN's ``qlinear_pointwise`` by about three times, ``_int_mm`` by more); a build
+without the kernel decodes on the float weights, with one warning.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,6 +52,18 @@ _MIN_ROWS = 4
 
 # A decode batch's rows past which ``F.linear``'s layout is as good (the weight is read once either way).
 _ROWS = range(3, 65)
+# Whether the projections now running are a decode step's, which read a layer's 8-bit copy where it has one.
+_DECODING = contextvars.ContextVar("hypic_decoding", default=False)
+
+
+@contextmanager
+def decoding() -> Iterator[None]:
+    """The projections run inside read the 8-bit weight copies of the layers that have one (``Linear.int8``)."""
+    token = _DECODING.set(True)
+    try:
+        yield
+    finally:
+        _DECODING.reset(token)
 
 
 class Linear(nn.Linear):
@@ -49,6 +77,18 @@ class Linear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs: Any) -> None:
         super().__init__(in_features, out_features, bias=bias, **kwargs)
         self._packed = _PackedCopy()
+        self._int8 = _Int8Copy()
+
+    @property
+    def int8(self) -> bool:
+        """Whether decode steps (``decoding()``) run on an 8-bit copy of the weight (module docstring); setting
+        it False frees the copy."""
+        return self._int8.enabled
+
+    @int8.setter
+    def int8(self, on: bool) -> None:
+        self._int8.enabled = bool(on)
+        self._int8.clear()
 
     @property
     def pack(self) -> bool:
@@ -62,8 +102,9 @@ class Linear(nn.Linear):
             self.invalidate()
 
     def invalidate(self) -> None:
-        """Drop the packed copy; the next call builds it from the weight as it is then."""
+        """Drop the packed and 8-bit copies; the next call builds them from the weight as it is then."""
         self._packed.clear()
+        self._int8.clear()
 
     def _apply(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.invalidate()  # ``to``, ``float``, ``cpu``...: the weight is replaced
@@ -74,6 +115,8 @@ class Linear(nn.Linear):
         super()._load_from_state_dict(*args, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._int8.enabled and _DECODING.get() and self._int8.usable(self.weight, x):
+            return self._int8.linear(self.weight, x, self.bias)
         packed = self.packed_weight(x)
         if packed is not None:
             rows = x.reshape(-1, x.shape[-1])
@@ -149,6 +192,87 @@ class _PackedCopy:
 
     def __reduce__(self) -> tuple[type, tuple]:
         return _PackedCopy, ()
+
+
+class _Int8Copy:
+    """A layer's weight quantized per output channel to 8 bits and prepacked for fbgemm, with two zero columns for
+    the pinned range (module docstring); built on first use and rebuilt when the weight changes, like
+    ``_PackedCopy``."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._lock = threading.Lock()
+        self._key: tuple[int, int, int, tuple[int, ...]] | None = None
+        self._packed: Any = None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._key = self._packed = None
+
+    def usable(self, w: torch.Tensor, x: torch.Tensor) -> bool:
+        """Whether this input can run on the copy: CPU float32 inference, with the kernel in this torch build."""
+        if w.device.type != "cpu" or w.dtype != torch.float32 or x.dtype != torch.float32:
+            return False
+        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
+            return False
+        return self._of(w) is not None
+
+    def _of(self, w: torch.Tensor) -> Any:
+        key = (w.data_ptr(), _version(w), id(w), tuple(w.shape))
+        with self._lock:
+            if self._key != key:
+                self._key, self._packed = key, _int8_packed(w)
+                if self._packed is None:
+                    self.enabled = False
+            return self._packed
+
+    def __deepcopy__(self, memo: dict) -> _Int8Copy:
+        twin = _Int8Copy()
+        twin.enabled = self.enabled
+        return twin
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return _int8_copy, (self.enabled,)
+
+    def linear(self, w: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        top = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+        pins = torch.tensor([[1.0, -1.0]], dtype=rows.dtype).expand(rows.shape[0], 2)
+        # reduce_range: 7-bit activations, so that no product pair overflows on CPUs without VNNI
+        out = torch.ops.quantized.linear_dynamic(torch.cat((rows / top, pins), dim=1), self._of(w), True) * top
+        if bias is not None:
+            out = out + bias
+        return out.reshape(*x.shape[:-1], -1)
+
+
+def _int8_copy(enabled: bool) -> _Int8Copy:
+    """An unbuilt copy, on or off: what a pickled layer's copy comes back as."""
+    copy = _Int8Copy()
+    copy.enabled = enabled
+    return copy
+
+
+_WARNED: list[bool] = []
+
+
+def _int8_packed(w: torch.Tensor) -> Any:
+    """``w`` with its two zero columns, quantized per output channel and prepacked for fbgemm; None, with one
+    warning a process, where this torch build cannot."""
+    padded = torch.cat((w.detach(), w.new_zeros(w.shape[0], 2)), dim=1)  # the pinning inputs' weights
+    scale = (padded.abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.float32).tiny).double()
+    zero = torch.zeros(w.shape[0], dtype=torch.long)
+    try:
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            raise RuntimeError("this torch build has no fbgemm")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the deprecation the module docstring speaks of
+            quantized = torch.quantize_per_channel(padded, scale, zero, 0, torch.qint8)
+        return torch.ops.quantized.linear_prepack(quantized, None)
+    except (AttributeError, RuntimeError) as exc:
+        if not _WARNED:
+            _WARNED.append(True)
+            warnings.warn(f"8-bit weights are unavailable ({exc}): decoding on the float weights", stacklevel=3)
+        return None
 
 
 def _version(w: torch.Tensor) -> int:

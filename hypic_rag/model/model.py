@@ -14,7 +14,7 @@ from .config import HybridConfig
 from .context import Forward
 from .families import family_of
 from .family import Family
-from .linear import Linear, LMHead
+from .linear import Linear, LMHead, decoding
 from .state import RequestState, SegmentJumps, StateMarks, TransitionCapture
 
 
@@ -83,6 +83,17 @@ class HybridModel(nn.Module):
                 module.pack = on
         self.lm_head.pack = on if head is None else head
 
+    def decode_int8(self, on: bool = True) -> None:
+        """Whether decode steps read 8-bit copies of every projection's weight, the LM head's too
+        (``linear.Linear.int8``); prompts still run on the float weights. Off frees the copies."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.int8 = on
+
+    @property
+    def decodes_int8(self) -> bool:
+        return self.lm_head.int8
+
     def check_input_ids(self, input_ids: torch.Tensor, start: int = 0) -> None:
         """Raise ``ValueError`` for ids the model cannot embed or positions past its context."""
         if input_ids.dtype not in (torch.int64, torch.int32):
@@ -142,6 +153,10 @@ class HybridModel(nn.Module):
     def decode_batch(self, tokens: Sequence[int], states: Sequence[RequestState]) -> torch.Tensor:
         """Next-token logits ``[B, V]`` after one token per request, each continuing (and updating) its own
         state at its own position: a continuous batch's decode step (``batch.BatchState``)."""
+        with decoding():
+            return self._decode_batch(tokens, states)
+
+    def _decode_batch(self, tokens: Sequence[int], states: Sequence[RequestState]) -> torch.Tensor:
         batch = BatchState(states)
         ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)[:, None]
         if ids.shape[0] != len(batch.rows):

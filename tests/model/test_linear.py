@@ -74,9 +74,11 @@ def test_a_copied_head_repacks_its_own_weight():
     head = _head()
     h = torch.randn(2, 64)
     out = head(h)
+    head.int8 = True
     twin = copy.deepcopy(head)
     torch.testing.assert_close(twin(h), out, rtol=0, atol=0)
     assert twin.packed_weight(h) is not head.packed_weight(h)
+    assert twin.int8  # an 8-bit copy is rebuilt for the twin's own weight, not shared
 
 
 def test_head_drops_its_copy_when_the_weight_is_cast_loaded_or_packing_turned_off():
@@ -136,3 +138,41 @@ def test_engine_loads_without_a_packed_head_when_asked():
     packed = Engine.from_pretrained()
     assert engine.generate([], "Hi", max_new_tokens=4).text == packed.generate([], "Hi", max_new_tokens=4).text
     assert not engine.model.lm_head._packed.held
+
+
+@torch.inference_mode()
+def test_decode_steps_read_the_8_bit_copy_close_to_the_float_product_and_prompts_the_float_weight():
+    from hypic_rag.model.linear import decoding
+
+    torch.manual_seed(0)
+    layer = Linear(256, 384, bias=True)
+    x = torch.randn(6, 1, 256)
+    exact = F.linear(x, layer.weight, layer.bias)
+    layer.int8 = True
+    torch.testing.assert_close(layer(x), exact, rtol=0, atol=1e-5)  # outside a decode step: the float weight
+    with decoding():
+        got = layer(x)
+        assert not torch.allclose(got, exact, rtol=0, atol=1e-6)  # it did read the 8-bit copy
+        assert float((got - exact).norm() / exact.norm()) < 0.03  # 8-bit activations (7-bit range) and weights
+        # one range for every row (module docstring): a row alone is bit for bit the same as in any batch
+        assert all(torch.equal(layer(x[i : i + 1]), got[i : i + 1]) for i in range(6))
+        assert torch.equal(layer(x[1:4]), got[1:4])
+        layer.weight = torch.nn.Parameter(layer.weight * 2)  # a new weight: a new copy
+        assert float((layer(x) - 2 * exact + layer.bias).norm() / (2 * exact - layer.bias).norm()) < 0.03
+    layer.int8 = False
+    with decoding():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=0, atol=1e-5)
+
+
+def test_an_int8_engine_decodes_a_row_alone_as_in_a_batch_and_keys_its_cache_apart():
+    from hypic_rag import Engine
+
+    engine = Engine.from_pretrained(weights="int8")
+    assert engine.model.decodes_int8 and engine.fingerprint != Engine.from_pretrained().fingerprint
+    asks = [[{"role": "user", "content": q}] for q in ("Where does Bo Ek live?", "Hi", "What is Ana's job?")]
+    batched = engine.chat_batch(asks, max_new_tokens=12, mode="full")
+    alone = [engine.chat(ask, max_new_tokens=12, mode="full") for ask in asks]
+    assert [b.token_ids for b in batched] == [a.token_ids for a in alone]
+    for weights, device, dtype in (("int4", "cpu", "float32"), ("int8", "cpu", "bfloat16")):
+        with pytest.raises(ValueError, match="weights"):
+            Engine.from_pretrained(weights=weights, device=device, dtype=dtype)
