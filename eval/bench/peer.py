@@ -20,7 +20,8 @@ found the benchmark says how to get one and stops. One way, from the package reg
    prompt tokens over the prefill seconds, decode tokens/s ``batch * steps`` over the decode seconds.
 
 The two take turns ``rounds`` times (llama.cpp, ours, llama.cpp, ...), and each side keeps its best round, so a
-machine that slows during the run slows both. The ratios are ours over llama.cpp's.
+machine that slows during the run slows both. The ratios are ours over llama.cpp's. ``--int8`` adds two sides at
+matched precision: llama.cpp on a Q8_0 GGUF of the same checkpoint, ours decoding from 8-bit weight copies.
 
 Decode is bound by reading weights, so each side's decode is also given as the bandwidth it reached: the bytes of
 weights a step reads (``step_bytes``: every weight but the embedding table, of which a step reads one row a
@@ -99,12 +100,26 @@ def convert(tree: Path, checkpoint: Path, out: Path, dtype: str = "f32") -> Path
 READ_BYTES = 1 << 30  # the buffer ``read_bandwidth`` streams: past any CPU's last-level cache
 
 
-def step_bytes(model: Any) -> int:
+# The bytes of one projection weight a step reads, by precision: float32; ours 8-bit (a byte, and a float32 scale per
+# output channel, counted apart); llama.cpp's Q8_0 (blocks of 32 bytes and a 16-bit scale).
+PROJECTION_BYTES = {"float32": 4.0, "int8": 1.0, "q8_0": 34 / 32}
+
+
+def step_bytes(model: Any, precision: str = "float32") -> int:
     """The bytes of weights one decode step reads: each parameter once (a tied LM head is the embedding, read
-    whole), less an embedding table the head does not share (a step reads a row of it per sequence)."""
-    seen: dict[int, int] = {}
+    whole), less an embedding table the head does not share (a step reads a row of it per sequence); at
+    ``precision`` the projections' weights (``Linear``) count ``PROJECTION_BYTES`` each, the rest float32."""
+    from hypic_rag.model.linear import Linear
+
+    projections = {m.weight.untyped_storage().data_ptr() for m in model.modules() if isinstance(m, Linear)}
+    seen: dict[int, float] = {}
     for param in model.parameters():
-        seen[param.untyped_storage().data_ptr()] = param.numel() * param.element_size()
+        at = param.untyped_storage().data_ptr()
+        if at in projections and precision != "float32":
+            scales = param.shape[0] * 4 if precision == "int8" else 0
+            seen[at] = param.numel() * PROJECTION_BYTES[precision] + scales
+        else:
+            seen[at] = param.numel() * param.element_size()
     for module in model.modules():
         table = module.weight if isinstance(module, torch.nn.Embedding) else None
         if (
@@ -112,7 +127,7 @@ def step_bytes(model: Any) -> int:
             and table.untyped_storage().data_ptr() != model.lm_head.weight.untyped_storage().data_ptr()
         ):
             seen.pop(table.untyped_storage().data_ptr(), None)
-    return sum(seen.values())
+    return int(sum(seen.values()))
 
 
 def read_bandwidth(threads: int, size: int = READ_BYTES, repeats: int = 5) -> float:
@@ -186,6 +201,15 @@ def _unpacked(model: Any, prompt_tokens: int, steps: int, batches: Sequence[int]
         model.pack_weights(True)
 
 
+def _int8(model: Any, prompt_tokens: int, steps: int, batches: Sequence[int], seed: int) -> dict:
+    """``our_round`` decoding from 8-bit weight copies (built in its untimed warm-up), then freed."""
+    model.decode_int8(True)
+    try:
+        return our_round(model, prompt_tokens, steps, batches, seed)
+    finally:
+        model.decode_int8(False)
+
+
 def run(
     llama_cpp: str | None = None,
     layers: int = 24,
@@ -195,8 +219,11 @@ def run(
     batches: Sequence[int] = BATCHES,
     rounds: int = 2,
     also_unpacked: bool = False,
+    int8: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
+    """``int8``: also llama.cpp on a Q8_0 GGUF of the same checkpoint against ours decoding from 8-bit weights
+    (``Engine.from_pretrained(weights="int8")``), in the same turns."""
     from hypic_rag.model import load_model
 
     from .server import build_checkpoint
@@ -220,17 +247,26 @@ def run(
         gguf = convert(tree, checkpoint, Path(tmp) / "model-f32.gguf")
         model = load_model(checkpoint, dtype=torch.float32)
         weight_bytes = step_bytes(model)
+        int8_bytes, q8_bytes = step_bytes(model, "int8"), step_bytes(model, "q8_0")
         machine = read_bandwidth(threads)
         log(f"a decode step reads {weight_bytes / 1e9:.2f} GB of weights; the machine reads {machine / 1e9:.1f} GB/s")
         ours: dict[int, dict[str, float]] = {}
         theirs: dict[int, dict[str, float]] = {}
         unpacked: dict[int, dict[str, float]] = {}
+        ours8: dict[int, dict[str, float]] = {}
+        theirs8: dict[int, dict[str, float]] = {}
         sides: list[tuple[str, Callable[[int], dict[int, dict[str, float]]], dict[int, dict[str, float]]]] = [
             ("llama.cpp", lambda i: llama_round(bench, gguf, threads, prompt_tokens, steps, batches), theirs),
             ("ours", lambda i: our_round(model, prompt_tokens, steps, batches, seed=i), ours),
         ]
         if also_unpacked:
             sides.append(("ours unpacked", lambda i: _unpacked(model, prompt_tokens, steps, batches, i), unpacked))
+        if int8:
+            q8 = convert(tree, checkpoint, Path(tmp) / "model-q8_0.gguf", "q8_0")
+            sides.append(
+                ("llama.cpp Q8_0", lambda i: llama_round(bench, q8, threads, prompt_tokens, steps, batches), theirs8)
+            )
+            sides.append(("ours int8", lambda i: _int8(model, prompt_tokens, steps, batches, i), ours8))
         for i in range(rounds):
             for side, measure, best in sides:
                 got = measure(i)
@@ -256,6 +292,17 @@ def run(
     }
     if unpacked:
         report["decode_weight_bytes_per_s"]["ours unpacked"] = bandwidths(unpacked, weight_bytes)
+    if ours8:
+        report["llama_cpp_q8_0_tokens_per_s"] = {str(b): theirs8[b] for b in batches}
+        report["ours_int8_tokens_per_s"] = {str(b): ours8[b] for b in batches}
+        report["ours_int8_over_llama_cpp_q8_0"] = {
+            str(b): {key: ours8[b][key] / theirs8[b][key] for key in ours8[b]} for b in batches if b in theirs8
+        }
+        report["weight_bytes_per_step_8_bit"] = {"ours int8": int8_bytes, "llama.cpp Q8_0": q8_bytes}
+        report["decode_weight_bytes_per_s"]["llama.cpp Q8_0"] = bandwidths(theirs8, q8_bytes)
+        report["decode_weight_bytes_per_s"]["ours int8"] = bandwidths(ours8, int8_bytes)
+        for b, ratio in report["ours_int8_over_llama_cpp_q8_0"].items():
+            log(f"batch {b}, 8-bit: decode {ratio['decode_tokens_per_s']:.2f}x llama.cpp Q8_0")
     for b, ratio in report["ours_over_llama_cpp"].items():
         read = {side: rates[b] / 1e9 for side, rates in report["decode_weight_bytes_per_s"].items()}
         log(
@@ -275,6 +322,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--also-unpacked", action="store_true", help="also ours without packed weight copies")
+    parser.add_argument(
+        "--int8", action="store_true", help="also llama.cpp on a Q8_0 GGUF against ours from 8-bit weights"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
@@ -286,6 +336,7 @@ def main(argv: list[str] | None = None) -> None:
             args.steps,
             rounds=args.rounds,
             also_unpacked=args.also_unpacked,
+            int8=args.int8,
         )
     except PeerMissing as exc:
         raise SystemExit(f"peer benchmark skipped: {exc}") from None

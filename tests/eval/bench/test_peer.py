@@ -6,6 +6,7 @@ import torch
 
 from hypic_rag.eval.bench.common import layer_shapes, random_model
 from hypic_rag.eval.bench.peer import bandwidths, read_bandwidth, step_bytes
+from hypic_rag.model.linear import Linear
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "vocab_size": 512, "num_attention_heads": 2}
 
@@ -15,6 +16,10 @@ def test_a_step_reads_every_weight_but_the_embedding_table_unless_the_head_share
     every = sum(p.numel() * 4 for p in model.parameters())
     table = 512 * 64 * 4
     assert step_bytes(model) == every - table  # one row of the table a sequence, not all of it
+    projections = sum(m.weight.numel() for m in model.modules() if isinstance(m, Linear))
+    rows = sum(m.weight.shape[0] for m in model.modules() if isinstance(m, Linear))
+    assert step_bytes(model, "int8") == every - table - 3 * projections + 4 * rows  # a byte a weight, a scale a row
+    assert step_bytes(model, "q8_0") == int(every - table - projections * (4 - 34 / 32))
     model.lm_head.weight = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding)).weight
     assert step_bytes(model) == sum(p.numel() * 4 for p in model.parameters())  # the head reads it whole
 
