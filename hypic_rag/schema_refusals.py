@@ -21,6 +21,8 @@ MOST_NODES = 10_000  # of a schema walked for them (``json_schema.check_schema``
 
 # keywords whose object's keys are names (of properties, of definitions), not keywords
 _NAMING = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+# keywords whose values are data, not schemas: a keyword's name inside them is a value
+_DATA = frozenset({"enum", "const", "default", "examples"})
 
 
 def _places(schema: Any, keys: set[str], at: str) -> Iterator[str]:
@@ -34,7 +36,7 @@ def _places(schema: Any, keys: set[str], at: str) -> Iterator[str]:
         if isinstance(node, dict):
             if not names:
                 yield from (f"{path}.{key}" for key in node if key in keys)
-            items = reversed(list(node.items()))
+            items = [(k, v) for k, v in reversed(list(node.items())) if names or k not in _DATA]
             stack.extend((value, f"{path}.{key}", not names and key in _NAMING) for key, value in items)
         elif isinstance(node, list):
             stack.extend((value, f"{path}.{i}", False) for i, value in reversed(list(enumerate(node))))

@@ -56,6 +56,9 @@ def test_exclusive_alternatives_are_held_and_property_names_are_not_keywords(eng
     schema = {"type": "object", "properties": {"if": {"type": "string"}, "v": {"if": {"type": "string"}}}}
     said = explain('Unimplemented keys: ["if"]', schema, "response_format.json_schema.schema")
     assert "(at response_format.json_schema.schema.properties.v.if)" in said
+    data = {"type": "object", "default": {"oneOf": 1}, "properties": {"v": OVERLAPPING}}  # a value, not a keyword
+    said = explain("oneOf constraints are not supported", data, "tools.0.function.parameters")
+    assert "(at tools.0.function.parameters.properties.v.oneOf)" in said
 
 
 def test_a_message_it_does_not_know_is_passed_on_as_it_is():

@@ -203,11 +203,12 @@ class _Int8Copy:
         self.enabled = False
         self._lock = threading.Lock()
         self._key: tuple[int, int, int, tuple[int, ...]] | None = None
+        self._storage: StorageWeakRef | None = None  # as ``_PackedCopy``'s: a reused address is another weight
         self._packed: Any = None
 
     def clear(self) -> None:
         with self._lock:
-            self._key = self._packed = None
+            self._key = self._storage = self._packed = None
 
     def usable(self, w: torch.Tensor, x: torch.Tensor) -> bool:
         """Whether this input can run on the copy: CPU float32 inference, with the kernel in this torch build."""
@@ -220,10 +221,13 @@ class _Int8Copy:
     def _of(self, w: torch.Tensor) -> Any:
         key = (w.data_ptr(), _version(w), id(w), tuple(w.shape))
         with self._lock:
-            if self._key != key:
-                self._key, self._packed = key, _int8_packed(w)
-                if self._packed is None:
+            if self._key != key or self._storage is None or self._storage.expired():
+                self._key = self._storage = self._packed = None  # the old copy goes before the new one is built
+                packed = _int8_packed(w)
+                if packed is None:
                     self.enabled = False
+                    return None
+                self._key, self._storage, self._packed = key, StorageWeakRef(w.untyped_storage()), packed
             return self._packed
 
     def __deepcopy__(self, memo: dict) -> _Int8Copy:
@@ -236,13 +240,22 @@ class _Int8Copy:
 
     def linear(self, w: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
-        top = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-        pins = torch.tensor([[1.0, -1.0]], dtype=rows.dtype).expand(rows.shape[0], 2)
-        # reduce_range: 7-bit activations, so that no product pair overflows on CPUs without VNNI
-        out = torch.ops.quantized.linear_dynamic(torch.cat((rows / top, pins), dim=1), self._of(w), True) * top
+        try:
+            out = self._rows(w, rows)
+        except RuntimeError:  # a row that is not finite has no range: each row alone, that one on the float weight
+            out = torch.cat([self._row(w, row[None]) for row in rows])
         if bias is not None:
             out = out + bias
         return out.reshape(*x.shape[:-1], -1)
+
+    def _rows(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        top = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+        pins = torch.tensor([[1.0, -1.0]], dtype=rows.dtype).expand(rows.shape[0], 2)
+        # reduce_range: 7-bit activations, so that no product pair overflows on CPUs without VNNI
+        return torch.ops.quantized.linear_dynamic(torch.cat((rows / top, pins), dim=1), self._of(w), True) * top
+
+    def _row(self, w: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        return self._rows(w, row) if bool(torch.isfinite(row).all()) else F.linear(row, w)
 
 
 def _int8_copy(enabled: bool) -> _Int8Copy:

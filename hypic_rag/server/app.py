@@ -79,7 +79,6 @@ ROUTES = (
 )
 IGNORED_HEADER = "X-Hypic-Ignored-Fields"  # the body fields the policy ignored (``fields``)
 T = TypeVar("T")
-_VERSION = version("hypic-rag")
 POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
@@ -510,7 +509,7 @@ def _add_model_routes(app: FastAPI, names: list[str], engine: Engine) -> None:
 
     @app.get("/version")
     async def server_version() -> dict[str, str]:
-        return {"version": _VERSION}
+        return {"version": version("hypic-rag")}
 
 
 def _add_completions_route(app: FastAPI, serving: _Serving) -> None:

@@ -169,3 +169,10 @@ def test_arguments_stream_token_by_token_where_the_name_comes_first_or_is_known(
     assert before == 1 and deltas[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 3}'}
     deltas, before, _ = _streamed_calls("qwen3_json", [WEATHER], CALLS[0][2], "", list(CALLS[0][2]), calls=False)
     assert before == 0 and len(deltas) == 2  # without streaming: each call whole, at the end
+
+
+def test_a_call_tag_inside_an_argument_is_text_not_another_call():
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "see <tool_call>{ here"}}\n</tool_call>'
+    deltas, _, wire = _streamed_calls("qwen3_json", [WEATHER], text, "", list(text))
+    assert {d["index"] for d in deltas} == {0} and len(wire) == 1
+    assert "".join(d["function"]["arguments"] for d in deltas) == wire[0]["function"]["arguments"]

@@ -176,3 +176,16 @@ def test_an_int8_engine_decodes_a_row_alone_as_in_a_batch_and_keys_its_cache_apa
     for weights, device, dtype in (("int4", "cpu", "float32"), ("int8", "cpu", "bfloat16")):
         with pytest.raises(ValueError, match="weights"):
             Engine.from_pretrained(weights=weights, device=device, dtype=dtype)
+
+
+@torch.inference_mode()
+def test_a_row_that_is_not_finite_spoils_only_itself_under_8_bit_weights():
+    from hypic_rag.model.linear import decoding
+
+    layer = Linear(64, 32, bias=True)
+    layer.int8 = True
+    x = torch.randn(5, 64)
+    x[0, 3] = float("nan")
+    with decoding():
+        out = layer(x)
+        assert torch.isnan(out[0]).all() and torch.equal(out[1:], torch.cat([layer(x[i : i + 1]) for i in range(1, 5)]))

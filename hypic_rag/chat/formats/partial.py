@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 _SCALAR = re.compile(r"[-+0-9.eEtrufalsn]+")
+_PLAIN = re.compile(r'[^"\\]+')  # a run of a string's characters that are neither a quote nor an escape
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
@@ -29,27 +30,30 @@ class CallSoFar:
     name: str | None
     arguments: str
     keys: tuple[str, ...] = ()  # the arguments' keys written whole so far (they narrow which tool it calls)
+    end: int | None = None  # where the call's text ends, once it is whole
 
 
-def canonical_char(ch: str) -> str:
-    """One character as ``json.dumps(..., ensure_ascii=False)`` writes it inside a string."""
-    return json.dumps(ch, ensure_ascii=False)[1:-1]
+def canonical_text(text: str) -> str:
+    """Characters as ``json.dumps(..., ensure_ascii=False)`` writes them inside a string (each on its own, so a
+    prefix's text is a prefix of the whole's)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _string(text: str, i: int) -> tuple[str, str, int | None]:
     """The string whose opening quote is at ``i``: (its canonical text so far, opening quote included; the decoded
-    characters; the index after its closing quote, None while it is open)."""
+    characters; the index after its closing quote, None while it is open). Runs of plain characters are taken
+    whole, so a long value costs a few calls, not one a character (a stream re-reads it every token)."""
     out, chars, j = ['"'], [], i + 1
     while j < len(text):
-        ch = text[j]
-        if ch == '"':
+        run = _PLAIN.match(text, j)
+        if run is not None:
+            chars.append(run.group())
+            out.append(canonical_text(run.group()))
+            j = run.end()
+            continue
+        if text[j] == '"':
             out.append('"')
             return "".join(out), "".join(chars), j + 1
-        if ch != "\\":
-            chars.append(ch)
-            out.append(canonical_char(ch))
-            j += 1
-            continue
         if j + 1 >= len(text):
             break
         kind = text[j + 1]
@@ -68,7 +72,7 @@ def _string(text: str, i: int) -> tuple[str, str, int | None]:
         else:
             break  # an escape not yet whole (or not JSON): nothing past it is certain
         chars.append(decoded)
-        out.append(canonical_char(decoded))
+        out.append(canonical_text(decoded))
     return "".join(out), "".join(chars), None
 
 
@@ -143,7 +147,9 @@ def json_call(text: str, i: int = 0) -> CallSoFar | None:
     name, arguments, keys = None, "", []
     while True:
         i = _skip(text, i)
-        if i >= len(text) or text[i] == "}" or text[i] not in ',"':
+        if i < len(text) and text[i] == "}":
+            return CallSoFar(name, arguments, tuple(keys), i + 1)
+        if i >= len(text) or text[i] not in ',"':
             return CallSoFar(name, arguments, tuple(keys))
         if text[i] == ",":
             i += 1

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...tags import partial_suffix
 from .base import Calls, ChatFormat
-from .partial import CallSoFar, canonical_char
+from .partial import CallSoFar, canonical_text
 from .tagged import TOOL_CLOSE, TOOL_OPEN, block_close, scan, skip_space
 
 FUNCTION_OPEN, FUNCTION_CLOSE = "<function=", "</function>"
@@ -189,7 +189,7 @@ def _function_so_far(text: str, i: int, tools: Sequence[dict] | None) -> tuple[C
             types = _types(schema)
             if types and types <= {"string"}:  # text as it comes; another value once it is whole
                 value = value[: len(value) - partial_suffix(value, _HELD)]
-                out.append('"' + "".join(canonical_char(c) for c in value))
+                out.append('"' + canonical_text(value))
             return CallSoFar(name, "".join(out)), None
         value = value[:-1] if value.endswith("\n") else value
         out.append(json.dumps(convert_value(value, schema), ensure_ascii=False))

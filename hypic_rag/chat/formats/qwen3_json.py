@@ -31,16 +31,17 @@ class Qwen3Json(ChatFormat):
         return (body[:at].rstrip(), *json_call_parts(body[at + len(TOOL_OPEN) :]))
 
     def calls_so_far(self, body: str, tools: Sequence[dict] | None) -> list[CallSoFar]:
+        """Block after block, each read from where the one before ended (a tag inside a string is text)."""
         calls = []
         at = body.find(TOOL_OPEN)
         while at >= 0:
-            after = at + len(TOOL_OPEN)
-            following = body.find(TOOL_OPEN, after)
-            call = json_call(body[after : following if following >= 0 else len(body)])
+            call = json_call(body, at + len(TOOL_OPEN))
             if call is None:
                 break
             calls.append(call)
-            at = following
+            if call.end is None:
+                break
+            at = body.find(TOOL_OPEN, call.end)
         return calls
 
     def call_opening(self, name: str | None) -> str:

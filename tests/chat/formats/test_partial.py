@@ -53,9 +53,11 @@ def test_a_call_gives_its_name_once_whole_in_either_key_order():
     )
     # the bundled model sorts its keys: a "name" inside the arguments is not the call's
     assert json_call('{"arguments":{"name":"Bo"},"na') == CallSoFar(None, '{"name": "Bo"}', ("name",))
-    assert json_call('{"arguments":{"name":"Bo"},"name":"f"}') == CallSoFar("f", '{"name": "Bo"}', ("name",))
+    whole = '{"arguments":{"name":"Bo"},"name":"f"} after'
+    assert json_call(whole) == CallSoFar("f", '{"name": "Bo"}', ("name",), whole.index(" after"))
     # the keys written whole so far, the top level's only
     assert json_call('{"arguments":{"a":{"b":1},"c":[{"d":2}],"e') == CallSoFar(
         None, '{"a": {"b": 1}, "c": [{"d": 2}], "e', ("a", "c")
     )
-    assert json_call('{"name": "f", "arguments": "{\\"x\\": 1}"}') == CallSoFar("f", "")  # string form: at the end
+    string_form = '{"name": "f", "arguments": "{\\"x\\": 1}"}'
+    assert json_call(string_form) == CallSoFar("f", "", (), len(string_form))  # string form: sent at the end
