@@ -20,7 +20,8 @@ off (``HybridModel.pack_weights``; ``Engine.from_pretrained(pack_weights=False, 
 
 ``int8 = True`` adds a copy of the weight quantized per output channel to 8 bits, which the projections of a decode
 step (``decoding()``) read instead: a quarter of the bytes, through PyTorch's fbgemm kernel
-(``quantized.linear_dynamic``, which quantizes the activations to 8 bits too, as llama.cpp's Q8_0 does). Prompts
+(``quantized.linear_dynamic``, which quantizes the activations to 8 bits too, as llama.cpp's Q8_0 does; 7 on a CPU
+without VNNI, ``_full_range``). Prompts
 still run on the float weights. That kernel quantizes a whole batch with one range, so a row's result would depend
 on the rows beside it; each row is therefore scaled to a largest magnitude of one and given two more inputs, one
 and minus one, against zero weights, which pins every batch's range to [-1, 1]: each row is then quantized alone,
@@ -33,6 +34,7 @@ without the kernel decodes on the float weights, with one warning.
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import warnings
 from collections.abc import Iterator
@@ -251,8 +253,8 @@ class _Int8Copy:
     def _rows(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         top = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
         pins = torch.tensor([[1.0, -1.0]], dtype=rows.dtype).expand(rows.shape[0], 2)
-        # reduce_range: 7-bit activations, so that no product pair overflows on CPUs without VNNI
-        return torch.ops.quantized.linear_dynamic(torch.cat((rows / top, pins), dim=1), self._of(w), True) * top
+        pinned = torch.cat((rows / top, pins), dim=1)
+        return torch.ops.quantized.linear_dynamic(pinned, self._of(w), not _full_range()) * top
 
     def _row(self, w: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         return self._rows(w, row) if bool(torch.isfinite(row).all()) else F.linear(row, w)
@@ -263,6 +265,19 @@ def _int8_copy(enabled: bool) -> _Int8Copy:
     copy = _Int8Copy()
     copy.enabled = enabled
     return copy
+
+
+@functools.cache
+def _full_range() -> bool:
+    """Whether activations may use all 8 bits: on a CPU with VNNI, whose 8-bit dot products add into 32 bits. Without
+    it fbgemm multiplies pairs into 16 bits, which two large products can overflow, so activations keep 7 bits
+    (``reduce_range``), at about three times the drift."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
 _WARNED: list[bool] = []
