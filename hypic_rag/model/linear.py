@@ -243,21 +243,25 @@ class _Int8Copy:
     def linear(self, w: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         try:
-            out = self._rows(w, rows)
+            out = self._rows(w, rows, bias)
         except RuntimeError:  # a row that is not finite has no range: each row alone, that one on the float weight
-            out = torch.cat([self._row(w, row[None]) for row in rows])
-        if bias is not None:
-            out = out + bias
+            out = torch.cat([self._row(w, row[None], bias) for row in rows])
         return out.reshape(*x.shape[:-1], -1)
 
-    def _rows(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        top = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-        pins = torch.tensor([[1.0, -1.0]], dtype=rows.dtype).expand(rows.shape[0], 2)
-        pinned = torch.cat((rows / top, pins), dim=1)
-        return torch.ops.quantized.linear_dynamic(pinned, self._of(w), not _full_range()) * top
+    def _rows(self, w: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The product of rows scaled to a largest magnitude of one and pinned (module docstring), scaled back: as
+        few operations as it takes, since a decode step runs it for every projection."""
+        top = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_min_(_TINY)
+        pinned = torch.cat((rows / top, _PINS.expand(rows.shape[0], 2)), dim=1)
+        product = torch.ops.quantized.linear_dynamic(pinned, self._of(w), not _full_range())
+        return product.mul_(top) if bias is None else torch.addcmul(bias, product, top)
 
-    def _row(self, w: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-        return self._rows(w, row) if bool(torch.isfinite(row).all()) else F.linear(row, w)
+    def _row(self, w: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return self._rows(w, row, bias) if bool(torch.isfinite(row).all()) else F.linear(row, w, bias)
+
+
+_PINS = torch.tensor([[1.0, -1.0]])  # the two inputs that pin a batch's range
+_TINY = torch.finfo(torch.float32).tiny
 
 
 def _int8_copy(enabled: bool) -> _Int8Copy:
