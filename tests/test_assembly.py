@@ -56,18 +56,20 @@ def test_fused_equals_per_segment_warm_and_reordered(checkpoint, kind, variant, 
     segs, q = _segments(lengths, seed=count), _query()
     for engine in (fused, reference):
         engine.generate(segs[::-1], q, max_new_tokens=1)  # warm, in another order
+    # The two paths run the same operations in other groupings: TOL, or this CPU's measured fp32 rounding on the
+    # same prompt where its kernels round more (an AVX-512 machine's blocking differs by the rows it is given).
+    prompt = torch.tensor([[t for s in (*segs, q) for t in s.token_ids]])
+    bound = rounding_bound(fused.model, prompt)
     for seam in (0, 1, 3, 8):
         a, b, sa, sb = _both(fused, reference, segs, q, seam=seam)
-        assert (a - b).abs().max() < TOL, (seam, float((a - b).abs().max()))
+        assert (a - b).abs().max() < max(TOL, bound), (seam, float((a - b).abs().max()))
         assert sa == sb
     # A whole seam recomputes everything: the fused forward is then `full`'s one forward, and the
-    # reference path a split prefill (stretch, then query), bounded as the model tests bound one: by this
-    # CPU's measured fp32 rounding on the same prompt.
+    # reference path a split prefill (stretch, then query), bounded as the model tests bound one.
     a, b, sa, sb = _both(fused, reference, segs, q, seam=1.0)
     full = fused.prompt_logits(segs, q, mode="full")
-    prompt = torch.tensor([[t for s in (*segs, q) for t in s.token_ids]])
-    assert (a - full).abs().max() < TOL and sa == sb
-    assert (b - full).abs().max() <= rounding_bound(fused.model, prompt)
+    assert (a - full).abs().max() < max(TOL, bound) and sa == sb
+    assert (b - full).abs().max() <= bound
 
 
 @pytest.mark.parametrize("kind", KINDS)

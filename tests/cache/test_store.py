@@ -114,7 +114,9 @@ def test_a_corrupted_disk_entry_is_recomputed_and_the_answer_is_still_right(chec
     # Segment 0's entry and segment 2's entry and remainder come from disk; segment 1's entry is corrupt.
     assert counters["corrupt"] == 1 and counters["disk_hits"] == 3
     assert out.stats["hit_segments"] == 2 and out.stats["miss_segments"] == 1
-    assert torch.equal(reader.prompt_logits(segs, query, mode="hypic"), expected)
+    # recomputed alone where the writer prefilled the three together: the same up to this CPU's fp32 rounding,
+    # which a zeroed tail (or any read of it) would be far outside
+    torch.testing.assert_close(reader.prompt_logits(segs, query, mode="hypic"), expected, rtol=0, atol=1e-4)
 
 
 _WORKER = """
