@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -192,22 +193,22 @@ def our_round(
     return out
 
 
-def _unpacked(model: Any, prompt_tokens: int, steps: int, batches: Sequence[int], seed: int) -> dict:
-    """``our_round`` with every packed weight copy off (and freed), then back on."""
-    model.pack_weights(False)
+def _switched(
+    switch: Callable[[bool], None],
+    on: bool,
+    model: Any,
+    prompt_tokens: int,
+    steps: int,
+    batches: Sequence[int],
+    seed: int,
+) -> dict:
+    """``our_round`` with one of the model's weight copies switched to ``on`` (``pack_weights`` off: plain BLAS
+    products; ``decode_int8`` on: 8-bit copies, built in its untimed warm-up), then switched back."""
+    switch(on)
     try:
         return our_round(model, prompt_tokens, steps, batches, seed)
     finally:
-        model.pack_weights(True)
-
-
-def _int8(model: Any, prompt_tokens: int, steps: int, batches: Sequence[int], seed: int) -> dict:
-    """``our_round`` decoding from 8-bit weight copies (built in its untimed warm-up), then freed."""
-    model.decode_int8(True)
-    try:
-        return our_round(model, prompt_tokens, steps, batches, seed)
-    finally:
-        model.decode_int8(False)
+        switch(not on)
 
 
 def run(
@@ -260,13 +261,15 @@ def run(
             ("ours", lambda i: our_round(model, prompt_tokens, steps, batches, seed=i), ours),
         ]
         if also_unpacked:
-            sides.append(("ours unpacked", lambda i: _unpacked(model, prompt_tokens, steps, batches, i), unpacked))
+            unpack = partial(_switched, model.pack_weights, False, model, prompt_tokens, steps, batches)
+            sides.append(("ours unpacked", unpack, unpacked))
         if int8:
             q8 = convert(tree, checkpoint, Path(tmp) / "model-q8_0.gguf", "q8_0")
             sides.append(
                 ("llama.cpp Q8_0", lambda i: llama_round(bench, q8, threads, prompt_tokens, steps, batches), theirs8)
             )
-            sides.append(("ours int8", lambda i: _int8(model, prompt_tokens, steps, batches, i), ours8))
+            int8_round = partial(_switched, model.decode_int8, True, model, prompt_tokens, steps, batches)
+            sides.append(("ours int8", int8_round, ours8))
         for i in range(rounds):
             for side, measure, best in sides:
                 got = measure(i)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..json_schema import allowed_keys
@@ -69,7 +69,7 @@ class CallStreaming:
 class _SentCall:
     id: str
     arguments: str = ""
-    stale: bool = field(default=False)  # the answer was read otherwise after a fragment went out
+    stale: bool = False  # the answer was read otherwise after a fragment went out
 
 
 class AnswerStream:

@@ -154,16 +154,23 @@ class LMHead(Linear):
         super().__init__(hidden_size, vocab_size, bias=False)
 
 
-class _PackedCopy:
-    """A layer's packed weight, which a copy of the model rebuilds rather than copies (an opaque oneDNN
-    tensor has no storage to copy or serialize). One lock, so threads meeting an unpacked layer build one copy."""
+class _WeightCopy:
+    """A copy of a layer's weight in another form, built on first use and rebuilt when the weight changes, which a
+    copy of the model rebuilds rather than copies (an opaque oneDNN or fbgemm tensor has no storage to copy or
+    serialize). One lock, so threads meeting a layer without its copy build one. ``_build`` makes the copy, or
+    gives None where this torch build cannot: the copy is then off from there on."""
+
+    enabled_at_start = True
 
     def __init__(self) -> None:
-        self.enabled = True
+        self.enabled = self.enabled_at_start
         self._lock = threading.Lock()
         self._key: tuple[int, int, int, tuple[int, ...]] | None = None
         self._storage: StorageWeakRef | None = None  # a freed weight whose address is reused is not this one
-        self._tensor: torch.Tensor | None = None
+        self._tensor: Any = None
+
+    def _build(self, w: torch.Tensor) -> Any:
+        raise NotImplementedError
 
     def clear(self) -> None:
         with self._lock:
@@ -173,44 +180,46 @@ class _PackedCopy:
     def held(self) -> bool:
         return self._tensor is not None
 
-    def of(self, w: torch.Tensor) -> torch.Tensor | None:
+    def of(self, w: torch.Tensor) -> Any:
         key = (w.data_ptr(), _version(w), id(w), tuple(w.shape))
         with self._lock:
             if self._key == key and self._storage is not None and not self._storage.expired():
                 return self._tensor
             self._key = self._storage = self._tensor = None  # the old copy goes before the new one is built
-            try:
-                packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), _PACK_ROWS)
-            except (AttributeError, RuntimeError):  # a torch build without the op: the plain product from now on
+            built = self._build(w)
+            if built is None:
                 self.enabled = False
                 return None
-            self._key, self._storage, self._tensor = key, StorageWeakRef(w.untyped_storage()), packed
-            return packed
+            self._key, self._storage, self._tensor = key, StorageWeakRef(w.untyped_storage()), built
+            return built
 
-    def __deepcopy__(self, memo: dict) -> _PackedCopy:
-        twin = _PackedCopy()
+    def __deepcopy__(self, memo: dict) -> _WeightCopy:
+        twin = type(self)()
         twin.enabled = self.enabled
         return twin
+
+
+class _PackedCopy(_WeightCopy):
+    """A layer's weight packed for oneDNN (module docstring)."""
+
+    def _build(self, w: torch.Tensor) -> torch.Tensor | None:
+        try:
+            return torch.ops.mkldnn._reorder_linear_weight(w.detach(), _PACK_ROWS)
+        except (AttributeError, RuntimeError):  # a torch build without the op: the plain product from now on
+            return None
 
     def __reduce__(self) -> tuple[type, tuple]:
         return _PackedCopy, ()
 
 
-class _Int8Copy:
+class _Int8Copy(_WeightCopy):
     """A layer's weight quantized per output channel to 8 bits and prepacked for fbgemm, with two zero columns for
-    the pinned range (module docstring); built on first use and rebuilt when the weight changes, like
-    ``_PackedCopy``."""
+    the pinned range (module docstring)."""
 
-    def __init__(self) -> None:
-        self.enabled = False
-        self._lock = threading.Lock()
-        self._key: tuple[int, int, int, tuple[int, ...]] | None = None
-        self._storage: StorageWeakRef | None = None  # as ``_PackedCopy``'s: a reused address is another weight
-        self._packed: Any = None
+    enabled_at_start = False
 
-    def clear(self) -> None:
-        with self._lock:
-            self._key = self._storage = self._packed = None
+    def _build(self, w: torch.Tensor) -> Any:
+        return _int8_packed(w)
 
     def usable(self, w: torch.Tensor, x: torch.Tensor) -> bool:
         """Whether this input can run on the copy: CPU float32 inference, with the kernel in this torch build."""
@@ -218,24 +227,7 @@ class _Int8Copy:
             return False
         if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
             return False
-        return self._of(w) is not None
-
-    def _of(self, w: torch.Tensor) -> Any:
-        key = (w.data_ptr(), _version(w), id(w), tuple(w.shape))
-        with self._lock:
-            if self._key != key or self._storage is None or self._storage.expired():
-                self._key = self._storage = self._packed = None  # the old copy goes before the new one is built
-                packed = _int8_packed(w)
-                if packed is None:
-                    self.enabled = False
-                    return None
-                self._key, self._storage, self._packed = key, StorageWeakRef(w.untyped_storage()), packed
-            return self._packed
-
-    def __deepcopy__(self, memo: dict) -> _Int8Copy:
-        twin = _Int8Copy()
-        twin.enabled = self.enabled
-        return twin
+        return self.of(w) is not None
 
     def __reduce__(self) -> tuple[Any, tuple]:
         return _int8_copy, (self.enabled,)
@@ -253,7 +245,7 @@ class _Int8Copy:
         few operations as it takes, since a decode step runs it for every projection."""
         top = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_min_(_TINY)
         pinned = torch.cat((rows / top, _PINS.expand(rows.shape[0], 2)), dim=1)
-        product = torch.ops.quantized.linear_dynamic(pinned, self._of(w), not _full_range())
+        product = torch.ops.quantized.linear_dynamic(pinned, self.of(w), not _full_range())
         return product.mul_(top) if bias is None else torch.addcmul(bias, product, top)
 
     def _row(self, w: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -291,7 +283,7 @@ def _int8_packed(w: torch.Tensor) -> Any:
     """``w`` with its two zero columns, quantized per output channel and prepacked for fbgemm; None, with one
     warning a process, where this torch build cannot."""
     padded = torch.cat((w.detach(), w.new_zeros(w.shape[0], 2)), dim=1)  # the pinning inputs' weights
-    scale = (padded.abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.float32).tiny).double()
+    scale = (padded.abs().amax(dim=1) / 127).clamp_min(_TINY).double()
     zero = torch.zeros(w.shape[0], dtype=torch.long)
     try:
         if "fbgemm" not in torch.backends.quantized.supported_engines:

@@ -33,6 +33,13 @@ class CallSoFar:
     end: int | None = None  # where the call's text ends, once it is whole
 
 
+def skip_space(text: str, i: int) -> int:
+    """The index of the first character at or after ``i`` that is not whitespace (every scanner of calls uses it)."""
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
 def canonical_text(text: str) -> str:
     """Characters as ``json.dumps(..., ensure_ascii=False)`` writes them inside a string (each on its own, so a
     prefix's text is a prefix of the whole's)."""
@@ -131,22 +138,16 @@ def json_prefix(text: str, i: int = 0, keys: list[str] | None = None) -> tuple[s
     return "".join(out), None
 
 
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
-
-
 def json_call(text: str, i: int = 0) -> CallSoFar | None:
     """A JSON call object (``{"name": ..., "arguments": {...}}``, its keys in either order) that starts at or after
     ``i``, as far as it is written; None before its opening brace."""
-    i = _skip(text, i)
+    i = skip_space(text, i)
     if i >= len(text) or text[i] != "{":
         return None
     i += 1
     name, arguments, keys = None, "", []
     while True:
-        i = _skip(text, i)
+        i = skip_space(text, i)
         if i < len(text) and text[i] == "}":
             return CallSoFar(name, arguments, tuple(keys), i + 1)
         if i >= len(text) or text[i] not in ',"':
@@ -155,10 +156,10 @@ def json_call(text: str, i: int = 0) -> CallSoFar | None:
             i += 1
             continue
         _, key, end = _string(text, i)
-        i = _skip(text, end) if end is not None else len(text)
+        i = skip_space(text, end) if end is not None else len(text)
         if i >= len(text) or text[i] != ":":
             return CallSoFar(name, arguments, tuple(keys))
-        i = _skip(text, i + 1)
+        i = skip_space(text, i + 1)
         if i >= len(text):
             return CallSoFar(name, arguments, tuple(keys))
         if key == "name" and text[i] == '"':

@@ -11,8 +11,8 @@ from typing import Any
 
 from ...tags import partial_suffix
 from .base import Calls, ChatFormat
-from .partial import CallSoFar, canonical_text
-from .tagged import TOOL_CLOSE, TOOL_OPEN, block_close, scan, skip_space
+from .partial import CallSoFar, canonical_text, skip_space
+from .tagged import TOOL_CLOSE, TOOL_OPEN, block_close, scan
 
 FUNCTION_OPEN, FUNCTION_CLOSE = "<function=", "</function>"
 PARAMETER_OPEN, PARAMETER_CLOSE = "<parameter=", "</parameter>"
@@ -166,24 +166,24 @@ _HELD = ("\n" + PARAMETER_CLOSE, PARAMETER_CLOSE)  # what a string parameter's t
 def _function_so_far(text: str, i: int, tools: Sequence[dict] | None) -> tuple[CallSoFar, int | None]:
     """The ``<function=`` at ``i`` as far as it is written (``Qwen3_5Xml.calls_so_far``), and where it ends once
     closed (None before)."""
-    gt = text.find(">", i)
-    if gt < 0:
+    head = _tag_name(text, i, FUNCTION_OPEN)
+    if head is None:
         return CallSoFar(None, ""), None
-    name = text[i + len(FUNCTION_OPEN) : gt].strip()
+    name, j = head
     properties = _properties(_schema(tools, name)) if tools is not None else None
-    out, j = ["{"], gt + 1
+    out = ["{"]
     while True:
         j = skip_space(text, j)
         if text.startswith(FUNCTION_CLOSE, j):
             return CallSoFar(name, "".join(out) + "}"), j + len(FUNCTION_CLOSE)
-        opened = text.find(">", j)
-        if not text.startswith(PARAMETER_OPEN, j) or opened < 0:
+        param = _tag_name(text, j, PARAMETER_OPEN) if text.startswith(PARAMETER_OPEN, j) else None
+        if param is None:
             return CallSoFar(name, "".join(out)), None
-        key = text[j + len(PARAMETER_OPEN) : opened].strip()
+        key, opened = param
         out.append(("" if out == ["{"] else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
         schema = properties.get(key) if properties is not None else None
-        close = text.find(PARAMETER_CLOSE, opened + 1)
-        value = text[opened + 1 : close if close >= 0 else len(text)]
+        close = text.find(PARAMETER_CLOSE, opened)
+        value = text[opened : close if close >= 0 else len(text)]
         value = value[1:] if value.startswith("\n") else value
         if close < 0:
             types = _types(schema)

@@ -10,8 +10,8 @@ import json
 from collections.abc import Sequence
 
 from .base import Calls, ChatFormat, json_call_parts
-from .partial import CallSoFar, json_call
-from .tagged import TOOL_OPEN, block_close, scan, skip_space
+from .partial import CallSoFar, json_call, skip_space
+from .tagged import TOOL_OPEN, block_close, scan
 
 
 class Qwen3Json(ChatFormat):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .base import Calls
+from .partial import skip_space
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
@@ -60,12 +61,6 @@ def _malformed_end(text: str, start: int) -> int:
     if reopen >= 0:
         ends.append(reopen)
     return min(ends)
-
-
-def skip_space(text: str, i: int) -> int:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
 
 
 def block_close(text: str, i: int) -> int | None:
