@@ -10,6 +10,7 @@ own module (``plan``, ``cache``, ``entries``, ``assembly``). The math is in ``hy
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from .grammar import GrammarTokenizer
 from .hub import resolve_checkpoint
 from .inputs import as_list
 from .model import HybridModel, RequestState, load_model
+from .model.linear import native_bf16
 from .model.loading import default_model_path, resolve_dtype
 from .options import MODES, RequestOptions, check_mode
 from .outputs import GenerationOutput
@@ -227,6 +229,8 @@ class Engine:
         projections (``model.linear.Linear``: a copy costs the weight's size again in memory and makes CPU fp32
         decode and prefill faster). ``weights="int8"``: decode steps read 8-bit copies of the projections' weights
         (a quarter of the bytes; ``HybridModel.decode_int8``), prompts still the float ones; CPU float32 only.
+        ``weights="bfloat16"``: bfloat16 copies (half the bytes; ``HybridModel.decode_bf16``) on a CPU that
+        multiplies bfloat16 natively (``linear.native_bf16``); elsewhere float32, with a warning.
 
         ``cache_dir`` adds a persistent segment tier there, ``cache_url`` (``redis://host:port/db``) a shared
         one that replicas on several machines use together; ``prefill_workers=N`` prefills cold segments on N
@@ -235,21 +239,31 @@ class Engine:
             check_url(cache_url)
         if weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
-        if weights == "int8" and (str(device) != "cpu" or resolve_dtype(dtype) != torch.float32):
-            raise ValueError("weights='int8' decodes on the CPU from a float32 model: give device='cpu', dtype=float32")
+        if weights != "float32" and (str(device) != "cpu" or resolve_dtype(dtype) != torch.float32):
+            raise ValueError(
+                f"weights={weights!r} decodes on the CPU from a float32 model: give device='cpu', dtype=float32"
+            )
+        if weights == "bfloat16" and not native_bf16():
+            warnings.warn(
+                "this CPU has no native bfloat16 products (AVX-512 BF16 or AMX): decoding from the float32 weights",
+                stacklevel=2,
+            )
+            weights = "float32"
         device = usable_device(device)
         root = resolve_checkpoint(path, revision)
         is_hub = path is not None and root != Path(path).expanduser()
         model = load_model(root, device=device, dtype=resolve_dtype(dtype))
         model.pack_weights(pack_weights, head=pack_head)
         model.decode_int8(weights == "int8")
+        model.decode_bf16(weights == "bfloat16")
         eos = eos_token_ids(root, model.config.eos_token_ids)
         if "generation_defaults" not in options:
             options["generation_defaults"] = read_generation_defaults(root)
         if "chat_template" not in options:
             options["chat_template"] = ChatTemplate.from_checkpoint(root)
         fingerprint = checkpoint_fingerprint(root, default_cache_dir() / "weight-digests.json") + str(model.dtype)
-        fingerprint += ":int8-decode" if weights == "int8" else ""  # a kept answer's state was decoded in 8 bits
+        # a kept answer's state was decoded from these weights
+        fingerprint += {"int8": ":int8-decode", "bfloat16": ":bf16-decode"}.get(weights, "")
         if prefill_workers:
             from .ray_prefill import RayPrefill
 

@@ -21,7 +21,8 @@ found the benchmark says how to get one and stops. One way, from the package reg
 
 The two take turns ``rounds`` times (llama.cpp, ours, llama.cpp, ...), and each side keeps its best round, so a
 machine that slows during the run slows both. The ratios are ours over llama.cpp's. ``--int8`` adds two sides at
-matched precision: llama.cpp on a Q8_0 GGUF of the same checkpoint, ours decoding from 8-bit weight copies.
+matched precision: llama.cpp on a Q8_0 GGUF of the same checkpoint, ours decoding from 8-bit weight copies;
+``--bf16`` likewise a BF16 GGUF against ours from bfloat16 copies (``weights="bfloat16"``).
 
 Decode is bound by reading weights, so each side's decode is also given as the bandwidth it reached: the bytes of
 weights a step reads (``step_bytes``: every weight but the embedding table, of which a step reads one row a
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -102,8 +104,8 @@ READ_BYTES = 1 << 30  # the buffer ``read_bandwidth`` streams: past any CPU's la
 
 
 # The bytes of one projection weight a step reads, by precision: float32; ours 8-bit (a byte, and a float32 scale per
-# output channel, counted apart); llama.cpp's Q8_0 (blocks of 32 bytes and a 16-bit scale).
-PROJECTION_BYTES = {"float32": 4.0, "int8": 1.0, "q8_0": 34 / 32}
+# output channel, counted apart); llama.cpp's Q8_0 (blocks of 32 bytes and a 16-bit scale); bfloat16 (both sides).
+PROJECTION_BYTES = {"float32": 4.0, "int8": 1.0, "q8_0": 34 / 32, "bfloat16": 2.0, "bf16": 2.0}
 
 
 def step_bytes(model: Any, precision: str = "float32") -> int:
@@ -193,6 +195,29 @@ def our_round(
     return out
 
 
+@dataclass(frozen=True)
+class Matched:
+    """A precision both sides decode at: ours (``weights=``, switched on by the model's ``switch``) against
+    llama.cpp's converter ``outtype``."""
+
+    ours: str
+    switch: str
+    outtype: str
+    theirs: str
+
+
+MATCHED = (
+    Matched("int8", "decode_int8", "q8_0", "llama.cpp Q8_0"),
+    Matched("bfloat16", "decode_bf16", "bf16", "llama.cpp BF16"),
+)
+
+
+def _llama_side(
+    bench: Path, gguf: Path, threads: int, prompt_tokens: int, steps: int, batches: Sequence[int], _: int
+) -> dict[int, dict[str, float]]:
+    return llama_round(bench, gguf, threads, prompt_tokens, steps, batches)
+
+
 def _switched(
     switch: Callable[[bool], None],
     on: bool,
@@ -203,7 +228,8 @@ def _switched(
     seed: int,
 ) -> dict:
     """``our_round`` with one of the model's weight copies switched to ``on`` (``pack_weights`` off: plain BLAS
-    products; ``decode_int8`` on: 8-bit copies, built in its untimed warm-up), then switched back."""
+    products; ``decode_int8`` or ``decode_bf16`` on: 8-bit or bfloat16 copies, built in its untimed warm-up), then
+    switched back."""
     switch(on)
     try:
         return our_round(model, prompt_tokens, steps, batches, seed)
@@ -222,9 +248,11 @@ def run(
     also_unpacked: bool = False,
     int8: bool = False,
     log: Callable[[str], None] = print,
+    bf16: bool = False,
 ) -> dict[str, Any]:
     """``int8``: also llama.cpp on a Q8_0 GGUF of the same checkpoint against ours decoding from 8-bit weights
-    (``Engine.from_pretrained(weights="int8")``), in the same turns."""
+    (``Engine.from_pretrained(weights="int8")``), in the same turns; ``bf16`` likewise a BF16 GGUF against ours
+    from bfloat16 copies (``weights="bfloat16"``)."""
     from hypic_rag.model import load_model
 
     from .server import build_checkpoint
@@ -248,14 +276,11 @@ def run(
         gguf = convert(tree, checkpoint, Path(tmp) / "model-f32.gguf")
         model = load_model(checkpoint, dtype=torch.float32)
         weight_bytes = step_bytes(model)
-        int8_bytes, q8_bytes = step_bytes(model, "int8"), step_bytes(model, "q8_0")
         machine = read_bandwidth(threads)
         log(f"a decode step reads {weight_bytes / 1e9:.2f} GB of weights; the machine reads {machine / 1e9:.1f} GB/s")
         ours: dict[int, dict[str, float]] = {}
         theirs: dict[int, dict[str, float]] = {}
         unpacked: dict[int, dict[str, float]] = {}
-        ours8: dict[int, dict[str, float]] = {}
-        theirs8: dict[int, dict[str, float]] = {}
         sides: list[tuple[str, Callable[[int], dict[int, dict[str, float]]], dict[int, dict[str, float]]]] = [
             ("llama.cpp", lambda i: llama_round(bench, gguf, threads, prompt_tokens, steps, batches), theirs),
             ("ours", lambda i: our_round(model, prompt_tokens, steps, batches, seed=i), ours),
@@ -263,13 +288,26 @@ def run(
         if also_unpacked:
             unpack = partial(_switched, model.pack_weights, False, model, prompt_tokens, steps, batches)
             sides.append(("ours unpacked", unpack, unpacked))
-        if int8:
-            q8 = convert(tree, checkpoint, Path(tmp) / "model-q8_0.gguf", "q8_0")
+        matched = [p for p in MATCHED if (p.ours == "int8" and int8) or (p.ours == "bfloat16" and bf16)]
+        at_precision: dict[str, tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]] = {}
+        for p in matched:
+            gguf_p = convert(tree, checkpoint, Path(tmp) / f"model-{p.outtype}.gguf", p.outtype)
+            at_precision[p.ours] = ({}, {})
             sides.append(
-                ("llama.cpp Q8_0", lambda i: llama_round(bench, q8, threads, prompt_tokens, steps, batches), theirs8)
+                (
+                    p.theirs,
+                    partial(_llama_side, bench, gguf_p, threads, prompt_tokens, steps, batches),
+                    at_precision[p.ours][1],
+                )
             )
-            int8_round = partial(_switched, model.decode_int8, True, model, prompt_tokens, steps, batches)
-            sides.append(("ours int8", int8_round, ours8))
+            switch = getattr(model, p.switch)
+            sides.append(
+                (
+                    f"ours {p.ours}",
+                    partial(_switched, switch, True, model, prompt_tokens, steps, batches),
+                    at_precision[p.ours][0],
+                )
+            )
         for i in range(rounds):
             for side, measure, best in sides:
                 got = measure(i)
@@ -295,17 +333,18 @@ def run(
     }
     if unpacked:
         report["decode_weight_bytes_per_s"]["ours unpacked"] = bandwidths(unpacked, weight_bytes)
-    if ours8:
-        report["llama_cpp_q8_0_tokens_per_s"] = {str(b): theirs8[b] for b in batches}
-        report["ours_int8_tokens_per_s"] = {str(b): ours8[b] for b in batches}
-        report["ours_int8_over_llama_cpp_q8_0"] = {
-            str(b): {key: ours8[b][key] / theirs8[b][key] for key in ours8[b]} for b in batches if b in theirs8
-        }
-        report["weight_bytes_per_step_8_bit"] = {"ours int8": int8_bytes, "llama.cpp Q8_0": q8_bytes}
-        report["decode_weight_bytes_per_s"]["llama.cpp Q8_0"] = bandwidths(theirs8, q8_bytes)
-        report["decode_weight_bytes_per_s"]["ours int8"] = bandwidths(ours8, int8_bytes)
-        for b, ratio in report["ours_int8_over_llama_cpp_q8_0"].items():
-            log(f"batch {b}, 8-bit: decode {ratio['decode_tokens_per_s']:.2f}x llama.cpp Q8_0")
+    for p in matched:
+        mine, peer = at_precision[p.ours]
+        ours_bytes, their_bytes = step_bytes(model, p.ours), step_bytes(model, p.outtype)
+        report[f"llama_cpp_{p.outtype}_tokens_per_s"] = {str(b): peer[b] for b in batches}
+        report[f"ours_{p.ours}_tokens_per_s"] = {str(b): mine[b] for b in batches}
+        ratios = {str(b): {key: mine[b][key] / peer[b][key] for key in mine[b]} for b in batches if b in peer}
+        report[f"ours_{p.ours}_over_llama_cpp_{p.outtype}"] = ratios
+        report[f"weight_bytes_per_step_{p.ours}"] = {f"ours {p.ours}": ours_bytes, p.theirs: their_bytes}
+        report["decode_weight_bytes_per_s"][p.theirs] = bandwidths(peer, their_bytes)
+        report["decode_weight_bytes_per_s"][f"ours {p.ours}"] = bandwidths(mine, ours_bytes)
+        for b, ratio in ratios.items():
+            log(f"batch {b}, {p.ours}: decode {ratio['decode_tokens_per_s']:.2f}x {p.theirs}")
     for b, ratio in report["ours_over_llama_cpp"].items():
         read = {side: rates[b] / 1e9 for side, rates in report["decode_weight_bytes_per_s"].items()}
         log(
@@ -328,6 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--int8", action="store_true", help="also llama.cpp on a Q8_0 GGUF against ours from 8-bit weights"
     )
+    parser.add_argument(
+        "--bf16", action="store_true", help="also llama.cpp on a BF16 GGUF against ours from bfloat16 weights"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
@@ -340,6 +382,7 @@ def main(argv: list[str] | None = None) -> None:
             rounds=args.rounds,
             also_unpacked=args.also_unpacked,
             int8=args.int8,
+            bf16=args.bf16,
         )
     except PeerMissing as exc:
         raise SystemExit(f"peer benchmark skipped: {exc}") from None

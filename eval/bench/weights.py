@@ -1,9 +1,9 @@
-"""``hypic-rag bench weights``: how far decoding from 8-bit weights (``Engine.from_pretrained(weights="int8")``)
-drifts from float32, on the bundled eval's prompts.
+"""``hypic-rag bench weights``: how far decoding from 8-bit or bfloat16 weights (``Engine.from_pretrained(weights=
+"int8")``, ``"bfloat16"``) drifts from float32, on the bundled eval's prompts.
 
 For each workload's examples, the float32 engine answers greedily; both engines then read the same prompt (in
-float32, as ``int8`` leaves prompts) and are fed that answer token by token through decode steps, and each step's
-next-token distributions are compared: KL(float32 ‖ int8) in nats and whether their top tokens agree. Teacher
+float32, as both leave prompts) and are fed that answer token by token through decode steps, and each step's
+next-token distributions are compared: KL(float32 ‖ other) in nats and whether their top tokens agree. Teacher
 forcing keeps the two on the same tokens, so every step is compared, not only those before a first disagreement.
 The eval scores of each format (``hypic-rag eval --weights ...``) are the other half of the check.
 """
@@ -51,11 +51,16 @@ def run(
     max_new_tokens: int = 32,
     model: str | None = None,
     log: Callable[[str], None] = print,
+    weights: str = "int8",
 ) -> dict[str, Any]:
     if n < 1 or any(w not in WORKLOADS for w in workloads):
         raise ValueError(f"n must be >= 1 and the workloads from {', '.join(WORKLOADS)}")
+    if weights not in ("int8", "bfloat16"):
+        raise ValueError(f"weights must be int8 or bfloat16 (compared with float32), got {weights!r}")
     reference = Engine.from_pretrained(model)
-    other = Engine.from_pretrained(model, weights="int8")
+    other = Engine.from_pretrained(model, weights=weights)
+    if not (other.model.decodes_int8 or other.model.decodes_bf16):
+        raise ValueError(f"this CPU decodes weights={weights!r} from float32: nothing to compare")
     rows = []
     for workload in workloads:
         steps: list[tuple[float, bool]] = []
@@ -80,7 +85,7 @@ def run(
     every = [r for r in rows if r["steps"]]
     overall = sum(r["kl_mean"] * r["steps"] for r in every) / max(1, sum(r["steps"] for r in every))
     log(f"all: KL mean {overall:.2e} nats a decode step")
-    return {"benchmark": "weights", "weights": "int8", "n": n, "seed": seed, "results": rows, "kl_mean": overall}
+    return {"benchmark": "weights", "weights": weights, "n": n, "seed": seed, "results": rows, "kl_mean": overall}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,10 +99,15 @@ def main(argv: list[str] | None = None) -> None:
         "--max-new-tokens", type=int, default=32, help="the float32 answer's length (default: %(default)s)"
     )
     parser.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
+    parser.add_argument(
+        "--weights", choices=("int8", "bfloat16"), default="int8", help="compared with float32 (default: %(default)s)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
     try:
-        report = run(args.workloads.split(","), args.n, args.seed, args.max_new_tokens, args.model)
+        report = run(
+            args.workloads.split(","), args.n, args.seed, args.max_new_tokens, args.model, weights=args.weights
+        )
     except ValueError as exc:
         parser.error(str(exc))
     if args.json:

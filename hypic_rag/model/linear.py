@@ -29,6 +29,11 @@ its products are integers, and a decode row gives the same result alone and batc
 quantized tensors deprecated (``torch.quantize_per_channel`` builds the weight the kernel takes) and its other CPU
 8-bit products are slower here (oneDNN's ``qlinear_pointwise`` by about three times, ``_int_mm`` by more); a build
 without the kernel decodes on the float weights, with one warning.
+
+``bf16 = True`` adds a bfloat16 copy of the weight, packed for oneDNN like the float one, which decode steps read
+instead: half the bytes, the rows cast to bfloat16 on the way in and the result back to float32. Worth it only on a
+CPU that multiplies bfloat16 natively (``native_bf16``: AVX-512 BF16 or AMX); the engine asks for it only there.
+A row runs padded to four rows as on the float copy, so it is the same alone and in a batch of up to four.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=bias, **kwargs)
         self._packed = _PackedCopy()
         self._int8 = _Int8Copy()
+        self._bf16 = _Bf16Copy()
 
     @property
     def int8(self) -> bool:
@@ -91,6 +97,17 @@ class Linear(nn.Linear):
     def int8(self, on: bool) -> None:
         self._int8.enabled = bool(on)
         self._int8.clear()
+
+    @property
+    def bf16(self) -> bool:
+        """Whether decode steps (``decoding()``) run on a bfloat16 copy of the weight packed for oneDNN (module
+        docstring); setting it False frees the copy."""
+        return self._bf16.enabled
+
+    @bf16.setter
+    def bf16(self, on: bool) -> None:
+        self._bf16.enabled = bool(on)
+        self._bf16.clear()
 
     @property
     def pack(self) -> bool:
@@ -107,6 +124,7 @@ class Linear(nn.Linear):
         """Drop the packed and 8-bit copies; the next call builds them from the weight as it is then."""
         self._packed.clear()
         self._int8.clear()
+        self._bf16.clear()
 
     def _apply(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.invalidate()  # ``to``, ``float``, ``cpu``...: the weight is replaced
@@ -117,16 +135,14 @@ class Linear(nn.Linear):
         super()._load_from_state_dict(*args, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._int8.enabled and _DECODING.get() and self._int8.usable(self.weight, x):
-            return self._int8.linear(self.weight, x, self.bias)
+        if _DECODING.get():
+            if self._int8.enabled and self._int8.usable(self.weight, x):
+                return self._int8.linear(self.weight, x, self.bias)
+            if self._bf16.enabled and self._bf16.usable(self.weight, x):
+                return _packed_product(x, self._bf16.of(self.weight), self.bias, torch.bfloat16)
         packed = self.packed_weight(x)
         if packed is not None:
-            rows = x.reshape(-1, x.shape[-1])
-            n = rows.shape[0]
-            if 0 < n < _MIN_ROWS:  # run as four rows (module docstring)
-                rows = torch.cat((rows, rows.new_zeros(_MIN_ROWS - n, rows.shape[1])))
-            out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), packed, self.bias, "none", [], "")
-            return out[:n].reshape(*x.shape[:-1], -1)
+            return _packed_product(x, packed, self.bias)
         if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in _ROWS and x.device.type == "cpu":
             out = (self.weight @ x[:, 0].t()).t()[:, None]
             return out if self.bias is None else out + self.bias
@@ -199,6 +215,30 @@ class _WeightCopy:
         return twin
 
 
+class _DecodeCopy(_WeightCopy):
+    """A copy that only decode steps read, off until asked for."""
+
+    enabled_at_start = False
+
+    def usable(self, w: torch.Tensor, x: torch.Tensor) -> bool:
+        """Whether this input can run on the copy: CPU float32 inference, with the kernel in this torch build."""
+        if w.device.type != "cpu" or w.dtype != torch.float32 or x.dtype != torch.float32:
+            return False
+        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
+            return False
+        return self.of(w) is not None
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return _unbuilt, (type(self), self.enabled)
+
+
+def _unbuilt(kind: type[_DecodeCopy], enabled: bool) -> _DecodeCopy:
+    """An unbuilt copy, on or off: what a pickled layer's copy comes back as."""
+    copy = kind()
+    copy.enabled = enabled
+    return copy
+
+
 class _PackedCopy(_WeightCopy):
     """A layer's weight packed for oneDNN (module docstring)."""
 
@@ -212,25 +252,22 @@ class _PackedCopy(_WeightCopy):
         return _PackedCopy, ()
 
 
-class _Int8Copy(_WeightCopy):
+class _Bf16Copy(_DecodeCopy):
+    """A layer's weight in bfloat16, packed for oneDNN (module docstring)."""
+
+    def _build(self, w: torch.Tensor) -> torch.Tensor | None:
+        try:
+            return torch.ops.mkldnn._reorder_linear_weight(w.detach().bfloat16(), _PACK_ROWS)
+        except (AttributeError, RuntimeError):  # no bf16 oneDNN in this build: the float weight from now on
+            return None
+
+
+class _Int8Copy(_DecodeCopy):
     """A layer's weight quantized per output channel to 8 bits and prepacked for fbgemm, with two zero columns for
     the pinned range (module docstring)."""
 
-    enabled_at_start = False
-
     def _build(self, w: torch.Tensor) -> Any:
         return _int8_packed(w)
-
-    def usable(self, w: torch.Tensor, x: torch.Tensor) -> bool:
-        """Whether this input can run on the copy: CPU float32 inference, with the kernel in this torch build."""
-        if w.device.type != "cpu" or w.dtype != torch.float32 or x.dtype != torch.float32:
-            return False
-        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
-            return False
-        return self.of(w) is not None
-
-    def __reduce__(self) -> tuple[Any, tuple]:
-        return _int8_copy, (self.enabled,)
 
     def linear(self, w: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
@@ -256,11 +293,29 @@ _PINS = torch.tensor([[1.0, -1.0]])  # the two inputs that pin a batch's range
 _TINY = torch.finfo(torch.float32).tiny
 
 
-def _int8_copy(enabled: bool) -> _Int8Copy:
-    """An unbuilt copy, on or off: what a pickled layer's copy comes back as."""
-    copy = _Int8Copy()
-    copy.enabled = enabled
-    return copy
+def _packed_product(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``x`` through a weight packed for oneDNN, its rows (in ``dtype``, where the copy is in another) run as four
+    where fewer (module docstring); the result in ``x``'s dtype."""
+    rows = x.reshape(-1, x.shape[-1])
+    n = rows.shape[0]
+    if 0 < n < _MIN_ROWS:  # run as four rows (module docstring)
+        rows = torch.cat((rows, rows.new_zeros(_MIN_ROWS - n, rows.shape[1])))
+    if dtype is not None:
+        rows, bias = rows.to(dtype), (bias.to(dtype) if bias is not None else None)
+    out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), packed, bias, "none", [], "")
+    return out[:n].reshape(*x.shape[:-1], -1).to(x.dtype)
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags, as Linux lists them (none elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return frozenset(next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), []))
+    except OSError:
+        return frozenset()
 
 
 @functools.cache
@@ -268,12 +323,13 @@ def _full_range() -> bool:
     """Whether activations may use all 8 bits: on a CPU with VNNI, whose 8-bit dot products add into 32 bits. Without
     it fbgemm multiplies pairs into 16 bits, which two large products can overflow, so activations keep 7 bits
     (``reduce_range``), at about three times the drift."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_vnni" in flags or "avx_vnni" in flags
+    return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX), where a bfloat16 copy reads half the
+    bytes at the float product's speed; elsewhere oneDNN converts it back in software and gains nothing."""
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags())
 
 
 _WARNED: list[bool] = []

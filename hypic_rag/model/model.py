@@ -94,6 +94,17 @@ class HybridModel(nn.Module):
     def decodes_int8(self) -> bool:
         return self.lm_head.int8
 
+    def decode_bf16(self, on: bool = True) -> None:
+        """Whether decode steps read bfloat16 copies of every projection's weight, the LM head's too
+        (``linear.Linear.bf16``); prompts still run on the float weights. Off frees the copies."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.bf16 = on
+
+    @property
+    def decodes_bf16(self) -> bool:
+        return self.lm_head.bf16
+
     def check_input_ids(self, input_ids: torch.Tensor, start: int = 0) -> None:
         """Raise ``ValueError`` for ids the model cannot embed or positions past its context."""
         if input_ids.dtype not in (torch.int64, torch.int32):

@@ -189,3 +189,48 @@ def test_a_row_that_is_not_finite_spoils_only_itself_under_8_bit_weights():
     with decoding():
         out = layer(x)
         assert torch.isnan(out[0]).all() and torch.equal(out[1:], torch.cat([layer(x[i : i + 1]) for i in range(1, 5)]))
+
+
+@torch.inference_mode()
+def test_decode_steps_read_the_bfloat16_copy_close_to_the_float_product_and_a_row_alone_as_in_a_batch():
+    from hypic_rag.model.linear import decoding
+
+    torch.manual_seed(0)
+    layer = Linear(256, 384, bias=True)
+    x = torch.randn(4, 1, 256)
+    exact = F.linear(x, layer.weight, layer.bias)
+    layer.bf16 = True
+    torch.testing.assert_close(layer(x), exact, rtol=0, atol=1e-5)  # outside a decode step: the float weight
+    with decoding():
+        got = layer(x)
+    if not layer._bf16.held:  # a torch build without oneDNN's bfloat16 product: the float weight, as said
+        torch.testing.assert_close(got, exact, rtol=0, atol=1e-5)
+        return
+    reference = F.linear(x.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16()).float()
+    assert not torch.allclose(got, exact, rtol=0, atol=1e-6)  # it did read the bfloat16 copy
+    assert float((got - exact).norm() / exact.norm()) < 0.01
+    assert float((got - reference).norm() / reference.norm()) < 0.01
+    with decoding():  # up to four rows run as four: a row alone is bit for bit the same
+        assert all(torch.equal(layer(x[i : i + 1]), got[i : i + 1]) for i in range(4))
+        layer.bf16 = False
+        assert not layer._bf16.held
+        torch.testing.assert_close(layer(x), exact, rtol=0, atol=1e-5)
+
+
+def test_a_bfloat16_engine_decodes_where_the_cpu_multiplies_bfloat16_and_float32_elsewhere(monkeypatch):
+    from hypic_rag import Engine
+    from hypic_rag import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="no native bfloat16"):
+        plain = Engine.from_pretrained(weights="bfloat16")
+    assert not plain.model.decodes_bf16 and plain.fingerprint == Engine.from_pretrained().fingerprint
+    monkeypatch.setattr(engine_module, "native_bf16", lambda: True)
+    engine = Engine.from_pretrained(weights="bfloat16")
+    assert engine.model.decodes_bf16 and engine.fingerprint != plain.fingerprint
+    asks = [[{"role": "user", "content": q}] for q in ("Where does Bo Ek live?", "Hi", "What is Ana's job?")]
+    batched = engine.chat_batch(asks, max_new_tokens=12, mode="full")
+    alone = [engine.chat(ask, max_new_tokens=12, mode="full") for ask in asks]
+    assert [b.token_ids for b in batched] == [a.token_ids for a in alone]
+    with pytest.raises(ValueError, match="weights"):
+        Engine.from_pretrained(weights="bfloat16", dtype="bfloat16")
