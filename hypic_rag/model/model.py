@@ -86,24 +86,24 @@ class HybridModel(nn.Module):
     def decode_int8(self, on: bool = True) -> None:
         """Whether decode steps read 8-bit copies of every projection's weight, the LM head's too
         (``linear.Linear.int8``); prompts still run on the float weights. Off frees the copies."""
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.int8 = on
+        self._decode_copies("int8", on)
 
     @property
     def decodes_int8(self) -> bool:
         return self.lm_head.int8
 
     def decode_bf16(self, on: bool = True) -> None:
-        """Whether decode steps read bfloat16 copies of every projection's weight, the LM head's too
-        (``linear.Linear.bf16``); prompts still run on the float weights. Off frees the copies."""
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.bf16 = on
+        """As ``decode_int8``, with bfloat16 copies (``linear.Linear.bf16``)."""
+        self._decode_copies("bf16", on)
 
     @property
     def decodes_bf16(self) -> bool:
         return self.lm_head.bf16
+
+    def _decode_copies(self, kind: str, on: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, Linear):
+                setattr(module, kind, on)
 
     def check_input_ids(self, input_ids: torch.Tensor, start: int = 0) -> None:
         """Raise ``ValueError`` for ids the model cannot embed or positions past its context."""
