@@ -33,4 +33,5 @@ def test_a_short_run_on_the_bundled_model():
     assert report["steps"] == {"free": 5, "masked": 5}  # both ran on to the limit
     assert report["decode_tokens_per_s"] > 0 and report["masked_decode_tokens_per_s"] > 0
     assert 0 < report["mask_share_of_masked_step"] < 1 and report["vocab_size"] == engine.config.vocab_size
-    assert 0 < report["library_mask_ms_per_token"] < report["mask_ms_per_token"]  # the library alone is the floor
+    # both are timed; which is smaller is the benchmark's finding, not a property (a busy machine reorders them)
+    assert report["library_mask_ms_per_token"] > 0 and report["mask_ms_per_token"] > 0
