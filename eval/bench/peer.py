@@ -288,7 +288,8 @@ def run(
         if also_unpacked:
             unpack = partial(_switched, model.pack_weights, False, model, prompt_tokens, steps, batches)
             sides.append(("ours unpacked", unpack, unpacked))
-        matched = [p for p in MATCHED if (p.ours == "int8" and int8) or (p.ours == "bfloat16" and bf16)]
+        wanted = {"int8": int8, "bfloat16": bf16}
+        matched = [p for p in MATCHED if wanted[p.ours]]
         at_precision: dict[str, tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]] = {}
         for p in matched:
             gguf_p = convert(tree, checkpoint, Path(tmp) / f"model-{p.outtype}.gguf", p.outtype)

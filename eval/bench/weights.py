@@ -19,11 +19,13 @@ from typing import Any
 import torch
 
 from hypic_rag import Engine
+from hypic_rag.defaults import WEIGHTS
 from hypic_rag.fidelity import kl_divergence, top1_agreement
 
 from ..data.workloads import WORKLOADS, make
 from .common import write_report
 
+COMPARED = tuple(w for w in WEIGHTS if w != "float32")  # each against float32
 DEFAULT_WORKLOADS = ("single_doc", "multi_hop", "aggregate", "tool_call", "memory", "framework_qa")
 
 
@@ -55,8 +57,8 @@ def run(
 ) -> dict[str, Any]:
     if n < 1 or any(w not in WORKLOADS for w in workloads):
         raise ValueError(f"n must be >= 1 and the workloads from {', '.join(WORKLOADS)}")
-    if weights not in ("int8", "bfloat16"):
-        raise ValueError(f"weights must be int8 or bfloat16 (compared with float32), got {weights!r}")
+    if weights not in COMPARED:
+        raise ValueError(f"weights must be {' or '.join(COMPARED)} (compared with float32), got {weights!r}")
     reference = Engine.from_pretrained(model)
     other = Engine.from_pretrained(model, weights=weights)
     if not (other.model.decodes_int8 or other.model.decodes_bf16):
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
     parser.add_argument(
-        "--weights", choices=("int8", "bfloat16"), default="int8", help="compared with float32 (default: %(default)s)"
+        "--weights", choices=COMPARED, default="int8", help="compared with float32 (default: %(default)s)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)

@@ -121,7 +121,7 @@ class Linear(nn.Linear):
             self.invalidate()
 
     def invalidate(self) -> None:
-        """Drop the packed and 8-bit copies; the next call builds them from the weight as it is then."""
+        """Drop the packed, 8-bit and bfloat16 copies; the next call builds them from the weight as it is then."""
         self._packed.clear()
         self._int8.clear()
         self._bf16.clear()
@@ -136,10 +136,10 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _DECODING.get():
-            if self._int8.enabled and self._int8.usable(self.weight, x):
-                return self._int8.linear(self.weight, x, self.bias)
-            if self._bf16.enabled and self._bf16.usable(self.weight, x):
-                return _packed_product(x, self._bf16.of(self.weight), self.bias, torch.bfloat16)
+            if self._int8.enabled and (copy := self._int8.for_input(self.weight, x)) is not None:
+                return self._int8.linear(copy, self.weight, x, self.bias)
+            if self._bf16.enabled and (copy := self._bf16.for_input(self.weight, x)) is not None:
+                return _packed_product(x, copy, self.bias, torch.bfloat16)
         packed = self.packed_weight(x)
         if packed is not None:
             return _packed_product(x, packed, self.bias)
@@ -220,13 +220,14 @@ class _DecodeCopy(_WeightCopy):
 
     enabled_at_start = False
 
-    def usable(self, w: torch.Tensor, x: torch.Tensor) -> bool:
-        """Whether this input can run on the copy: CPU float32 inference, with the kernel in this torch build."""
+    def for_input(self, w: torch.Tensor, x: torch.Tensor) -> Any:
+        """The copy this input runs on, or None where it cannot: CPU float32 inference, with the kernel in this torch
+        build. Looked up once a call, since a decode step calls it for every projection."""
         if w.device.type != "cpu" or w.dtype != torch.float32 or x.dtype != torch.float32:
-            return False
+            return None
         if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
-            return False
-        return self.of(w) is not None
+            return None
+        return self.of(w)
 
     def __reduce__(self) -> tuple[Any, tuple]:
         return _unbuilt, (type(self), self.enabled)
@@ -269,24 +270,25 @@ class _Int8Copy(_DecodeCopy):
     def _build(self, w: torch.Tensor) -> Any:
         return _int8_packed(w)
 
-    def linear(self, w: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def linear(self, copy: Any, w: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x`` through ``copy`` (``for_input``'s); ``w``, the float weight, takes a row that is not finite."""
         rows = x.reshape(-1, x.shape[-1])
         try:
-            out = self._rows(w, rows, bias)
+            out = self._rows(copy, rows, bias)
         except RuntimeError:  # a row that is not finite has no range: each row alone, that one on the float weight
-            out = torch.cat([self._row(w, row[None], bias) for row in rows])
+            out = torch.cat([self._row(copy, w, row[None], bias) for row in rows])
         return out.reshape(*x.shape[:-1], -1)
 
-    def _rows(self, w: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def _rows(self, copy: Any, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The product of rows scaled to a largest magnitude of one and pinned (module docstring), scaled back: as
         few operations as it takes, since a decode step runs it for every projection."""
         top = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_min_(_TINY)
         pinned = torch.cat((rows / top, _PINS.expand(rows.shape[0], 2)), dim=1)
-        product = torch.ops.quantized.linear_dynamic(pinned, self.of(w), not _full_range())
+        product = torch.ops.quantized.linear_dynamic(pinned, copy, not _full_range())
         return product.mul_(top) if bias is None else torch.addcmul(bias, product, top)
 
-    def _row(self, w: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self._rows(w, row, bias) if bool(torch.isfinite(row).all()) else F.linear(row, w, bias)
+    def _row(self, copy: Any, w: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return self._rows(copy, row, bias) if bool(torch.isfinite(row).all()) else F.linear(row, w, bias)
 
 
 _PINS = torch.tensor([[1.0, -1.0]])  # the two inputs that pin a batch's range
